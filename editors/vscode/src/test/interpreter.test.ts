@@ -1,0 +1,148 @@
+import { test } from 'node:test';
+import * as assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import {
+  ignoredUntrustedSetting,
+  installCommand,
+  installFromSourceCommand,
+  notImportableMessage,
+  OnceGate,
+  pickInterpreterSetting,
+  resolveInterpreter,
+  ResolveInputs,
+  shellQuote,
+  whichOnPath,
+} from '../interpreter';
+import { checkImport } from '../importCheck';
+
+const vars = { workspaceFolder: '/ws', userHome: '/home/u' };
+
+function inputs(over: Partial<ResolveInputs>): ResolveInputs {
+  return {
+    setting: undefined,
+    trusted: true,
+    vars,
+    pythonExtension: async () => undefined,
+    which: () => undefined,
+    ...over,
+  };
+}
+
+test('setting wins over the Python extension and PATH', async () => {
+  let extCalled = false;
+  const r = await resolveInterpreter(
+    inputs({
+      setting: { globalValue: '/usr/bin/python3.11' },
+      pythonExtension: async () => {
+        extCalled = true;
+        return '/venv/bin/python';
+      },
+      which: () => '/usr/bin/python3',
+    }),
+  );
+  assert.deepEqual(r, { python: '/usr/bin/python3.11', source: 'setting', detail: 'setting rcaLsp.interpreter (user value)' });
+  assert.equal(extCalled, false, 'the Python extension is not even asked when the setting is present');
+});
+
+test('workspace folder value beats workspace value beats user value when trusted', () => {
+  const inspect = { globalValue: '/u', workspaceValue: '/w', workspaceFolderValue: '/f' };
+  assert.deepEqual(pickInterpreterSetting(inspect, true), { value: '/f', level: 'workspaceFolder' });
+  assert.deepEqual(pickInterpreterSetting({ globalValue: '/u', workspaceValue: '/w' }, true), { value: '/w', level: 'workspace' });
+  assert.deepEqual(pickInterpreterSetting({ globalValue: '/u' }, true), { value: '/u', level: 'user' });
+});
+
+test('untrusted workspace: workspace-level interpreter values are ignored', async () => {
+  const inspect = { globalValue: '/u/python', workspaceValue: './evil', workspaceFolderValue: './evil2' };
+  assert.deepEqual(pickInterpreterSetting(inspect, false), { value: '/u/python', level: 'user' });
+  assert.equal(ignoredUntrustedSetting(inspect, false), true);
+  assert.equal(ignoredUntrustedSetting(inspect, true), false);
+  // Only a workspace value, untrusted: fall through to the Python extension.
+  const r = await resolveInterpreter(
+    inputs({ setting: { workspaceValue: './evil' }, trusted: false, pythonExtension: async () => '/venv/bin/python' }),
+  );
+  assert.equal(r?.source, 'python-extension');
+  assert.equal(r?.python, '/venv/bin/python');
+});
+
+test('empty or blank setting falls through', async () => {
+  const r = await resolveInterpreter(inputs({ setting: { globalValue: '  ', workspaceValue: '' }, which: (n) => (n === 'python3' ? '/bin/python3' : undefined) }));
+  assert.deepEqual(r, { python: '/bin/python3', source: 'path', detail: 'python3 on PATH' });
+});
+
+test('Python extension before PATH; a throwing extension API falls through to PATH', async () => {
+  const a = await resolveInterpreter(inputs({ pythonExtension: async () => '/venv/bin/python', which: () => '/bin/python3' }));
+  assert.equal(a?.source, 'python-extension');
+  const b = await resolveInterpreter(
+    inputs({
+      pythonExtension: async () => {
+        throw new Error('not active');
+      },
+      which: (n) => (n === 'python3' ? '/bin/python3' : undefined),
+    }),
+  );
+  assert.equal(b?.source, 'path');
+  const c = await resolveInterpreter(inputs({ pythonExtension: undefined, which: (n) => (n === 'python' ? '/bin/python' : undefined) }));
+  assert.deepEqual(c, { python: '/bin/python', source: 'path', detail: 'python on PATH' });
+});
+
+test('nothing found: undefined', async () => {
+  assert.equal(await resolveInterpreter(inputs({})), undefined);
+});
+
+test('variables in the setting are expanded', async () => {
+  const r = await resolveInterpreter(inputs({ setting: { workspaceValue: '${workspaceFolder}/.venv/bin/python' } }));
+  assert.equal(r?.python, '/ws/.venv/bin/python');
+  const h = await resolveInterpreter(inputs({ setting: { globalValue: '~/venvs/x/bin/python' } }));
+  assert.equal(h?.python, path.join('/home/u', 'venvs/x/bin/python'));
+});
+
+test('whichOnPath finds the first executable and skips non-executables', () => {
+  const d1 = fs.mkdtempSync(path.join(os.tmpdir(), 'rca-which-'));
+  const d2 = fs.mkdtempSync(path.join(os.tmpdir(), 'rca-which-'));
+  fs.writeFileSync(path.join(d1, 'python3'), '#!/bin/sh\n', { mode: 0o644 });
+  fs.writeFileSync(path.join(d2, 'python3'), '#!/bin/sh\n', { mode: 0o755 });
+  try {
+    if (process.platform !== 'win32') {
+      assert.equal(whichOnPath('python3', `${d1}:${d2}`), path.join(d2, 'python3'));
+    }
+    assert.equal(whichOnPath('python3', ''), undefined);
+    assert.equal(whichOnPath('py', 'C:\\a;C:\\b', (p) => p === path.join('C:\\b', 'py.exe'), 'win32'), path.join('C:\\b', 'py.exe'));
+  } finally {
+    fs.rmSync(d1, { recursive: true });
+    fs.rmSync(d2, { recursive: true });
+  }
+});
+
+test('install command is exact and shell-quoted', () => {
+  assert.equal(installCommand('/usr/bin/python3'), '/usr/bin/python3 -m pip install rca-lsp');
+  assert.equal(installCommand('/opt/my env/bin/python'), "'/opt/my env/bin/python' -m pip install rca-lsp");
+  assert.equal(shellQuote("it's"), `'it'\\''s'`);
+  assert.equal(installFromSourceCommand('/p/python', '/src/rca-lsp'), '/p/python -m pip install -e /src/rca-lsp');
+  const msg = notImportableMessage('/p/python', "ModuleNotFoundError: No module named 'rca_lsp'");
+  assert.match(msg, /not importable with \/p\/python/);
+  assert.ok(msg.includes('/p/python -m pip install rca-lsp'));
+});
+
+test('the not-importable message is shown once per interpreter until reset', () => {
+  const gate = new OnceGate();
+  assert.equal(gate.shouldShow('import:/a'), true);
+  assert.equal(gate.shouldShow('import:/a'), false);
+  assert.equal(gate.shouldShow('import:/a'), false);
+  assert.equal(gate.shouldShow('import:/b'), true);
+  gate.reset();
+  assert.equal(gate.shouldShow('import:/a'), true);
+});
+
+const python = whichOnPath('python3');
+
+test('checkImport: importable module, missing module, missing interpreter', { skip: !python && 'no python3 on PATH' }, async () => {
+  const ok = await checkImport(python as string, 'json');
+  assert.equal(ok.ok, true);
+  const missing = await checkImport(python as string, 'rca_lsp_definitely_not_a_module');
+  assert.equal(missing.ok, false);
+  assert.match(missing.reason ?? '', /ModuleNotFoundError/);
+  const none = await checkImport('/nonexistent/bin/python', 'json');
+  assert.deepEqual({ ok: none.ok, reason: none.reason }, { ok: false, reason: 'interpreter not found' });
+});

@@ -1,0 +1,718 @@
+#!/usr/bin/env node
+// End-to-end test in a real VS Code (code-server) driven by playwright-core + Debian's chromium.
+//
+//   npm run test:e2e            (packages the .vsix first)
+//
+// Scenarios:
+//   untrusted-not-importable  always runs: workspace trust on, the folder untrusted, a workspace-level
+//                             rcaLsp.interpreter that must be ignored, a user-level interpreter without rca_lsp.
+//                             Asserts the one-time error with the exact install command + "Open Settings",
+//                             the status bar, that the workspace interpreter never ran, and the JSON schema
+//                             validation of a malformed mapping file (no server needed).
+//   server                    runs when the Python server is importable and fixtures/missing_activation exists
+//                             (skipped otherwise; RCA_LSP_E2E_REQUIRE_SERVER=1 turns the skip into a failure).
+//                             Asserts the missing-op warning in the Problems panel, the hover on that entry,
+//                             a quick fix for a misspelt train key, the status bar and the report command.
+//
+// Environment: RCA_LSP_PYTHON (default <repo>/.venv/bin/python), CODE_SERVER (binary; default: installed by
+// scripts/install-e2e.sh into CS_DIR), CHROMIUM (default /usr/bin/chromium), RCA_LSP_E2E_FIXTURE
+// (default missing_activation), RCA_LSP_E2E_KEEP=1 keeps the temp dirs.
+// Screenshots and logs: editors/vscode/test-artifacts/.
+
+import { execFileSync, spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const extRoot = path.resolve(here, '..', '..');
+const repoRoot = path.resolve(extRoot, '..', '..');
+const artifacts = path.join(extRoot, 'test-artifacts');
+const fixtureName = process.env.RCA_LSP_E2E_FIXTURE || 'missing_activation';
+const serverPython = process.env.RCA_LSP_PYTHON || path.join(repoRoot, '.venv', 'bin', 'python');
+const requireServer = process.env.RCA_LSP_E2E_REQUIRE_SERVER === '1';
+const keep = process.env.RCA_LSP_E2E_KEEP === '1';
+const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
+const t0 = Date.now();
+
+function log(msg) {
+  const s = ((Date.now() - t0) / 1000).toFixed(1).padStart(6);
+  process.stdout.write(`[e2e ${s}s] ${msg}\n`);
+}
+
+// ---------------------------------------------------------------- tiny test runner
+const results = [];
+function record(name, status, detail = '') {
+  results.push({ name, status, detail });
+  const prefix = status === 'pass' ? 'ok' : status === 'skip' ? 'ok # SKIP' : 'not ok';
+  process.stdout.write(`${prefix} - ${name}${detail ? `: ${detail}` : ''}\n`);
+}
+
+class Scenario {
+  constructor(name) {
+    this.name = name;
+    this.broken = undefined;
+  }
+  async step(name, fn) {
+    const full = `${this.name} › ${name}`;
+    if (this.broken) {
+      record(full, 'fail', `not run: "${this.broken}" failed`);
+      return undefined;
+    }
+    const started = Date.now();
+    try {
+      const v = await fn();
+      record(full, 'pass', `${((Date.now() - started) / 1000).toFixed(1)} s`);
+      return v;
+    } catch (e) {
+      this.broken = name;
+      record(full, 'fail', e instanceof Error ? e.message.split('\n').slice(0, 6).join(' | ') : String(e));
+      if (this.page) {
+        await shot(this.page, `${this.name}-FAILED-${slug(name)}`).catch(() => {});
+      }
+      return undefined;
+    }
+  }
+}
+
+function slug(s) {
+  return s.replace(/[^A-Za-z0-9]+/g, '-').replace(/^-|-$/g, '').toLowerCase();
+}
+
+async function shot(page, name) {
+  const file = path.join(artifacts, `${name}.png`);
+  await page.screenshot({ path: file });
+  log(`screenshot ${path.relative(extRoot, file)}`);
+}
+
+function assert(cond, msg) {
+  if (!cond) {
+    throw new Error(msg);
+  }
+}
+
+async function poll(what, fn, timeoutMs, intervalMs = 250) {
+  const end = Date.now() + timeoutMs;
+  let last;
+  while (Date.now() < end) {
+    try {
+      last = await fn();
+      if (last) {
+        return last;
+      }
+    } catch (e) {
+      last = e;
+    }
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+  throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}${last instanceof Error ? ` (${last.message})` : ''}`);
+}
+
+// ---------------------------------------------------------------- code-server
+function findVsix() {
+  const files = fs.readdirSync(extRoot).filter((f) => f.endsWith('.vsix'));
+  assert(files.length === 1, `expected exactly one .vsix in ${extRoot} (run npm run package), found ${files.length}`);
+  return path.join(extRoot, files[0]);
+}
+
+function codeServerBin() {
+  if (process.env.CODE_SERVER) {
+    return process.env.CODE_SERVER;
+  }
+  const started = Date.now();
+  const out = execFileSync('bash', [path.join(extRoot, 'scripts', 'install-e2e.sh')], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const bin = out.trim().split('\n').pop();
+  log(`code-server: ${bin} (install check ${((Date.now() - started) / 1000).toFixed(1)} s)`);
+  return bin;
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+class CodeServer {
+  constructor(bin, base, name) {
+    this.bin = bin;
+    this.dir = path.join(base, name);
+    this.userData = path.join(this.dir, 'user-data');
+    this.extensions = path.join(base, 'extensions');
+    this.env = {
+      ...process.env,
+      XDG_CONFIG_HOME: path.join(this.dir, 'xdg-config'),
+      XDG_DATA_HOME: path.join(this.dir, 'xdg-data'),
+      XDG_CACHE_HOME: path.join(this.dir, 'xdg-cache'),
+    };
+    for (const k of Object.keys(this.env)) {
+      if (k.startsWith('VSCODE_')) {
+        delete this.env[k];
+      }
+    }
+    fs.mkdirSync(path.join(this.userData, 'User'), { recursive: true });
+    fs.mkdirSync(this.extensions, { recursive: true });
+  }
+
+  writeUserSettings(extra) {
+    const settings = {
+      'workbench.startupEditor': 'none',
+      'telemetry.telemetryLevel': 'off',
+      'extensions.autoUpdate': false,
+      'extensions.autoCheckUpdates': false,
+      'update.mode': 'none',
+      'editor.hover.delay': 100,
+      'workbench.tips.enabled': false,
+      'workbench.enableExperiments': false,
+      'chat.disableAIFeatures': true,
+      'git.enabled': false,
+      'files.autoSave': 'off',
+      'security.workspace.trust.enabled': false,
+      ...extra,
+    };
+    fs.writeFileSync(path.join(this.userData, 'User', 'settings.json'), JSON.stringify(settings, null, 2));
+  }
+
+  commonArgs() {
+    return ['--user-data-dir', this.userData, '--extensions-dir', this.extensions];
+  }
+
+  installExtension(vsix) {
+    const started = Date.now();
+    execFileSync(this.bin, [...this.commonArgs(), '--install-extension', vsix, '--force'], {
+      env: this.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    log(`installed ${path.basename(vsix)} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  }
+
+  async start(folder) {
+    this.port = await freePort();
+    const config = path.join(this.dir, 'config.yaml');
+    fs.writeFileSync(config, `bind-addr: 127.0.0.1:${this.port}\nauth: none\ncert: false\n`);
+    this.logFile = path.join(this.dir, 'code-server.log');
+    const out = fs.openSync(this.logFile, 'a');
+    this.proc = spawn(
+      this.bin,
+      ['--config', config, ...this.commonArgs(), '--disable-telemetry', '--disable-update-check', folder],
+      { env: this.env, stdio: ['ignore', out, out], detached: true },
+    );
+    this.exited = false;
+    this.proc.on('exit', () => {
+      this.exited = true;
+    });
+    await poll(
+      'code-server /healthz',
+      async () => {
+        assert(!this.exited, `code-server exited early; see ${this.logFile}`);
+        const r = await fetch(`http://127.0.0.1:${this.port}/healthz`);
+        return r.ok;
+      },
+      60000,
+    );
+    log(`code-server listening on ${this.port}`);
+    return `http://127.0.0.1:${this.port}/?folder=${encodeURIComponent(folder)}`;
+  }
+
+  async stop() {
+    if (!this.proc || this.exited) {
+      return;
+    }
+    try {
+      process.kill(-this.proc.pid, 'SIGTERM');
+    } catch {
+      // gone
+    }
+    const end = Date.now() + 5000;
+    while (!this.exited && Date.now() < end) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    if (!this.exited) {
+      try {
+        process.kill(-this.proc.pid, 'SIGKILL');
+      } catch {
+        // gone
+      }
+    }
+  }
+
+  /** Copies code-server's and VS Code's logs (incl. the rca-lsp output channel) into the artifacts. */
+  collectLogs(name) {
+    const dest = path.join(artifacts, `${name}-logs`);
+    fs.mkdirSync(dest, { recursive: true });
+    if (this.logFile && fs.existsSync(this.logFile)) {
+      fs.copyFileSync(this.logFile, path.join(dest, 'code-server.log'));
+    }
+    const logsRoot = path.join(this.userData, 'logs');
+    const walk = (d) => {
+      for (const e of fs.existsSync(d) ? fs.readdirSync(d, { withFileTypes: true }) : []) {
+        const p = path.join(d, e.name);
+        if (e.isDirectory()) {
+          walk(p);
+        } else if (e.name.endsWith('.log') && (/rca-lsp|exthost|remoteexthost|window/i.test(p))) {
+          const rel = path.relative(logsRoot, p).replace(/[\\/]/g, '__');
+          fs.copyFileSync(p, path.join(dest, rel));
+        }
+      }
+    };
+    walk(logsRoot);
+  }
+
+  /** The text of the extension's output channel ("rca-lsp"), from the log files VS Code writes. */
+  outputChannelText() {
+    const found = [];
+    const walk = (d) => {
+      for (const e of fs.existsSync(d) ? fs.readdirSync(d, { withFileTypes: true }) : []) {
+        const p = path.join(d, e.name);
+        if (e.isDirectory()) {
+          walk(p);
+        } else if (/rca-lsp\.log$/.test(e.name) || (/rca-lsp/.test(d) && e.name.endsWith('.log'))) {
+          found.push(fs.readFileSync(p, 'utf8'));
+        }
+      }
+    };
+    walk(path.join(this.userData, 'logs'));
+    return found.join('\n');
+  }
+}
+
+// ---------------------------------------------------------------- workbench helpers
+async function launchBrowser() {
+  return chromium.launch({
+    executablePath: chromiumPath,
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--disable-dev-shm-usage',
+    ],
+  });
+}
+
+async function openWorkbench(browser, url) {
+  const context = await browser.newContext({ viewport: { width: 1600, height: 1000 } });
+  const page = await context.newPage();
+  page.setDefaultTimeout(30000);
+  await page.goto(url);
+  await page.locator('.monaco-workbench').waitFor({ state: 'visible', timeout: 60000 });
+  await page.locator('.explorer-folders-view .monaco-list-row').first().waitFor({ state: 'visible', timeout: 60000 });
+  return page;
+}
+
+async function openFromExplorer(page, fileName) {
+  const row = page.locator('.explorer-folders-view .monaco-list-row').filter({
+    has: page.locator('.label-name', { hasText: new RegExp(`^${fileName.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`) }),
+  });
+  await row.first().click();
+  await page
+    .locator('.tabs-container .tab.active', { hasText: fileName })
+    .first()
+    .waitFor({ state: 'visible', timeout: 20000 });
+  await page.locator('.monaco-editor .view-lines').first().waitFor({ state: 'visible' });
+}
+
+async function openProblems(page) {
+  const panel = page.locator('.markers-panel');
+  if (!(await panel.isVisible().catch(() => false))) {
+    await page.keyboard.press('Control+Shift+M');
+  }
+  await panel.waitFor({ state: 'visible', timeout: 15000 });
+  return panel;
+}
+
+/** The rows of the Problems panel whose text matches `re`. */
+async function problemRows(page, re) {
+  const panel = await openProblems(page);
+  const rows = panel.locator('.monaco-list-row');
+  const n = await rows.count();
+  const out = [];
+  for (let i = 0; i < n; i++) {
+    const row = rows.nth(i);
+    const text = (await row.innerText().catch(() => '')).replace(/\s+/g, ' ').trim();
+    const aria = (await row.getAttribute('aria-label').catch(() => '')) || '';
+    if (re.test(text) || re.test(aria)) {
+      out.push({ row, text, aria });
+    }
+  }
+  return out;
+}
+
+async function waitProblem(page, re, timeoutMs) {
+  return poll(`a Problems-panel entry matching ${re}`, async () => {
+    const rows = await problemRows(page, re);
+    return rows.length > 0 ? rows : undefined;
+  }, timeoutMs, 500);
+}
+
+async function statusBarText(page) {
+  const items = page.locator('.statusbar-item', { hasText: 'rca-lsp' });
+  const n = await items.count();
+  const texts = [];
+  for (let i = 0; i < n; i++) {
+    texts.push((await items.nth(i).innerText()).replace(/\s+/g, ' ').trim());
+  }
+  return texts.join(' | ');
+}
+
+async function notificationTexts(page) {
+  const toasts = page.locator('.notifications-toasts .notification-toast');
+  const n = await toasts.count();
+  const out = [];
+  for (let i = 0; i < n; i++) {
+    out.push((await toasts.nth(i).innerText()).replace(/\s+/g, ' ').trim());
+  }
+  return out;
+}
+
+async function runCommand(page, title) {
+  await page.keyboard.press('F1');
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible' });
+  await input.fill(`>${title}`);
+  const item = page.locator('.quick-input-list .monaco-list-row', { hasText: title }).first();
+  await item.waitFor({ state: 'visible' });
+  await item.click();
+}
+
+/** Moves the editor cursor to a Problems-panel entry and focuses the editor. */
+async function gotoProblem(page, rowInfo) {
+  await rowInfo.row.click();
+  await page.keyboard.press('Enter');
+  await page.waitForTimeout(300);
+  await page.keyboard.press('Control+1'); // focus the first editor group; the cursor stays on the problem
+  await page.waitForTimeout(300);
+}
+
+async function showHoverAtCursor(page) {
+  await page.keyboard.press('Control+K');
+  await page.keyboard.press('Control+I');
+  const hover = page.locator('.monaco-hover:not(.hidden)').first();
+  await hover.waitFor({ state: 'visible', timeout: 10000 });
+  return hover;
+}
+
+function lineOf(text, needle) {
+  const idx = text.indexOf(needle);
+  return idx < 0 ? -1 : text.slice(0, idx).split('\n').length;
+}
+
+// ---------------------------------------------------------------- scenario 1: untrusted + not importable
+async function scenarioNotImportable(browser, bin, base, vsix) {
+  const sc = new Scenario('untrusted-not-importable');
+  const cs = new CodeServer(bin, base, 'noimport');
+  const ws = path.join(base, 'ws-noimport');
+  fs.mkdirSync(path.join(ws, '.vscode'), { recursive: true });
+  // A Python that cannot see any site-packages: rca_lsp is not importable with it.
+  const bogus = path.join(base, 'bin', 'python-without-rca-lsp');
+  fs.mkdirSync(path.dirname(bogus), { recursive: true });
+  fs.writeFileSync(bogus, '#!/bin/sh\nexec python3 -I -S "$@"\n', { mode: 0o755 });
+  // A workspace-level interpreter that must never run in an untrusted workspace.
+  const evil = path.join(ws, 'evil-python');
+  const marker = path.join(ws, 'EVIL_PYTHON_RAN');
+  fs.writeFileSync(evil, `#!/bin/sh\ntouch '${marker}'\nexec python3 "$@"\n`, { mode: 0o755 });
+  fs.writeFileSync(path.join(ws, '.vscode', 'settings.json'), JSON.stringify({ 'rcaLsp.interpreter': '${workspaceFolder}/evil-python' }, null, 2));
+  fs.writeFileSync(
+    path.join(ws, 'mapping_key.json'),
+    JSON.stringify(
+      {
+        'Module.module.module.decoder.layers.0.mlp.linear_fc1.ColumnParallelLinear.forward.0':
+          'Module.model.layers.0.mlp.gate_up_proj.MergedColumnParallelLinear.forward.0',
+      },
+      null,
+      2,
+    ),
+  );
+  fs.writeFileSync(
+    path.join(ws, 'bad_mapping_key.json'),
+    '{\n  "Module.a.forward.0": 3,\n  "Module.b.forward.0": [],\n  "Module.c.forward.0": "Module.model.c.forward.0"\n}\n',
+  );
+
+  cs.writeUserSettings({
+    'security.workspace.trust.enabled': true,
+    'security.workspace.trust.startupPrompt': 'never',
+    'security.workspace.trust.banner': 'always',
+    'rcaLsp.interpreter': bogus,
+  });
+  try {
+    await sc.step('install the .vsix into code-server', () => cs.installExtension(vsix));
+    const url = await sc.step('start code-server', () => cs.start(ws));
+    sc.page = await sc.step('open the workbench (untrusted folder)', () => openWorkbench(browser, url));
+    const page = sc.page;
+
+    await sc.step('one error message with the exact install command and "Open Settings"', async () => {
+      const expected = `${bogus} -m pip install rca-lsp`;
+      const texts = await poll('the not-importable notification', async () => {
+        const t = await notificationTexts(page);
+        return t.some((x) => x.includes('not importable')) ? t : undefined;
+      }, 60000);
+      await page.waitForTimeout(1000); // let the toast finish sliding in
+      await shot(page, 'noimport-1-error-message');
+      const hits = texts.filter((x) => x.includes('not importable'));
+      assert(hits.length === 1, `expected one message, got ${hits.length}: ${JSON.stringify(texts)}`);
+      assert(hits[0].includes(expected), `message lacks "${expected}": ${hits[0]}`);
+      assert(hits[0].includes(bogus), 'message names the user-level interpreter');
+      assert(!hits[0].includes('evil-python'), 'message must not name the workspace interpreter');
+      const button = page.locator('.notifications-toasts .notification-toast .monaco-button', { hasText: 'Open Settings' });
+      assert((await button.count()) === 1, 'no "Open Settings" button');
+    });
+
+    await sc.step('status bar says not installed', async () => {
+      const text = await poll('status bar item', async () => {
+        const t = await statusBarText(page);
+        return /not installed/.test(t) ? t : undefined;
+      }, 10000);
+      log(`status bar: ${text}`);
+    });
+
+    await sc.step('untrusted workspace: the workspace-level interpreter never ran', async () => {
+      assert(!fs.existsSync(marker), `${marker} exists: the workspace interpreter was executed`);
+      // VS Code itself already hides restricted workspace values from the extension in restricted mode, and the
+      // extension only reads the user-level value there: the output channel names the user value.
+      const out = await poll('the interpreter line in the output channel', () => {
+        const t = cs.outputChannelText();
+        return /Interpreter: .*\(user value\)/.test(t) ? t : undefined;
+      }, 10000);
+      assert(out.includes(bogus), 'output channel does not name the user-level interpreter');
+    });
+
+    await sc.step('no retry loop: still exactly one message after 5 s', async () => {
+      await page.waitForTimeout(5000);
+      const texts = (await notificationTexts(page)).filter((x) => x.includes('not importable'));
+      assert(texts.length === 1, `expected one message, got ${texts.length}`);
+      assert(!fs.existsSync(marker), 'workspace interpreter ran later');
+    });
+
+    await sc.step('"Open Settings" opens the rcaLsp.interpreter setting', async () => {
+      await page.locator('.notifications-toasts .notification-toast .monaco-button', { hasText: 'Open Settings' }).first().click();
+      const editor = page.locator('.settings-editor');
+      await editor.waitFor({ state: 'visible', timeout: 15000 });
+      await poll('the interpreter setting in the Settings editor', async () => {
+        const t = await editor.innerText();
+        return /Interpreter/.test(t) && /rca_lsp serve/.test(t);
+      }, 15000);
+      await shot(page, 'noimport-2-open-settings');
+    });
+
+    await sc.step('JSON schema flags malformed mapping values without the server', async () => {
+      await openFromExplorer(page, 'bad_mapping_key.json');
+      const rows = await waitProblem(page, /bad_mapping_key|Incorrect type|too few items/i, 30000);
+      await poll('two schema problems', async () => {
+        const all = await problemRows(page, /Incorrect type|too few items|Expected/i);
+        return all.length >= 2 ? all : undefined;
+      }, 30000);
+      log(`schema problems: ${rows.map((r) => r.text).join(' || ')}`);
+      await shot(page, 'noimport-3-schema-problems');
+    });
+  } finally {
+    await sc.page?.context().close().catch(() => {});
+    await cs.stop();
+    cs.collectLogs('noimport');
+  }
+}
+
+// ---------------------------------------------------------------- scenario 2: the real server
+function serverPrerequisites() {
+  const fixture = path.join(repoRoot, 'fixtures', fixtureName);
+  const reasons = [];
+  if (!fs.existsSync(path.join(fixture, 'mapping_key.json'))) {
+    reasons.push(`no fixture ${path.relative(repoRoot, fixture)}/mapping_key.json`);
+  }
+  try {
+    execFileSync(serverPython, ['-c', 'import rca_lsp.__main__'], { stdio: 'pipe', cwd: os.tmpdir(), timeout: 60000 });
+  } catch (e) {
+    reasons.push(`rca_lsp not importable with ${serverPython} (${String(e.stderr || e.message).trim().split('\n').pop()})`);
+  }
+  return { fixture, reasons };
+}
+
+/** Misspells one train key of the mapping text. Returns the original and the misspelt key. */
+function makeTypo(mappingText) {
+  const mapping = JSON.parse(mappingText);
+  const keys = Object.keys(mapping);
+  assert(keys.length > 0, 'the fixture mapping is empty');
+  const key = keys.find((k) => !/linear_fc2/.test(k) && /decoder/.test(k)) ?? keys[0];
+  let typo;
+  if (key.includes('decoder')) {
+    typo = key.replace('decoder', 'decodr');
+  } else {
+    const i = Math.max(1, Math.floor(key.length / 2));
+    typo = key.slice(0, i) + key[i + 1] + key[i] + key.slice(i + 2);
+  }
+  assert(typo !== key && !keys.includes(typo), 'could not make a typo');
+  return { key, typo, text: mappingText.replace(JSON.stringify(key), JSON.stringify(typo)) };
+}
+
+async function scenarioServer(browser, bin, base, vsix) {
+  const sc = new Scenario('server');
+  const { fixture, reasons } = serverPrerequisites();
+  if (reasons.length > 0) {
+    const msg = reasons.join('; ');
+    for (const name of ['missing-op warning in the Problems panel', 'hover on the suspect entry', 'quick fix for a misspelt key', 'status bar shows the analysis', 'write the report and open the preview']) {
+      record(`server › ${name}`, requireServer ? 'fail' : 'skip', msg);
+    }
+    return;
+  }
+  const cs = new CodeServer(bin, base, 'server');
+  const ws = path.join(base, `ws-${fixtureName}`);
+  fs.cpSync(fixture, ws, { recursive: true });
+  fs.rmSync(path.join(ws, 'rca_out'), { recursive: true, force: true });
+  const mappingPath = path.join(ws, 'mapping_key.json');
+  const mappingText = fs.readFileSync(mappingPath, 'utf8');
+  const typo = makeTypo(mappingText);
+  const typoPath = path.join(ws, 'typo_mapping_key.json');
+  fs.writeFileSync(typoPath, typo.text);
+  const fc2Key = Object.keys(JSON.parse(mappingText)).find((k) => /layers\.0\..*linear_fc2/.test(k));
+  const fc2Line = fc2Key ? lineOf(mappingText, JSON.stringify(fc2Key)) : -1;
+  log(`fixture ${fixtureName}: layer-0 linear_fc2 key on line ${fc2Line}; typo ${typo.typo}`);
+
+  cs.writeUserSettings({ 'rcaLsp.interpreter': serverPython, 'rcaLsp.trace.server': 'messages' });
+  try {
+    await sc.step('install the .vsix into code-server', () => cs.installExtension(vsix));
+    const url = await sc.step('start code-server', () => cs.start(ws));
+    sc.page = await sc.step('open the workbench', () => openWorkbench(browser, url));
+    const page = sc.page;
+    let fc2Row;
+
+    await sc.step('missing-op warning in the Problems panel', async () => {
+      await openFromExplorer(page, 'mapping_key.json');
+      const rows = await waitProblem(page, /missing-op/, 120000);
+      await page.waitForTimeout(500);
+      await shot(page, 'server-1-problems');
+      log(`missing-op rows: ${rows.map((r) => `${r.text} {aria: ${r.aria}}`).join(' || ')}`);
+      const withActFn = rows.filter((r) => /act_fn/.test(r.text));
+      assert(withActFn.length > 0, `no missing-op entry mentions act_fn: ${rows.map((r) => r.text).join(' || ')}`);
+      fc2Row = withActFn.find((r) => fc2Line < 0 || r.text.includes(`Ln ${fc2Line},`) || r.aria.includes(`line ${fc2Line} `)) ?? withActFn[0];
+      if (fc2Line > 0) {
+        assert(fc2Row.text.includes(`Ln ${fc2Line},`) || fc2Row.aria.includes(`line ${fc2Line}`), `missing-op entry not on line ${fc2Line} (layer-0 linear_fc2): ${fc2Row.text}`);
+      }
+      const isWarning = (await fc2Row.row.locator('.codicon-warning, .codicon-problems-warning, [class*="warning"]').count()) > 0 || /warning/i.test(fc2Row.aria);
+      assert(isWarning, `missing-op entry is not a warning: ${fc2Row.aria}`);
+      assert(/rca-lsp/.test(fc2Row.text) || /rca-lsp/.test(fc2Row.aria), 'source rca-lsp not shown');
+    });
+
+    await sc.step('hover on the suspect entry', async () => {
+      await gotoProblem(page, fc2Row);
+      const hover = await showHoverAtCursor(page);
+      const text = await poll('hover mentioning act_fn beyond the diagnostic', async () => {
+        const t = (await hover.innerText()).replace(/\s+/g, ' ');
+        // The hover also repeats the diagnostic; require server hover content (a markdown part of its own).
+        const parts = await page.locator('.monaco-hover:not(.hidden) .hover-row.markdown-hover, .monaco-hover:not(.hidden) .hover-contents:not(.marker)').allInnerTexts();
+        return /act_fn/.test(t) && parts.some((p) => /act_fn/.test(p)) ? t : undefined;
+      }, 15000);
+      await shot(page, 'server-2-hover');
+      log(`hover: ${text.slice(0, 400)}`);
+      await page.keyboard.press('Escape');
+    });
+
+    await sc.step('quick fix for a misspelt key', async () => {
+      await openFromExplorer(page, 'typo_mapping_key.json');
+      const rows = await waitProblem(page, /unknown-train-key/, 60000);
+      log(`unknown-train-key rows: ${rows.map((r) => r.text).join(' || ')}`);
+      const row = rows.find((r) => r.text.includes('typo_mapping_key.json') || r.aria.includes('typo_mapping_key.json')) ?? rows[0];
+      await gotoProblem(page, row);
+      await page.keyboard.press('Control+.');
+      const item = page.locator('.action-widget .monaco-list-row, .context-view .action-widget .action-list-item', { hasText: /Replace with/ }).first();
+      await item.waitFor({ state: 'visible', timeout: 15000 });
+      await shot(page, 'server-3-quick-fix-menu');
+      await item.click();
+      await page.keyboard.press('Control+S');
+      const fixed = await poll('the fixed key on disk', () => {
+        const t = fs.readFileSync(typoPath, 'utf8');
+        return t.includes(JSON.stringify(typo.key)) && !t.includes(typo.typo) ? t : undefined;
+      }, 15000);
+      assert(JSON.parse(fixed)[typo.key] !== undefined, 'fixed file is not valid JSON with the original key');
+      await poll('the unknown-train-key problem to go away', async () => (await problemRows(page, /unknown-train-key/)).length === 0, 30000);
+      await shot(page, 'server-4-quick-fix-applied');
+    });
+
+    await sc.step('status bar shows the analysis', async () => {
+      const text = await poll('an analysed status', async () => {
+        const t = await statusBarText(page);
+        return t && !/starting|loading|error|not installed|stopped/.test(t) ? t : undefined;
+      }, 60000);
+      log(`status bar: ${text}`);
+      await shot(page, 'server-5-status-bar');
+    });
+
+    await sc.step('write the report and open the preview', async () => {
+      await openFromExplorer(page, 'mapping_key.json');
+      await runCommand(page, 'Write Analysis Outputs and Open Report');
+      const report = await poll('output_5_root_cause_report.md on disk', () => {
+        const hits = [];
+        const walk = (d) => {
+          for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+            const p = path.join(d, e.name);
+            if (e.isDirectory() && !['train', 'rollout'].includes(e.name)) {
+              walk(p);
+            } else if (e.name === 'output_5_root_cause_report.md') {
+              hits.push(p);
+            }
+          }
+        };
+        walk(ws);
+        return hits[0];
+      }, 60000);
+      log(`report: ${report}`);
+      await page.locator('.tabs-container .tab', { hasText: /Preview output_5_root_cause_report/ }).first().waitFor({ state: 'visible', timeout: 20000 });
+      await page.waitForTimeout(1500);
+      await shot(page, 'server-6-report-preview');
+    });
+  } finally {
+    await sc.page?.context().close().catch(() => {});
+    await cs.stop();
+    cs.collectLogs('server');
+  }
+}
+
+// ---------------------------------------------------------------- main
+async function main() {
+  fs.rmSync(artifacts, { recursive: true, force: true });
+  fs.mkdirSync(artifacts, { recursive: true });
+  const vsix = findVsix();
+  const bin = codeServerBin();
+  const base = fs.mkdtempSync(path.join(os.tmpdir(), 'rca-lsp-e2e-'));
+  log(`temp dir ${base}`);
+  const browser = await launchBrowser();
+  const only = process.env.RCA_LSP_E2E_ONLY;
+  try {
+    if (!only || only === 'noimport') {
+      await scenarioNotImportable(browser, bin, base, vsix);
+    }
+    if (!only || only === 'server') {
+      await scenarioServer(browser, bin, base, vsix);
+    }
+  } finally {
+    await browser.close().catch(() => {});
+    if (!keep) {
+      fs.rmSync(base, { recursive: true, force: true });
+    }
+  }
+  const passed = results.filter((r) => r.status === 'pass').length;
+  const failed = results.filter((r) => r.status === 'fail').length;
+  const skipped = results.filter((r) => r.status === 'skip').length;
+  log(`artifacts in ${path.relative(process.cwd(), artifacts) || artifacts}; total ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  process.stdout.write(`e2e: ${passed} passed, ${failed} failed, ${skipped} skipped\n`);
+  process.exitCode = failed > 0 ? 1 : 0;
+}
+
+main().catch((e) => {
+  process.stderr.write(`${e instanceof Error ? e.stack : String(e)}\n`);
+  process.stdout.write('e2e: 0 passed, 1 failed\n');
+  process.exitCode = 1;
+});
