@@ -1,0 +1,3 @@
+from rca_lsp.cli import main
+
+raise SystemExit(main())

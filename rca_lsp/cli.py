@@ -1,0 +1,105 @@
+"""Command line: `rca-lsp analyze`, `rca-lsp serve`, `rca-lsp suggest-mapping`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from rca_lsp import __version__
+from rca_lsp.core.analysis import Analysis
+from rca_lsp.core.errors import InputError
+from rca_lsp.core.outputs import write_outputs
+from rca_lsp.core.run import analyze_paths
+from rca_lsp.core.tolerance import Tolerances
+
+DEMO_DIR = Path(__file__).parent / "demo"
+BLOCKING_CODES = ("json-syntax", "invalid-value")
+
+
+def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("analyze", help="root-cause analysis of a train/rollout dump pair",
+                                   description="Compare a train and a rollout msprobe dump through a mapping-key "
+                                               "file and write output_1..output_5. Without arguments: the bundled demo.")
+    parser.add_argument("--train", help="train dump.json or msprobe dump directory")
+    parser.add_argument("--rollout", help="rollout dump.json or msprobe dump directory")
+    parser.add_argument("--mapping-key", "--mapping_key", dest="mapping_key", help="mapping-key JSON file")
+    parser.add_argument("--out-dir", default=None, help="output directory (default: ./rca_out)")
+    parser.add_argument("--demo", action="store_true", help="run on the bundled demo fixture")
+    parser.add_argument("--tolerance", action="append", default=[], metavar="DTYPE=REL",
+                        help="relative tolerance for a dtype, e.g. bfloat16=0.03 (repeatable)")
+
+
+def _tolerances(values: Sequence[str]) -> Tolerances:
+    overrides = {}
+    for value in values:
+        name, _, number = value.partition("=")
+        try:
+            overrides[name.strip()] = float(number)
+        except ValueError:
+            raise InputError("--tolerance", f"expected DTYPE=NUMBER, got {value!r}") from None
+    return Tolerances.with_overrides(overrides)
+
+
+def _summary(analysis: Analysis, out_dir: Path) -> str:
+    report = analysis.report
+    lines = ["Root Cause Evidence Summary:", f"- output_dir: {out_dir}",
+             f"- top_hypothesis: {report['top_hypothesis'] or '(none)'}"]
+    for suspect in analysis.suspects[:5]:
+        lines.append(f"  - {suspect.classification}: {suspect.train_key}"
+                     + ("" if suspect.credible_origin else " (follows from an earlier divergence)"))
+    lines += [f"- structural_false_positives: {len(report['structural_false_positives'])}",
+              f"- root_cause_suspects: {len(report['root_cause_suspects'])}",
+              f"- report_json: {out_dir / 'output_5_root_cause_report.json'}",
+              f"- report_md: {out_dir / 'output_5_root_cause_report.md'}"]
+    return "\n".join(lines)
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    given = [args.train, args.rollout, args.mapping_key]
+    if args.demo or not any(given):
+        train, rollout, mapping = DEMO_DIR / "train", DEMO_DIR / "rollout", DEMO_DIR / "mapping_key.json"
+        print(f"Running the bundled demo ({DEMO_DIR})")
+    elif not all(given):
+        missing = [flag for flag, value in zip(("--train", "--rollout", "--mapping-key"), given) if not value]
+        raise InputError("analyze", f"missing {', '.join(missing)} (or give none of them to run the demo)")
+    else:
+        train, rollout, mapping = Path(args.train), Path(args.rollout), Path(args.mapping_key)
+    analysis = analyze_paths(train, rollout, mapping, _tolerances(args.tolerance))
+    blocking = [i for i in analysis.mapping.issues if i.code in BLOCKING_CODES]
+    if blocking:
+        issue = blocking[0]
+        line, column = analysis.mapping.lines.position(issue.span.start)
+        raise InputError(str(mapping), f"{issue.code}: {issue.message}", line + 1, column + 1, issue.key)
+    for issue in analysis.issues[:10]:
+        print(f"warning: {mapping}:{analysis.mapping.line_of(issue.span)}: {issue.code}: {issue.message}", file=sys.stderr)
+    if len(analysis.issues) > 10:
+        print(f"warning: ... {len(analysis.issues) - 10} more mapping problems (see output_5)", file=sys.stderr)
+    out_dir = Path(args.out_dir or "rca_out")
+    write_outputs(analysis, out_dir)
+    print(_summary(analysis, out_dir))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rca-lsp", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"rca-lsp {__version__}")
+    subparsers = parser.add_subparsers(dest="command")
+    _add_analyze(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return run_analyze(args)
+    except InputError as error:
+        print(f"rca-lsp: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

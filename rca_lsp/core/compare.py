@@ -1,0 +1,181 @@
+"""Statistic-level comparison of one target (output, input, a parameter) between train and rollout."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from rca_lsp.core.dump import TensorStats
+from rca_lsp.core.tolerance import WARN_FACTOR, Tolerances, normalise_dtype
+
+STAT_NAMES = ("Max", "Min", "Mean", "Norm")
+_INTEGER_KINDS = ("int", "uint", "bool", "long", "short", "char", "byte")
+
+
+@dataclass(frozen=True, slots=True)
+class StatComparison:
+    name: str
+    train: float | None
+    rollout: float | None
+    rel_err: float | None
+    status: str  # ok | warn | alert | missing | nonfinite_both
+
+
+@dataclass(frozen=True, slots=True)
+class TargetComparison:
+    target: str  # "output.0", "input_args.0", "parameters.weight", "input_kwargs.<name>"
+    train_key: str
+    rollout_key: str
+    train: TensorStats | None
+    rollout: TensorStats | None
+    aggregated: bool  # statistics of several modules combined exactly (fused/split pair)
+    stats: tuple[StatComparison, ...]
+    tolerance: float
+    dtype_match: str  # match | mismatch | unknown
+    shape_relation: str
+    consistency: str  # aligned | mismatch | missing
+    value_status: str
+    reason: str
+
+    @property
+    def nonfinite_one_side(self) -> bool:
+        return any(s.status == "alert" and _one_nonfinite(s.train, s.rollout) for s in self.stats)
+
+    @property
+    def worst_rel_err(self) -> float | None:
+        errors = [s.rel_err for s in self.stats if s.rel_err is not None]
+        return max(errors) if errors else None
+
+
+def aggregate(parts: Sequence[TensorStats]) -> TensorStats:
+    """Exact statistics of the concatenation of the parts, in any order or permutation."""
+    if len(parts) == 1:
+        return parts[0]
+    numels = [p.numel for p in parts]
+    total = sum(n for n in numels if n is not None) if all(n is not None for n in numels) else None
+    maxes = [p.max for p in parts]
+    mins = [p.min for p in parts]
+    norms = [p.norm for p in parts]
+    means = [p.mean for p in parts]
+    mean = None
+    if total and all(m is not None for m in means) and all(n is not None for n in numels):
+        mean = math.fsum(m * n for m, n in zip(means, numels)) / total  # type: ignore[operator]
+    dtypes = {p.dtype for p in parts}
+    return TensorStats(
+        dtype=dtypes.pop() if len(dtypes) == 1 else None,
+        shape=(total,) if total is not None else None,
+        max=max(maxes) if all(v is not None for v in maxes) else None,  # type: ignore[type-var]
+        min=min(mins) if all(v is not None for v in mins) else None,  # type: ignore[type-var]
+        mean=mean,
+        norm=math.sqrt(math.fsum(n * n for n in norms)) if all(n is not None for n in norms) else None,  # type: ignore[operator]
+    )
+
+
+def shape_relation(train: TensorStats, rollout: TensorStats) -> str:
+    if train.shape is None or rollout.shape is None:
+        return "unknown"
+    if train.shape == rollout.shape:
+        return "exact_match"
+    if tuple(d for d in train.shape if d != 1) == tuple(d for d in rollout.shape if d != 1):
+        return "singleton_compatible_numel_match"
+    return "numel_match" if train.numel == rollout.numel else "numel_mismatch"
+
+
+def _is_integer_kind(dtype: str | None) -> bool:
+    name = normalise_dtype(dtype) or ""
+    return name.startswith(_INTEGER_KINDS)
+
+
+def _one_nonfinite(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return False
+    return math.isfinite(a) != math.isfinite(b)
+
+
+def _scale(stats: TensorStats) -> float:
+    """Typical magnitude of the tensor's elements: RMS from Norm, else the largest absolute extreme."""
+    numel = stats.numel
+    if stats.norm is not None and numel and math.isfinite(stats.norm):
+        return stats.norm / math.sqrt(numel)
+    extremes = [abs(v) for v in (stats.max, stats.min) if v is not None and math.isfinite(v)]
+    return max(extremes, default=0.0)
+
+
+def _compare_stat(name: str, t: float | None, r: float | None, scale: float, tol: float) -> StatComparison:
+    if t is None or r is None:
+        return StatComparison(name, t, r, None, "missing")
+    if not (math.isfinite(t) and math.isfinite(r)):
+        same = (math.isnan(t) and math.isnan(r)) or t == r
+        return StatComparison(name, t, r, 0.0 if same else math.inf, "nonfinite_both" if same else "alert")
+    # Mean, Max and Min are judged against the tensor's scale (a mean near zero would make any noise "huge");
+    # Norm is a magnitude itself.
+    floor = 1e-12 if name == "Norm" else max(scale, 1e-12)
+    err = abs(t - r) / max(abs(r), floor)
+    status = "ok" if err <= tol else ("warn" if err <= tol * WARN_FACTOR else "alert")
+    return StatComparison(name, t, r, err, status)
+
+
+def compare_target(target: str, train_key: str, rollout_key: str, train: TensorStats | None,
+                   rollout: TensorStats | None, tolerances: Tolerances, aggregated: bool = False) -> TargetComparison:
+    if train is None or rollout is None or not train.observable or not rollout.observable:
+        side = "train" if train is None or not train.observable else "rollout"
+        what = "absent" if (train if side == "train" else rollout) is None else "without statistics (unobservable)"
+        return TargetComparison(target, train_key, rollout_key, train, rollout, aggregated, (), 0.0,
+                                "unknown", "unknown", "missing", f"missing_on_{side}", f"{target} {what} on {side}")
+    tol = tolerances.for_dtypes(train.dtype, rollout.dtype)
+    dtype_match = "unknown" if train.dtype is None or rollout.dtype is None else (
+        "match" if normalise_dtype(train.dtype) == normalise_dtype(rollout.dtype) else "mismatch")
+    relation = shape_relation(train, rollout)
+    if _is_integer_kind(train.dtype) != _is_integer_kind(rollout.dtype):
+        return TargetComparison(target, train_key, rollout_key, train, rollout, aggregated, (), tol, dtype_match,
+                                relation, "missing", "not_comparable",
+                                f"{target} is {train.dtype} on train and {rollout.dtype} on rollout: not the same tensor form")
+    scale = max(_scale(rollout), _scale(train)) if dtype_match == "mismatch" else _scale(rollout)
+    stats = tuple(_compare_stat(n, t, r, scale, tol) for n, t, r in (
+        ("Max", train.max, rollout.max), ("Min", train.min, rollout.min),
+        ("Mean", train.mean, rollout.mean), ("Norm", train.norm, rollout.norm)))
+    return _verdict(target, train_key, rollout_key, train, rollout, aggregated, stats, tol, dtype_match, relation)
+
+
+def _verdict(target: str, train_key: str, rollout_key: str, train: TensorStats, rollout: TensorStats,
+             aggregated: bool, stats: tuple[StatComparison, ...], tol: float, dtype_match: str,
+             relation: str) -> TargetComparison:
+    compared = [s for s in stats if s.status != "missing"]
+    bad = [s for s in compared if s.status in ("warn", "alert")]
+    if not compared:
+        consistency, status, reason = "missing", "missing_statistics", f"{target}: no statistic on both sides"
+    elif bad:
+        consistency, status = "mismatch", "mismatch"
+        nonfinite = [s for s in bad if _one_nonfinite(s.train, s.rollout)]
+        if nonfinite:
+            side = "train" if not math.isfinite(nonfinite[0].train) else "rollout"  # type: ignore[arg-type]
+            reason = f"{target}: {', '.join(s.name for s in nonfinite)} non-finite on {side} only"
+            status = f"nonfinite_on_{side}"
+        else:
+            worst = max(bad, key=lambda s: s.rel_err or 0.0)
+            reason = f"{target}: {worst.name} differs by {worst.rel_err:.3g} relative (tolerance {tol:g})"
+    else:
+        consistency, status = "aligned", "match"
+        both = [s.name for s in compared if s.status == "nonfinite_both"]
+        reason = f"{target}: {', '.join(both)} non-finite on both sides" if both else f"{target}: within {tol:g}"
+    if dtype_match == "mismatch":
+        reason += f"; dtype {train.dtype} vs {rollout.dtype}"
+    return TargetComparison(target, train_key, rollout_key, train, rollout, aggregated, stats, tol, dtype_match,
+                            relation, consistency, status, reason)
+
+
+def priority_bucket(target: TargetComparison) -> tuple[str, str]:
+    """The seed's P1..P4 buckets for one target (P5 demotion needs the module context)."""
+    if target.consistency == "missing":
+        return "-", "missing_compare_target"
+    shape_ok = target.shape_relation in ("exact_match", "singleton_compatible_numel_match", "unknown")
+    if target.consistency == "mismatch":
+        if shape_ok:
+            return "P1", "value_mismatch_shape_match"
+        if target.shape_relation == "numel_match":
+            return "P1", "value_mismatch_numel_match"
+        return "P2", "value_mismatch_shape_mismatch"
+    if target.shape_relation == "numel_mismatch":
+        return "P3", "value_match_shape_mismatch"
+    return "P4", "value_match_shape_match"

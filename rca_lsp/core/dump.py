@@ -1,0 +1,229 @@
+"""msprobe dump.json loading into a compact per-module index, with a cache keyed by (path, size, mtime)."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from rca_lsp.core.errors import InputError
+from rca_lsp.core.jsonload import as_float, loads_lenient
+from rca_lsp.core.keys import parse_module_key
+
+_EMPTY: Mapping[str, "TensorStats"] = MappingProxyType({})
+_DUMP_GLOBS = ("step*/rank*/dump.json", "step*/proc*/dump.json", "rank*/dump.json", "proc*/dump.json", "*/dump.json")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorStats:
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    max: float | None
+    min: float | None
+    mean: float | None
+    norm: float | None
+
+    @property
+    def numel(self) -> int | None:
+        return math.prod(self.shape) if self.shape is not None else None
+
+    @property
+    def observable(self) -> bool:
+        """False for tensors msprobe saw but could not summarise (e.g. repacked weights of shape [0])."""
+        return self.numel != 0 and any(v is not None for v in (self.max, self.min, self.mean, self.norm))
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleEntry:
+    key: str
+    position: int  # index among the dump's forward module keys, in dump (completion) order
+    path: str
+    class_name: str
+    call_index: int
+    input: TensorStats | None  # first positional tensor, else the hidden_states kwarg
+    input_source: str
+    kwargs: Mapping[str, TensorStats]
+    output: TensorStats | None  # first tensor of the output
+    parameters: Mapping[str, TensorStats]
+
+
+@dataclass
+class Dump:
+    path: str
+    task: str | None
+    level: str | None
+    framework: str | None
+    keys: list[str]
+    entries: dict[str, ModuleEntry]
+    skipped_keys: int  # API-level, backward and parameters_grad keys
+    _line_cache: dict[str, int | None] = field(default_factory=dict, repr=False)
+
+    def line_of(self, key: str) -> int | None:
+        """0-based line of `"key":` in the dump file (looked up on demand; dumps carry no positions)."""
+        if key not in self._line_cache:
+            self._line_cache[key] = find_key_line(self.path, key)
+        return self._line_cache[key]
+
+
+def find_key_line(path: str, key: str) -> int | None:
+    needle = orjson_key(key)
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    offset = data.find(needle)
+    return None if offset < 0 else data.count(b"\n", 0, offset)
+
+
+def orjson_key(key: str) -> bytes:
+    return b'"' + key.encode() + b'"'
+
+
+def _tensor_stats(node: Any) -> TensorStats | None:
+    if not isinstance(node, dict) or "dtype" not in node or "shape" not in node:
+        return None
+    shape = node.get("shape")
+    return TensorStats(
+        dtype=str(node["dtype"]) if node.get("dtype") is not None else None,
+        shape=tuple(int(d) for d in shape) if isinstance(shape, list) else None,
+        max=as_float(node.get("Max")),
+        min=as_float(node.get("Min")),
+        mean=as_float(node.get("Mean")),
+        norm=as_float(node.get("Norm")),
+    )
+
+
+def first_tensor(value: Any) -> TensorStats | None:
+    """The first tensor node in a (possibly nested) argument/output structure."""
+    if isinstance(value, dict):
+        stats = _tensor_stats(value)
+        if stats is not None:
+            return stats
+        return None
+    if isinstance(value, list):
+        for item in value:
+            stats = first_tensor(item)
+            if stats is not None:
+                return stats
+    return None
+
+
+def _tensor_map(nodes: Any) -> Mapping[str, TensorStats]:
+    if not isinstance(nodes, dict) or not nodes:
+        return _EMPTY
+    found = {name: stats for name, node in nodes.items() if (stats := first_tensor(node)) is not None}
+    return found or _EMPTY
+
+
+def _entry(key: str, position: int, raw: dict[str, Any]) -> ModuleEntry | None:
+    parsed = parse_module_key(key)
+    if parsed is None or parsed.direction != "forward" or not isinstance(raw, dict):
+        return None
+    kwargs = _tensor_map(raw.get("input_kwargs"))
+    primary = first_tensor(raw.get("input_args"))
+    source = "input_args.0"
+    if primary is None and kwargs:
+        source, primary = next(((f"input_kwargs.{n}", kwargs[n]) for n in ("hidden_states", "x", "input") if n in kwargs),
+                               (f"input_kwargs.{next(iter(kwargs))}", next(iter(kwargs.values()))))
+    return ModuleEntry(
+        key=key,
+        position=position,
+        path=parsed.path,
+        class_name=parsed.class_name,
+        call_index=parsed.call_index,
+        input=primary,
+        input_source=source,
+        kwargs=kwargs,
+        output=first_tensor(raw.get("output")),
+        parameters=_tensor_map(raw.get("parameters")),
+    )
+
+
+def build_dump(path: str, document: Any) -> Dump:
+    if not isinstance(document, dict) or not isinstance(document.get("data"), dict):
+        raise InputError(path, 'not an msprobe dump: expected an object with a "data" object of module entries')
+    keys: list[str] = []
+    entries: dict[str, ModuleEntry] = {}
+    skipped = 0
+    for key, raw in document["data"].items():
+        entry = _entry(key, len(keys), raw)
+        if entry is None:
+            skipped += 1
+            continue
+        keys.append(key)
+        entries[key] = entry
+    if not keys:
+        raise InputError(path, "no Module./Cell. forward entries in this dump (was it made at level L0 or mix?)")
+    return Dump(path, document.get("task"), document.get("level"), document.get("framework"), keys, entries, skipped)
+
+
+def resolve_dump_path(path: str | os.PathLike[str]) -> Path:
+    """A dump.json file, or an msprobe dump directory holding exactly one (step*/rank*|proc*/dump.json)."""
+    candidate = Path(path)
+    if candidate.is_file():
+        return candidate
+    if not candidate.is_dir():
+        raise InputError(str(candidate), "no such dump file or directory")
+    if (candidate / "dump.json").is_file():
+        return candidate / "dump.json"
+    for pattern in _DUMP_GLOBS:
+        found = sorted(candidate.glob(pattern))
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            listed = ", ".join(str(p.relative_to(candidate)) for p in found[:4])
+            more = f" and {len(found) - 4} more" if len(found) > 4 else ""
+            raise InputError(str(candidate), f"{len(found)} dumps found ({listed}{more}); pass one dump.json")
+    raise InputError(str(candidate), "no dump.json found (looked for dump.json, step*/rank*/dump.json, step*/proc*/dump.json)")
+
+
+def load_dump_file(path: Path) -> Dump:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise InputError(str(path), f"cannot read dump: {error.strerror}") from None
+    return build_dump(str(path), loads_lenient(data, str(path)))
+
+
+class DumpCache:
+    """Parsed dumps by resolved path, reused while the file's size and mtime are unchanged."""
+
+    def __init__(self) -> None:
+        self._dumps: dict[Path, tuple[int, int, Dump]] = {}
+        self._locks: dict[Path, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def get(self, path: str | os.PathLike[str]) -> Dump:
+        resolved = resolve_dump_path(path).resolve()
+        with self._guard:
+            lock = self._locks.setdefault(resolved, threading.Lock())
+        with lock:
+            before = _signature(resolved)
+            cached = self._dumps.get(resolved)
+            if cached is not None and cached[:2] == before:
+                return cached[2]
+            dump = load_dump_file(resolved)
+            if _signature(resolved) != before:
+                raise InputError(str(resolved), "the dump changed while it was being read; it is probably being rewritten")
+            self._dumps[resolved] = (*before, dump)
+            return dump
+
+    def is_current(self, path: str | os.PathLike[str]) -> bool:
+        resolved = Path(path).resolve()
+        cached = self._dumps.get(resolved)
+        return cached is not None and cached[:2] == _signature(resolved)
+
+    def forget(self, path: str | os.PathLike[str]) -> None:
+        self._dumps.pop(Path(path).resolve(), None)
+
+
+def _signature(path: Path) -> tuple[int, int]:
+    try:
+        info = path.stat()
+    except OSError as error:
+        raise InputError(str(path), f"cannot read dump: {error.strerror}") from None
+    return info.st_size, info.st_mtime_ns

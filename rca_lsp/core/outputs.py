@@ -1,0 +1,137 @@
+"""The seed's output files (output_1..output_5) as JSON and CSV, each written atomically."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import orjson
+
+from rca_lsp import __version__
+from rca_lsp.core.analysis import Analysis
+from rca_lsp.core.compare import STAT_NAMES, TargetComparison, priority_bucket
+from rca_lsp.core.records import ModuleRecord
+from rca_lsp.core.report_md import render_markdown
+
+_FOCUS = {"P1": "investigate", "P2": "investigate", "P3": "check_shape", "P4": "none", "P5": "deprioritized",
+          "-": "premise"}
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write to a temporary file in the same folder, then rename over the target: never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _json(document: Any) -> bytes:
+    return orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return "|".join(str(v) for v in value)
+    return "" if value is None else value
+
+
+def _csv(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([_cell(v) for v in row] for row in rows)
+    return buffer.getvalue().encode()
+
+
+MAPPING_COLUMNS = ("train_key", "rollout_keys", "layer_index", "block", "cardinality", "confidence", "notes")
+TARGET_COLUMNS = (
+    "train_key", "rollout_key", "target", "aggregated", "train_dtype", "rollout_dtype", "dtype_match", "train_shape",
+    "rollout_shape", "shape_relation",
+    *(f"{side}_{stat}" for stat in STAT_NAMES for side in ("train", "rollout")),
+    *(f"{stat}_{part}" for stat in STAT_NAMES for part in ("rel_err", "status")),
+    "tolerance", "numeric_consistency", "value_status", "priority", "priority_bucket", "focus", "reason",
+)
+MODULE_COLUMNS = (
+    "train_key", "rollout_key", "train_keys", "rollout_keys", "cardinality", "call_index", "layer_index", "block",
+    "output_consistency", "input_args_consistency", "parameter_consistency", "input_kwargs_consistency",
+    "module_bucket", "module_priority_rank", "reasoning", "dtype_match", "weight_comparable", "kwargs_comparable",
+    "output_reason",
+)
+
+
+def _mapping_rows(analysis: Analysis) -> list[tuple[Any, ...]]:
+    return [(r.train_key, list(r.rollout_keys), r.layer_index if r.layer_index is not None else "-", r.block,
+             r.cardinality, r.confidence, r.notes) for r in analysis.rows]
+
+
+def _target_row(target: TargetComparison, output_aligned: bool) -> tuple[Any, ...]:
+    priority, bucket = priority_bucket(target)
+    if target.target.startswith("parameters.") and target.consistency == "mismatch" and output_aligned:
+        priority, bucket = "P5", "parameter_mismatch_output_aligned"
+    by_name = {s.name: s for s in target.stats}
+    values = [getattr(side, stat.lower(), None) for stat in STAT_NAMES for side in (target.train, target.rollout)]
+    errors: list[Any] = []
+    for stat in STAT_NAMES:
+        comparison = by_name.get(stat)
+        errors += [comparison.rel_err if comparison else None, comparison.status if comparison else "missing"]
+    return (
+        target.train_key, target.rollout_key, target.target, target.aggregated,
+        target.train.dtype if target.train else None, target.rollout.dtype if target.rollout else None,
+        target.dtype_match, list(target.train.shape or ()) if target.train else None,
+        list(target.rollout.shape or ()) if target.rollout else None, target.shape_relation,
+        *values, *errors, target.tolerance, target.consistency, target.value_status, priority, bucket, _FOCUS[priority],
+        target.reason,
+    )
+
+
+def _module_row(record: ModuleRecord) -> tuple[Any, ...]:
+    c = record.comparison
+    return (
+        c.train_key, c.rollout_key, list(c.train_keys), list(c.rollout_keys), c.cardinality, record.call_index,
+        record.layer_index if record.layer_index is not None else "-", record.block, c.output_consistency,
+        c.input_args_consistency, c.parameter_consistency, c.kwargs_consistency, c.module_bucket,
+        c.module_priority_rank, c.reasoning, c.output.dtype_match,
+        c.parameter_consistency in ("aligned", "mismatch"), c.kwargs_consistency not in ("missing", "partial"),
+        c.output.reason,
+    )
+
+
+def output_documents(analysis: Analysis) -> dict[str, bytes]:
+    """File name -> content for every output file."""
+    meta = {"tool": "rca-lsp", "version": __version__, "train_path": analysis.train.path,
+            "rollout_path": analysis.rollout.path, "mapping_key_path": analysis.mapping.path}
+    mapping_rows = _mapping_rows(analysis)
+    target_rows = [_target_row(t, r.comparison.output_consistency == "aligned")
+                   for r in analysis.records for t in r.comparison.targets()]
+    module_rows = [_module_row(r) for r in analysis.records]
+    return {
+        "output_1_key_mapping.json": _json({"meta": meta, "rows": [dict(zip(MAPPING_COLUMNS, r)) for r in mapping_rows]}),
+        "output_1_key_mapping.csv": _csv(MAPPING_COLUMNS, mapping_rows),
+        "output_2_mapping.json": _json({r.train_key: list(r.rollout_keys) for r in analysis.rows if r.rollout_keys}),
+        "output_2_mapping.csv": _csv(("train_key", "rollout_keys"),
+                                     ((r.train_key, list(r.rollout_keys)) for r in analysis.rows if r.rollout_keys)),
+        "output_3_value_compare.json": _json({"meta": meta, "rows": [dict(zip(TARGET_COLUMNS, r)) for r in target_rows]}),
+        "output_3_value_compare.csv": _csv(TARGET_COLUMNS, target_rows),
+        "output_4_module_analysis.json": _json({"meta": meta,
+                                                "records": [dict(zip(MODULE_COLUMNS, r)) for r in module_rows]}),
+        "output_4_module_analysis.csv": _csv(MODULE_COLUMNS, module_rows),
+        "output_5_root_cause_report.json": _json(analysis.report),
+        "output_5_root_cause_report.md": render_markdown(analysis).encode(),
+    }
+
+
+def write_outputs(analysis: Analysis, out_dir: Path) -> list[Path]:
+    written = []
+    for name, content in output_documents(analysis).items():
+        write_atomically(out_dir / name, content)
+        written.append(out_dir / name)
+    return written

@@ -1,0 +1,103 @@
+"""Mapping groups (1:1, 1:N, N:1) built from the entries, and one module record per group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from rca_lsp.core.dump import Dump
+from rca_lsp.core.keys import block_of, is_descendant_path, layer_index
+from rca_lsp.core.module import ModuleComparison, compare_module
+from rca_lsp.core.tolerance import Tolerances
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleRecord:
+    comparison: ModuleComparison
+    train_position: int  # dump position of the group's last train module (it completes the group's work)
+    rollout_position: int
+    call_index: int
+    train_paths: tuple[str, ...]
+    rollout_paths: tuple[str, ...]
+
+    @property
+    def train_key(self) -> str:
+        return self.comparison.train_key
+
+    @property
+    def rollout_key(self) -> str:
+        return self.comparison.rollout_key
+
+    @property
+    def layer_index(self) -> int | None:
+        return layer_index(self.train_key)
+
+    @property
+    def block(self) -> str:
+        return block_of(self.train_key)
+
+    def contains(self, other: "ModuleRecord") -> bool:
+        """`other` runs inside this module (its path is below ours on either side)."""
+        return (any(is_descendant_path(p, q) for p in other.train_paths for q in self.train_paths)
+                or any(is_descendant_path(p, q) for p in other.rollout_paths for q in self.rollout_paths))
+
+
+def build_groups(mapping: dict[str, tuple[str, ...]], train: Dump, rollout: Dump) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Connected train/rollout key sets: a rollout key named by several train keys joins them (N:1)."""
+    parent: dict[str, str] = {}
+
+    def find(key: str) -> str:
+        while parent[key] != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    owner: dict[str, str] = {}
+    for train_key, rollout_keys in mapping.items():
+        parent.setdefault(train_key, train_key)
+        for rollout_key in rollout_keys:
+            if rollout_key in owner:
+                parent[find(train_key)] = find(owner[rollout_key])
+            else:
+                owner[rollout_key] = train_key
+    members: dict[str, tuple[list[str], set[str]]] = {}
+    for train_key, rollout_keys in mapping.items():
+        train_keys, rollout_set = members.setdefault(find(train_key), ([], set()))
+        train_keys.append(train_key)
+        rollout_set.update(rollout_keys)
+    groups = []
+    for train_keys, rollout_set in members.values():
+        train_keys.sort(key=lambda k: train.entries[k].position)
+        groups.append((tuple(train_keys), tuple(sorted(rollout_set, key=lambda k: rollout.entries[k].position))))
+    groups.sort(key=lambda g: train.entries[g[0][-1]].position)
+    return groups
+
+
+class Comparator:
+    """Compares groups for one (train, rollout, tolerances) triple, remembering results across mapping edits."""
+
+    def __init__(self, train: Dump, rollout: Dump, tolerances: Tolerances) -> None:
+        self.train = train
+        self.rollout = rollout
+        self.tolerances = tolerances
+        self._cache: dict[tuple[tuple[str, ...], tuple[str, ...]], ModuleRecord] = {}
+
+    def record(self, train_keys: tuple[str, ...], rollout_keys: tuple[str, ...]) -> ModuleRecord:
+        cached = self._cache.get((train_keys, rollout_keys))
+        if cached is None:
+            train_entries = [self.train.entries[k] for k in train_keys]
+            rollout_entries = [self.rollout.entries[k] for k in rollout_keys]
+            comparison = compare_module(train_entries, rollout_entries, self.tolerances)
+            cached = ModuleRecord(
+                comparison=comparison,
+                train_position=train_entries[-1].position,
+                rollout_position=rollout_entries[-1].position,
+                call_index=train_entries[0].call_index,
+                train_paths=tuple(e.path for e in train_entries),
+                rollout_paths=tuple(e.path for e in rollout_entries),
+            )
+            self._cache[(train_keys, rollout_keys)] = cached
+        return cached
+
+    def records(self, groups: Iterable[tuple[tuple[str, ...], tuple[str, ...]]]) -> list[ModuleRecord]:
+        return [self.record(t, r) for t, r in groups]

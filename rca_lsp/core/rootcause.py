@@ -1,0 +1,307 @@
+"""Root-cause evidence (output_5): suspects, their aligned boundary, what lies between, and a classification."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from rca_lsp.core.dump import Dump
+from rca_lsp.core.keys import is_activation_like, is_descendant_path, parse_module_key
+from rca_lsp.core.records import ModuleRecord
+
+MISSING_OP = "missing_or_extra_op_between_aligned_boundary"
+PARAMETER = "parameter_or_checkpoint_issue"
+IN_MODULE = "in_module_impl_difference"
+UPSTREAM = "upstream_propagation"
+MANUAL = "needs_manual_review"
+STRUCTURAL_BUCKETS = ("fused_qkv_structural_mismatch", "structural_shape_mismatch")
+MAX_LISTED = 200  # keys listed per "between" list; the count is always complete
+
+LAYOUT_NOTE = ("statistics (Max/Min/Mean/Norm) cannot see layout or permutation differences, e.g. a fused qkv "
+               "weight converted in a different head order")
+
+
+@dataclass
+class Between:
+    train: list[str] = field(default_factory=list)
+    rollout: list[str] = field(default_factory=list)
+    inside_train: list[str] = field(default_factory=list)
+    inside_rollout: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Suspect:
+    record: ModuleRecord
+    classification: str
+    rationale: str
+    boundary: ModuleRecord | None
+    between: Between
+    credible_origin: bool  # the divergence starts here (not inherited from an earlier suspect or a child)
+    explained_by: str | None
+
+    @property
+    def train_key(self) -> str:
+        return self.record.train_key
+
+
+def _is_inside(path: str, paths: Sequence[str]) -> bool:
+    return any(is_descendant_path(path, p) for p in paths)
+
+
+def _encloses(path: str, paths: Sequence[str]) -> bool:
+    return any(is_descendant_path(p, path) or p == path for p in paths)
+
+
+def _collect_between(dump: Dump, matched: set[str], start: int, end: int, boundary_paths: Sequence[str],
+                     suspect_paths: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Unmatched keys completed after `start` and before `end`: (between, inside the suspect)."""
+    between: list[str] = []
+    inside: list[str] = []
+    for key in dump.keys[start + 1:end]:
+        if key in matched:
+            continue
+        path = dump.entries[key].path
+        if _is_inside(path, suspect_paths):
+            inside.append(key)
+        elif not _encloses(path, boundary_paths):  # a container of the boundary completes later; it is not "between"
+            between.append(key)
+    return between, inside
+
+
+class RootCauseAnalysis:
+    def __init__(self, records: list[ModuleRecord], train: Dump, rollout: Dump, matched_train: set[str],
+                 matched_rollout: set[str]) -> None:
+        self.train = train
+        self.rollout = rollout
+        self.matched_train = matched_train
+        self.matched_rollout = matched_rollout
+        self.by_call: dict[int, list[ModuleRecord]] = {}
+        for record in sorted(records, key=lambda r: r.train_position):
+            self.by_call.setdefault(record.call_index, []).append(record)
+        self._positions = {call: [r.train_position for r in rs] for call, rs in self.by_call.items()}
+
+    def _earlier(self, record: ModuleRecord) -> list[ModuleRecord]:
+        """Same-call records completed before this one started (its own children excluded), nearest first."""
+        same_call = self.by_call[record.call_index]
+        index = bisect_left(self._positions[record.call_index], record.train_position)
+        return [r for r in reversed(same_call[:index]) if not record.contains(r)]
+
+    def _first_divergent_child(self, record: ModuleRecord) -> ModuleRecord | None:
+        same_call = self.by_call[record.call_index]
+        index = bisect_left(self._positions[record.call_index], record.train_position)
+        return next((r for r in same_call[:index] if record.contains(r) and r.comparison.output_consistency == "mismatch"),
+                    None)
+
+    def _call_start(self, dump: Dump, record_position: int, call_index: int) -> int:
+        """Position before the first key of this call (keys of earlier calls are not 'between')."""
+        position = record_position
+        while position > 0:
+            parsed = parse_module_key(dump.keys[position - 1])
+            if parsed is not None and parsed.call_index < call_index:
+                return position - 1
+            position -= 1
+        return -1
+
+    def _between(self, record: ModuleRecord, boundary: ModuleRecord | None) -> Between:
+        if boundary is not None:
+            train_start, rollout_start = boundary.train_position, boundary.rollout_position
+            train_bounds, rollout_bounds = boundary.train_paths, boundary.rollout_paths
+        else:
+            train_start = self._call_start(self.train, record.train_position, record.call_index)
+            rollout_start = self._call_start(self.rollout, record.rollout_position, record.call_index)
+            train_bounds = rollout_bounds = ()
+        train_between, train_inside = _collect_between(self.train, self.matched_train, train_start,
+                                                       record.train_position, train_bounds, record.train_paths)
+        rollout_between, rollout_inside = _collect_between(self.rollout, self.matched_rollout, rollout_start,
+                                                           record.rollout_position, rollout_bounds, record.rollout_paths)
+        return Between(train_between, rollout_between, train_inside, rollout_inside)
+
+    def suspect(self, record: ModuleRecord) -> Suspect:
+        comparison = record.comparison
+        earlier = self._earlier(record)
+        comparable = [r for r in earlier if r.comparison.output_consistency in ("aligned", "mismatch")]
+        previous = comparable[0] if comparable else None
+        boundary = next((r for r in comparable if r.comparison.output_consistency == "aligned"), None)
+        between = self._between(record, boundary)
+        inputs_differ = comparison.input_args_consistency == "mismatch" or comparison.kwargs_consistency == "mismatch"
+        if inputs_differ:
+            return self._input_divergence(record, previous, boundary, between)
+        return self._inside_divergence(record, boundary, between)
+
+    def _input_divergence(self, record: ModuleRecord, previous: ModuleRecord | None, boundary: ModuleRecord | None,
+                          between: Between) -> Suspect:
+        if previous is not None and previous.comparison.output_consistency == "mismatch":
+            return Suspect(record, UPSTREAM, f"inputs were already divergent before this module "
+                           f"(the preceding mapped module {previous.train_key} already differs)", boundary, between,
+                           False, previous.train_key)
+        where = f"after the aligned boundary {boundary.train_key}" if boundary else "from the start of this call"
+        train_acts = [k for k in between.train if is_activation_like(k)]
+        rollout_acts = [k for k in between.rollout if is_activation_like(k)]
+        if rollout_acts or train_acts:
+            side, acts = ("rollout", rollout_acts) if rollout_acts else ("train", train_acts)
+            rationale = (f"{side} has unmatched activation-like intermediate modules between the last aligned boundary "
+                         f"and this suspect ({', '.join(_short(k) for k in acts[:3])}); the data diverged there: "
+                         f"statistics are aligned {where}, but this module's input differs")
+            return Suspect(record, MISSING_OP, rationale, boundary, between, True, None)
+        unmatched = between.train + between.rollout
+        if unmatched:
+            names = ", ".join(_short(k) for k in unmatched[:4]) + (" ..." if len(unmatched) > 4 else "")
+            rationale = (f"statistics are aligned {where}, yet this module's input differs; only modules without a "
+                         f"mapping lie between ({names}), so the divergence arises inside them; {LAYOUT_NOTE}")
+        else:
+            rationale = (f"this module's input differs although nothing lies between it and the aligned boundary "
+                         f"({where}); the two inputs may not be the same tensor (check the mapping, a fused residual "
+                         f"add, or the tensor layout); {LAYOUT_NOTE}")
+        return Suspect(record, UPSTREAM, rationale, boundary, between, True, None)
+
+    def _inside_divergence(self, record: ModuleRecord, boundary: ModuleRecord | None, between: Between) -> Suspect:
+        comparison = record.comparison
+        notes: list[str] = []
+        if comparison.module_bucket == "parameter_sync_mismatch":
+            classification, rationale = PARAMETER, "parameters diverged while inputs remained aligned"
+            mismatched = [p.target for p in comparison.parameters if p.consistency == "mismatch"]
+            notes.append(f"mismatched: {', '.join(mismatched)}")
+        elif comparison.module_bucket == "module_impl_mismatch":
+            classification, rationale = IN_MODULE, "inputs and parameters aligned, but outputs diverged inside the module"
+            if comparison.parameter_consistency == "missing":
+                notes.append("parameters could not be compared, so a weight difference is not ruled out")
+        else:
+            classification, rationale = MANUAL, "no stronger automatic explanation was found"
+        if comparison.input_args_consistency == "missing":
+            notes.append("the input could not be compared")
+        if comparison.dtype_mismatch:
+            notes.append(f"output dtype differs ({comparison.output.train.dtype} vs {comparison.output.rollout.dtype}): "  # type: ignore[union-attr]
+                         "the two sides take different numeric paths")
+        if comparison.output.nonfinite_one_side:
+            notes.append(comparison.output.reason)
+        inside_acts = [k for k in between.inside_train + between.inside_rollout if is_activation_like(k)]
+        if inside_acts:
+            notes.append(f"unmatched activation-like modules inside: {', '.join(_short(k) for k in inside_acts[:3])}")
+        child = self._first_divergent_child(record)
+        if child is not None:
+            notes.append(f"a module inside it diverges first: {child.train_key}")
+        if notes:
+            rationale += "; " + "; ".join(notes)
+        return Suspect(record, classification, rationale, boundary, between, child is None,
+                       child.train_key if child else None)
+
+    def suspects(self) -> tuple[list[Suspect], list[ModuleRecord]]:
+        suspects: list[Suspect] = []
+        structural: list[ModuleRecord] = []
+        for records in self.by_call.values():
+            for record in records:
+                if record.comparison.module_bucket in STRUCTURAL_BUCKETS:
+                    structural.append(record)
+                elif record.comparison.module_priority_rank in (1, 2):
+                    suspects.append(self.suspect(record))
+        suspects.sort(key=lambda s: (0 if s.credible_origin else (1 if s.classification != UPSTREAM else 2),
+                                     s.record.call_index, s.record.train_position))
+        return suspects, structural
+
+
+def _short(key: str) -> str:
+    parsed = parse_module_key(key)
+    return f"{parsed.path}.{parsed.call_index}" if parsed else key
+
+
+def hypothesis(first: Suspect | None) -> tuple[str, list[str]]:
+    """The seed's top_hypothesis wording, extended to the cases the seed could not tell apart."""
+    if first is None:
+        return "", []
+    if first.classification == MISSING_OP:
+        rollout_acts = [k for k in first.between.rollout if is_activation_like(k)]
+        if rollout_acts:
+            return ("train may be missing an activation-like operation that exists on rollout between the last aligned "
+                    "boundary and the first downstream mismatch", rollout_acts)
+        return ("rollout may be missing an activation-like operation that exists on train between the last aligned "
+                "boundary and the first downstream mismatch", [k for k in first.between.train if is_activation_like(k)])
+    if first.classification == PARAMETER:
+        return "parameter sync or checkpoint alignment issue", [first.train_key]
+    if first.classification == IN_MODULE:
+        return "in-module implementation or numeric path mismatch", [first.train_key]
+    if first.classification == UPSTREAM and first.credible_origin:
+        unmatched = first.between.train + first.between.rollout
+        if unmatched:
+            return ("the divergence arises between the last aligned boundary and the first mismatch, in modules the "
+                    "mapping does not cover (a missing/extra op or a layout difference statistics cannot see)", unmatched)
+        return ("the inputs of the first mismatching module differ with nothing between it and the aligned boundary: "
+                "the mapped inputs are probably not the same tensor (mapping, fused residual or layout)", [first.train_key])
+    if first.classification == UPSTREAM:
+        return "upstream mismatch is propagating into this module", [first.train_key]
+    return "", []
+
+
+NEXT_CHECKS = {
+    MISSING_OP: [
+        "verify implementation/config of any activation-like unmatched module",
+        "confirm whether the missing or extra op is expected to be fused, hidden, or disabled by config",
+        "if activation is expected on both sides, compare the actual implementation and bridge/config flags next",
+    ],
+    PARAMETER: [
+        "compare the checkpoint/weight-sync path for the mismatched parameter (conversion, resharding, dtype cast)",
+        "check that the rollout engine received the latest weights (sync step, version) before this forward",
+    ],
+    IN_MODULE: [
+        "compare the module's implementation and config on both sides (eps, scaling, kernel choice, fusion flags)",
+        "check the dtype/precision path inside the module (upcasts, accumulation dtype)",
+    ],
+    UPSTREAM: [
+        "inspect the unmapped or one-sided modules between the aligned boundary and this module",
+        "check tensor layouts and fused weight orders (e.g. qkv head order, gate/up order) that statistics cannot see",
+        "add mapping entries for the modules in between to narrow the divergence down",
+    ],
+}
+
+
+def next_checks(suspects: Sequence[Suspect]) -> list[str]:
+    if not suspects:
+        return ["no credible divergence: nothing to check beyond the listed premise problems, if any"]
+    return list(NEXT_CHECKS.get(suspects[0].classification, NEXT_CHECKS[UPSTREAM]))
+
+
+def record_summary(record: ModuleRecord) -> dict[str, Any]:
+    c = record.comparison
+    return {
+        "train_key": c.train_key,
+        "rollout_key": c.rollout_key,
+        "train_keys": list(c.train_keys),
+        "rollout_keys": list(c.rollout_keys),
+        "output_consistency": c.output_consistency,
+        "parameter_consistency": c.parameter_consistency,
+        "input_args_consistency": c.input_args_consistency,
+        "module_bucket": c.module_bucket,
+        "module_priority_rank": c.module_priority_rank,
+    }
+
+
+def suspect_json(suspect: Suspect) -> dict[str, Any]:
+    c = suspect.record.comparison
+    b = suspect.between
+    rollout_acts = [k for k in b.rollout if is_activation_like(k)]
+    train_acts = [k for k in b.train if is_activation_like(k)]
+    return {
+        "train_key": c.train_key,
+        "rollout_key": c.rollout_key,
+        "train_keys": list(c.train_keys),
+        "rollout_keys": list(c.rollout_keys),
+        "call_index": suspect.record.call_index,
+        "module_priority_rank": c.module_priority_rank,
+        "module_bucket": c.module_bucket,
+        "classification": suspect.classification,
+        "rationale": suspect.rationale,
+        "credible_origin": suspect.credible_origin,
+        "explained_by": suspect.explained_by,
+        "previous_aligned_boundary": record_summary(suspect.boundary) if suspect.boundary else None,
+        "unmatched_train_between_boundary": b.train[:MAX_LISTED],
+        "unmatched_rollout_between_boundary": b.rollout[:MAX_LISTED],
+        "unmatched_train_between_count": len(b.train),
+        "unmatched_rollout_between_count": len(b.rollout),
+        "unmatched_train_inside": b.inside_train[:MAX_LISTED],
+        "unmatched_rollout_inside": b.inside_rollout[:MAX_LISTED],
+        "likely_missing_train_activation": rollout_acts,
+        "likely_missing_rollout_activation": train_acts,
+        "output_reason": c.output.reason,
+        "input_reasons": [t.reason for t in c.inputs if t.consistency == "mismatch"],
+        "parameter_reasons": [t.reason for t in c.parameters if t.consistency == "mismatch"],
+    }

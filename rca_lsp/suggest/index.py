@@ -1,0 +1,42 @@
+"""Per-dump lookup tables for matching: canonical names, keys by canonical path, split parts, layer scopes."""
+
+from __future__ import annotations
+
+from rca_lsp.core.dump import Dump, ModuleEntry
+from rca_lsp.suggest.canonical import CanonicalName, Canonicalizer
+
+Scope = tuple[int | None, int]  # (layer index or None for modules outside the layers, call index)
+PathKey = tuple[str, int]  # (canonical path, call index)
+
+
+class SideIndex:
+    """One dump's forward modules, indexed by what matching looks them up by. Built once per dump."""
+
+    def __init__(self, dump: Dump, canonicalizer: Canonicalizer) -> None:
+        self.dump = dump
+        self.names: dict[str, CanonicalName] = {}
+        self.by_path: dict[PathKey, list[str]] = {}
+        self.parts: dict[PathKey, dict[int, str]] = {}  # fused module's canonical path -> part position -> key
+        self.scopes: dict[Scope, list[str]] = {}  # keys in dump order
+        for key in dump.keys:
+            entry = dump.entries[key]
+            name = canonicalizer.canonical(entry.path)
+            self.names[key] = name
+            call = entry.call_index
+            self.by_path.setdefault((name.path, call), []).append(key)
+            if name.group is not None and name.part is not None:
+                self.parts.setdefault((name.group, call), {}).setdefault(name.part, key)
+            self.scopes.setdefault((name.layer, call), []).append(key)
+
+    def entry(self, key: str) -> ModuleEntry:
+        return self.dump.entries[key]
+
+    def scope_of(self, key: str) -> Scope:
+        return self.names[key].layer, self.dump.entries[key].call_index
+
+    def group_parts(self, path: str, call: int) -> list[str]:
+        """The split parts of a fused module at (path, call), in part order, if they start at part 0 and have no gap."""
+        found = self.parts.get((path, call))
+        if not found or len(found) < 2 or sorted(found) != list(range(len(found))):
+            return []
+        return [found[position] for position in range(len(found))]
