@@ -13,6 +13,7 @@ from rca_lsp.core.errors import InputError
 from rca_lsp.core.outputs import write_outputs
 from rca_lsp.core.run import analyze_paths
 from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.suggest import cli as suggest_cli
 
 DEMO_DIR = Path(__file__).parent / "demo"
 BLOCKING_CODES = ("json-syntax", "invalid-value")
@@ -82,12 +83,37 @@ def run_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_serve(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("serve", help="run the language server (stdio by default)")
+    parser.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)")
+    parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP address instead of stdio")
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from rca_lsp.server.app import server
+
+    if args.tcp:
+        host, _, port = args.tcp.rpartition(":")
+        if not port.isdigit():
+            raise InputError("--tcp", f"expected HOST:PORT, got {args.tcp!r}")
+        server.start_tcp(host or "127.0.0.1", int(port))
+    else:
+        server.start_io()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rca-lsp", description=__doc__)
     parser.add_argument("--version", action="version", version=f"rca-lsp {__version__}")
     subparsers = parser.add_subparsers(dest="command")
     _add_analyze(subparsers)
+    _add_serve(subparsers)
+    suggest = subparsers.add_parser("suggest-mapping", help="draft a mapping-key file from two dumps")
+    suggest_cli.add_arguments(suggest)
     return parser
+
+
+COMMANDS = {"analyze": run_analyze, "serve": run_serve, "suggest-mapping": suggest_cli.run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return run_analyze(args)
+        return COMMANDS[args.command](args)
     except InputError as error:
         print(f"rca-lsp: error: {error}", file=sys.stderr)
         return 2

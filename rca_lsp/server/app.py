@@ -1,0 +1,427 @@
+"""The pygls server: thin handlers; the work happens in the engine and the feature modules."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import orjson
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
+
+from rca_lsp import __version__
+from rca_lsp.core.analysis import Analysis
+from rca_lsp.core.errors import InputError
+from rca_lsp.core.mapping import ParsedMapping, parse_mapping
+from rca_lsp.core.outputs import write_outputs
+from rca_lsp.server import codes
+from rca_lsp.server.actions import ActionContext, code_actions
+from rca_lsp.server.completion import complete
+from rca_lsp.server.diagnostics import FindingBuilder, issue_diagnostics, severity_resolver
+from rca_lsp.server.documents import MappingDocument
+from rca_lsp.server.engine import Engine
+from rca_lsp.server.hover import hover_markdown
+from rca_lsp.server.matching import MatcherCache
+from rca_lsp.server.navigation import definition, document_symbols
+from rca_lsp.server.pairing import CONFIG_NAME, MAPPING_GLOBS, Pair, Unpaired, find_pair, is_mapping_name
+from rca_lsp.server.positions import Positions, top_of_file
+from rca_lsp.server.settings import Settings
+from rca_lsp.server.watcher import DumpWatcher
+from rca_lsp.suggest import suggest_mapping
+
+log = logging.getLogger(__name__)
+
+SAVE_DELAY = 0.05  # seconds; repeated saves within it collapse into one run
+CHANGE_DELAY = 0.4
+DUMP_DELAY = 0.5
+LIVE_EDIT_LIMIT = 2_000_000  # characters; larger files are re-analysed on save only
+WRITE_OUTPUTS = "rcaLsp.server.writeOutputs"
+SUGGEST_MAPPING = "rcaLsp.server.suggestMapping"
+STATUS = "rcaLsp/status"
+SKIP_DIRS = {".git", "node_modules", ".venv", "__pycache__", ".mypy_cache"}
+
+
+class RcaServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__("rca-lsp", __version__)
+        self.engine = Engine()
+        self.matchers = MatcherCache()
+        self.settings = Settings()
+        self.documents: dict[str, MappingDocument] = {}
+        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rca-analysis")
+        self.watcher = DumpWatcher(self._dump_changed_threadsafe)
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    # --- which files -------------------------------------------------------------------------------------------
+    def folders(self) -> list[Path]:
+        return [Path(to_fs_path(f.uri) or "").resolve() for f in self.workspace.folders.values()] or (
+            [Path(to_fs_path(self.workspace.root_uri) or "").resolve()] if self.workspace.root_uri else [])
+
+    def is_mapping(self, path: Path) -> bool:
+        return is_mapping_name(path) or any(self._named_by_pair(path, p.mapping_key) for p in self.settings.pairs)
+
+    def _named_by_pair(self, path: Path, pattern: str) -> bool:
+        folders = self.folders() or [path.parent]
+        return any(path.match(pattern.replace("${workspaceFolder}", str(f))) or
+                   path == Path(pattern.replace("${workspaceFolder}", str(f))).resolve() for f in folders)
+
+    def document(self, uri: str) -> MappingDocument | None:
+        path = Path(to_fs_path(uri) or "")
+        if uri not in self.documents and self.is_mapping(path):
+            self.documents[uri] = MappingDocument(uri, path.resolve())
+        return self.documents.get(uri)
+
+    def scan_workspace(self) -> None:
+        for folder in self.folders():
+            for pattern in MAPPING_GLOBS:
+                for path in folder.rglob(pattern):
+                    if not SKIP_DIRS.intersection(path.relative_to(folder).parts):
+                        self.schedule(path.resolve().as_uri(), 0.0)
+
+    # --- scheduling ---------------------------------------------------------------------------------------------
+    def schedule(self, uri: str, delay: float) -> None:
+        doc = self.document(uri)
+        if doc is None:
+            return
+        if doc.pending is not None:
+            doc.pending.cancel()
+        generation = doc.next_generation()
+        loop = asyncio.get_running_loop()
+        doc.pending = loop.call_later(delay, lambda: loop.create_task(self.run_analysis(doc, generation)))
+
+    def schedule_all(self, delay: float = 0.0) -> None:
+        for uri in list(self.documents):
+            self.schedule(uri, delay)
+
+    def _text(self, doc: MappingDocument) -> tuple[str, int | None] | None:
+        opened = self.workspace.text_documents.get(doc.uri)
+        if opened is not None:
+            return opened.source, opened.version
+        try:
+            return doc.path.read_text(encoding="utf-8"), None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    async def run_analysis(self, doc: MappingDocument, generation: int) -> None:
+        current = self._text(doc)
+        if current is None:
+            self.clear(doc)
+            return
+        text, version = current
+        pair = find_pair(doc.path, self.settings.pairs, self.folders())
+        doc.pair = pair
+        loop = asyncio.get_running_loop()
+        parsed = await loop.run_in_executor(self.executor, parse_mapping, str(doc.path), text)
+        if generation != doc.generation:
+            return
+        doc.parsed, doc.problems = parsed, []
+        if isinstance(pair, Unpaired):
+            if pair.problem:
+                doc.problems.append(pair.problem)
+            self.publish(doc, version)
+            return
+        self.watcher.watch([pair.train, pair.rollout], self.folders())
+        try:
+            analysis = await self._analyse(pair, parsed, doc.uri)
+        except InputError as error:
+            doc.problems.append(f"{error} — showing the last good analysis" if doc.last_good else str(error))
+            self.notify_status("error", doc.uri, str(error))
+        else:
+            if generation != doc.generation:
+                return  # a newer edit or save superseded this run
+            doc.analysis = analysis
+            if parsed.syntax_ok:
+                doc.last_good = analysis
+            report = analysis.report
+            self.notify_status("analysed", doc.uri, report["top_hypothesis"] or "no divergence found",
+                               top=report["top_hypothesis"], suspects=len(analysis.suspects))
+        if generation == doc.generation:
+            doc.analysed_version = version
+            self.publish(doc, version)
+
+    async def _analyse(self, pair: Pair, parsed: ParsedMapping, uri: str) -> Analysis:
+        loop = asyncio.get_running_loop()
+        if not self.engine.needs_loading(pair):
+            return await loop.run_in_executor(self.executor, self.engine.analyse, pair, parsed, self.settings.tolerances)
+        token = str(uuid.uuid4())
+        self.notify_status("loading", uri, f"loading dumps {pair.train.name}, {pair.rollout.name}")
+        progress = await self._begin_progress(token, f"rca-lsp: loading {pair.train} and {pair.rollout}")
+        try:
+            await loop.run_in_executor(self.executor, self.engine.load, pair)
+            if progress:
+                self.work_done_progress.report(token, types.WorkDoneProgressReport(message="comparing", percentage=70))
+            return await loop.run_in_executor(self.executor, self.engine.analyse, pair, parsed, self.settings.tolerances)
+        finally:
+            if progress:
+                self.work_done_progress.end(token, types.WorkDoneProgressEnd(message="done"))
+
+    async def _begin_progress(self, token: str, title: str) -> bool:
+        window = self.client_capabilities.window
+        if window is None or not window.work_done_progress:
+            return False
+        try:
+            await self.work_done_progress.create_async(token)
+        except Exception:  # the client refused the token: go on without progress
+            return False
+        self.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title, percentage=0))
+        return True
+
+    # --- publishing ---------------------------------------------------------------------------------------------
+    def publish(self, doc: MappingDocument, version: int | None) -> None:
+        diagnostics = self.diagnostics_for(doc)
+        self.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=diagnostics, version=version))
+
+    def diagnostics_for(self, doc: MappingDocument) -> list[types.Diagnostic]:
+        parsed = doc.parsed
+        if parsed is None:
+            return []
+        severity = severity_resolver(self.settings)
+        positions = Positions(parsed, self.workspace.position_codec)
+        found: list[types.Diagnostic] = []
+        if isinstance(doc.pair, Unpaired) and not doc.pair.problem:
+            message = "rca-lsp: no dumps paired with this mapping file; looked for " + "; ".join(doc.pair.looked_for)
+            found.append(types.Diagnostic(range=top_of_file(), message=message, code=codes.UNPAIRED,
+                                          source=codes.SOURCE, severity=severity(codes.UNPAIRED,
+                                                                                   codes.DEFAULT_SEVERITY[codes.UNPAIRED])))
+        for problem in doc.problems:
+            found.append(types.Diagnostic(range=top_of_file(), message=problem, code=codes.DUMP_PROBLEM,
+                                          source=codes.SOURCE, severity=types.DiagnosticSeverity.Error))
+        analysis = doc.analysis if doc.analysis is not None and doc.analysis.mapping is parsed else None
+        issues = analysis.issues if analysis is not None else parsed.issues
+        found += issue_diagnostics(issues, positions, severity)
+        if doc.last_good is not None and not isinstance(doc.pair, Unpaired):
+            builder = FindingBuilder(doc.last_good, parsed, positions, doc.uri, severity)
+            found += builder.all(self.settings.max_findings)
+        return [d for d in found if d.severity is not None]
+
+    def clear(self, doc: MappingDocument) -> None:
+        self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=[]))
+
+    def notify_status(self, state: str, uri: str, message: str, top: str | None = None,
+                      suspects: int | None = None) -> None:
+        params: dict[str, Any] = {"state": state, "uri": uri, "message": message}
+        if top is not None:
+            params["topHypothesis"] = top
+        if suspects is not None:
+            params["suspects"] = suspects
+        self.protocol.notify(STATUS, params)
+
+    # --- dumps changing on disk ---------------------------------------------------------------------------------
+    def _dump_changed_threadsafe(self, path: Path) -> None:
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.dump_changed, path)
+
+    def dump_changed(self, path: Path) -> None:
+        resolved = path.resolve()
+        for doc in self.documents.values():
+            if isinstance(doc.pair, Pair) and resolved in (doc.pair.train, doc.pair.rollout):
+                self.schedule(doc.uri, DUMP_DELAY)
+
+    def analysis_at(self, uri: str) -> tuple[MappingDocument, ParsedMapping, Analysis | None] | None:
+        doc = self.documents.get(uri)
+        opened = self.workspace.text_documents.get(uri)
+        if doc is None:
+            return None
+        parsed = doc.parsed
+        if opened is not None and (parsed is None or parsed.text != opened.source):
+            parsed = parse_mapping(str(doc.path), opened.source)
+        if parsed is None:
+            return None
+        return doc, parsed, doc.last_good or doc.analysis
+
+
+server = RcaServer()
+
+
+@server.feature(types.INITIALIZE)
+def on_initialize(ls: RcaServer, params: types.InitializeParams) -> None:
+    ls.settings, problems = Settings.from_client(params.initialization_options)
+    for problem in problems:
+        log.warning(problem)
+
+
+@server.feature(types.INITIALIZED)
+async def on_initialized(ls: RcaServer, params: types.InitializedParams) -> None:
+    ls.loop = asyncio.get_running_loop()
+    await pull_configuration(ls)
+    watched = ls.client_capabilities.workspace
+    if watched and watched.did_change_watched_files and watched.did_change_watched_files.dynamic_registration:
+        watchers = [types.FileSystemWatcher(glob_pattern=p) for p in
+                    ("**/dump.json", "**/*mapping_key*.json", "**/output_0_key_mapping.json", f"**/{CONFIG_NAME}")]
+        await ls.client_register_capability_async(types.RegistrationParams(registrations=[types.Registration(
+            id=str(uuid.uuid4()), method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+            register_options=types.DidChangeWatchedFilesRegistrationOptions(watchers=watchers))]))
+    ls.scan_workspace()
+
+
+async def pull_configuration(ls: RcaServer) -> None:
+    workspace = ls.client_capabilities.workspace
+    if not (workspace and workspace.configuration):
+        return
+    try:
+        result = await ls.workspace_configuration_async(
+            types.ConfigurationParams(items=[types.ConfigurationItem(section="rcaLsp")]))
+    except Exception as error:  # a client that advertises configuration but fails it: keep current settings
+        log.warning("workspace/configuration failed: %s", error)
+        return
+    if result and isinstance(result[0], dict):
+        ls.settings, problems = Settings.from_client(result[0])
+        for problem in problems:
+            ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=problem))
+
+
+@server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+async def on_configuration(ls: RcaServer, params: types.DidChangeConfigurationParams) -> None:
+    if isinstance(params.settings, dict) and params.settings.get("rcaLsp") is not None:
+        ls.settings, _ = Settings.from_client(params.settings)
+    else:
+        await pull_configuration(ls)
+    ls.schedule_all()
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+def on_open(ls: RcaServer, params: types.DidOpenTextDocumentParams) -> None:
+    ls.schedule(params.text_document.uri, 0.0)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+def on_change(ls: RcaServer, params: types.DidChangeTextDocumentParams) -> None:
+    opened = ls.workspace.text_documents.get(params.text_document.uri)
+    if opened is not None and len(opened.source) <= LIVE_EDIT_LIMIT:
+        ls.schedule(params.text_document.uri, CHANGE_DELAY)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+def on_save(ls: RcaServer, params: types.DidSaveTextDocumentParams) -> None:
+    if Path(to_fs_path(params.text_document.uri) or "").name == CONFIG_NAME:
+        ls.schedule_all()
+    ls.schedule(params.text_document.uri, SAVE_DELAY)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+def on_close(ls: RcaServer, params: types.DidCloseTextDocumentParams) -> None:
+    ls.schedule(params.text_document.uri, 0.0)  # analysed from disk from now on (the file may have unsaved edits)
+
+
+@server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+def on_watched(ls: RcaServer, params: types.DidChangeWatchedFilesParams) -> None:
+    for change in params.changes:
+        path = Path(to_fs_path(change.uri) or "")
+        if path.name == CONFIG_NAME:
+            ls.schedule_all(DUMP_DELAY)
+        elif ls.is_mapping(path):
+            doc = ls.document(change.uri)
+            if change.type == types.FileChangeType.Deleted and doc is not None:
+                ls.documents.pop(change.uri, None)
+                ls.clear(doc)
+            elif change.uri not in ls.workspace.text_documents:
+                ls.schedule(change.uri, DUMP_DELAY)
+        else:
+            ls.dump_changed(path)
+
+
+@server.feature(types.TEXT_DOCUMENT_HOVER)
+def on_hover(ls: RcaServer, params: types.HoverParams) -> types.Hover | None:
+    found = ls.analysis_at(params.text_document.uri)
+    if found is None or found[2] is None:
+        return None
+    _doc, parsed, analysis = found
+    positions = Positions(parsed, ls.workspace.position_codec)
+    hit = parsed.entry_at(positions.offset(params.position))
+    if hit is None:
+        return None
+    entry, index = hit
+    text = hover_markdown(analysis, entry.train_key, index)
+    if text is None:
+        return None
+    span = entry.value_spans[index] if index is not None else entry.key_span
+    return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text),
+                       range=positions.range(span))
+
+
+@server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
+                types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]))
+def on_code_action(ls: RcaServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
+    found = ls.analysis_at(params.text_document.uri)
+    if found is None:
+        return None
+    doc, parsed, analysis = found
+    opened = ls.workspace.text_documents.get(params.text_document.uri)
+    context = ActionContext(params.text_document.uri, opened.version if opened else None, parsed,
+                            Positions(parsed, ls.workspace.position_codec), analysis, ls.matchers)
+    return code_actions(context, list(params.context.diagnostics)) or None
+
+
+@server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=['"']))
+def on_completion(ls: RcaServer, params: types.CompletionParams) -> types.CompletionList | None:
+    found = ls.analysis_at(params.text_document.uri)
+    if found is None or found[2] is None:
+        return None
+    _doc, parsed, analysis = found
+    positions = Positions(parsed, ls.workspace.position_codec)
+    return complete(analysis, parsed, positions.offset(params.position), ls.matchers,
+                    lambda start, end: types.Range(start=positions.position(start), end=positions.position(end)))
+
+
+@server.feature(types.TEXT_DOCUMENT_DEFINITION)
+def on_definition(ls: RcaServer, params: types.DefinitionParams) -> types.Location | None:
+    found = ls.analysis_at(params.text_document.uri)
+    if found is None or found[2] is None:
+        return None
+    _doc, parsed, analysis = found
+    hit = parsed.entry_at(Positions(parsed, ls.workspace.position_codec).offset(params.position))
+    if hit is None:
+        return None
+    entry, index = hit
+    return definition(analysis, entry.train_key, entry.rollout_keys[index] if index is not None else None)
+
+
+@server.feature(types.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
+def on_symbols(ls: RcaServer, params: types.DocumentSymbolParams) -> list[types.DocumentSymbol] | None:
+    found = ls.analysis_at(params.text_document.uri)
+    if found is None or not found[1].entries:
+        return None
+    return document_symbols(found[1], Positions(found[1], ls.workspace.position_codec))
+
+
+def _document_for_command(ls: RcaServer, arguments: list[Any] | None) -> MappingDocument:
+    uri = arguments[0] if arguments else None
+    doc = ls.documents.get(uri) if isinstance(uri, str) else None
+    if doc is None:
+        raise ValueError(f"not a mapping-key file known to rca-lsp: {uri!r}")
+    return doc
+
+
+@server.command(WRITE_OUTPUTS)
+async def cmd_write_outputs(ls: RcaServer, arguments: list[Any] | None = None) -> dict[str, str]:
+    doc = _document_for_command(ls, arguments)
+    analysis = doc.last_good or doc.analysis
+    if analysis is None:
+        raise ValueError(f"{doc.path} has not been analysed yet (is it paired with dumps?)")
+    out_dir = Path(ls.settings.out_dir)
+    out_dir = out_dir if out_dir.is_absolute() else doc.path.parent / out_dir
+    await asyncio.get_running_loop().run_in_executor(ls.executor, write_outputs, analysis, out_dir)
+    return {"outDir": str(out_dir), "reportMarkdown": str(out_dir / "output_5_root_cause_report.md")}
+
+
+@server.command(SUGGEST_MAPPING)
+async def cmd_suggest_mapping(ls: RcaServer, arguments: list[Any] | None = None) -> dict[str, str]:
+    doc = _document_for_command(ls, arguments)
+    if not isinstance(doc.pair, Pair):
+        raise ValueError(f"{doc.path} is not paired with dumps")
+    existing = doc.parsed.as_dict() if doc.parsed is not None else None
+    pair = doc.pair
+
+    def run() -> dict[str, str]:
+        train, rollout = ls.engine.load(pair)
+        result = suggest_mapping(train, rollout, existing)
+        return {"content": orjson.dumps(result.mapping, option=orjson.OPT_INDENT_2).decode(),
+                "coverage": result.coverage_text()}
+
+    return await asyncio.get_running_loop().run_in_executor(ls.executor, run)

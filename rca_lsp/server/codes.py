@@ -1,0 +1,55 @@
+"""Stable diagnostic codes (documented in the README) and their default severities."""
+
+from __future__ import annotations
+
+from lsprotocol import types
+
+from rca_lsp.core.rootcause import IN_MODULE, MANUAL, MISSING_OP, PARAMETER, UPSTREAM
+
+SOURCE = "rca-lsp"
+
+JSON_SYNTAX = "json-syntax"
+INVALID_VALUE = "invalid-value"
+DUPLICATE_KEY = "duplicate-key"
+UNKNOWN_TRAIN_KEY = "unknown-train-key"
+UNKNOWN_ROLLOUT_KEY = "unknown-rollout-key"
+UNPAIRED = "unpaired-mapping"
+DUMP_PROBLEM = "dump-problem"
+MISSING_OP_CODE = "missing-op"
+BOUNDARY = "aligned-boundary"
+PARAMETER_SYNC = "parameter-sync"
+IN_MODULE_DIFF = "in-module-diff"
+UPSTREAM_CODE = "upstream-propagation"
+MANUAL_REVIEW = "needs-review"
+FUSED_STRUCTURAL = "fused-structural"
+UNMAPPED_TRAIN = "unmapped-train-module"
+NAN_INF = "nan-inf"
+
+CLASSIFICATION_CODES = {
+    MISSING_OP: MISSING_OP_CODE,
+    PARAMETER: PARAMETER_SYNC,
+    IN_MODULE: IN_MODULE_DIFF,
+    UPSTREAM: UPSTREAM_CODE,
+    MANUAL: MANUAL_REVIEW,
+}
+
+_S = types.DiagnosticSeverity
+DEFAULT_SEVERITY = {
+    JSON_SYNTAX: _S.Error,
+    INVALID_VALUE: _S.Error,
+    DUPLICATE_KEY: _S.Warning,
+    UNKNOWN_TRAIN_KEY: _S.Error,
+    UNKNOWN_ROLLOUT_KEY: _S.Error,
+    UNPAIRED: _S.Information,
+    DUMP_PROBLEM: _S.Error,
+    MISSING_OP_CODE: _S.Warning,
+    BOUNDARY: _S.Information,
+    PARAMETER_SYNC: _S.Warning,
+    IN_MODULE_DIFF: _S.Warning,
+    UPSTREAM_CODE: _S.Warning,
+    MANUAL_REVIEW: _S.Information,
+    FUSED_STRUCTURAL: _S.Hint,
+    UNMAPPED_TRAIN: _S.Hint,
+    NAN_INF: _S.Error,
+}
+SEVERITY_BY_NAME = {"error": _S.Error, "warning": _S.Warning, "information": _S.Information, "hint": _S.Hint}

@@ -1,0 +1,85 @@
+"""Completion of train keys (key position) and rollout keys (value position), best candidates first."""
+
+from __future__ import annotations
+
+import re
+
+from lsprotocol import types
+
+from rca_lsp.core.analysis import Analysis
+from rca_lsp.core.mapping import ParsedMapping
+from rca_lsp.server.matching import MatcherCache
+
+MAX_ITEMS = 200
+_WINDOW = 4000
+_TOKEN_RE = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|[{}\[\]:,]')
+
+
+def completion_context(text: str, offset: int) -> tuple[str, str, int] | None:
+    """(position kind "key"|"value", typed prefix, offset of the opening quote) when the cursor is in a string."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    quote = text.rfind('"', line_start, offset)
+    if quote < 0 or text[line_start:quote].count('"') % 2 == 1:
+        return None
+    before = text[max(0, quote - _WINDOW):quote]
+    tokens = _TOKEN_RE.findall(before)
+    depth_list = 0
+    for token in reversed(tokens):
+        if token == "]":
+            depth_list -= 1
+        elif token == "[":
+            depth_list += 1
+            if depth_list > 0:
+                return "value", text[quote + 1:offset], quote
+        elif token == ":" and depth_list == 0:
+            return "value", text[quote + 1:offset], quote
+        elif token in ("{", ",") and depth_list == 0:
+            return "key", text[quote + 1:offset], quote
+        elif token.startswith('"') and depth_list == 0:
+            continue
+    return "key", text[quote + 1:offset], quote
+
+
+def _entry_key_before(mapping: ParsedMapping, offset: int) -> str | None:
+    found = mapping.entry_at(offset)
+    if found is not None:
+        return found[0].train_key
+    earlier = [e for e in mapping.entries if e.key_span.start < offset]
+    return earlier[-1].train_key if earlier else None
+
+
+def _train_candidates(analysis: Analysis, mapping: ParsedMapping, offset: int, prefix: str) -> list[str]:
+    mapped = set(mapping.effective())
+    previous = _entry_key_before(mapping, offset)
+    start = analysis.train.entries[previous].position + 1 if previous in analysis.train.entries else 0
+    keys = analysis.train.keys
+    ordered = keys[start:] + keys[:start]  # the modules right after the previous entry come first
+    return [k for k in ordered if k not in mapped and prefix in k][:MAX_ITEMS]
+
+
+def _rollout_candidates(analysis: Analysis, mapping: ParsedMapping, offset: int, prefix: str,
+                        matchers: MatcherCache) -> list[str]:
+    found = mapping.entry_at(offset)
+    ranked: list[str] = []
+    if found is not None and found[0].train_key in analysis.train.entries:
+        matcher = matchers.get(analysis.train, analysis.rollout)
+        for candidate in matcher.rank_rollout_candidates(found[0].train_key, limit=10, text_hint=prefix or None):
+            ranked += [k for k in candidate.keys if k not in ranked]
+    rest = [k for k in analysis.rollout.keys if prefix in k and k not in ranked]
+    return (ranked + rest)[:MAX_ITEMS]
+
+
+def complete(analysis: Analysis, mapping: ParsedMapping, offset: int, matchers: MatcherCache,
+             to_range) -> types.CompletionList | None:
+    context = completion_context(mapping.text, offset)
+    if context is None:
+        return None
+    kind, prefix, quote = context
+    keys = (_train_candidates(analysis, mapping, offset, prefix) if kind == "key"
+            else _rollout_candidates(analysis, mapping, offset, prefix, matchers))
+    edit_range = to_range(quote + 1, offset)
+    items = [types.CompletionItem(
+        label=key, kind=types.CompletionItemKind.Field if kind == "key" else types.CompletionItemKind.Value,
+        sort_text=f"{rank:05d}", filter_text=key, text_edit=types.TextEdit(range=edit_range, new_text=key),
+        detail="train module" if kind == "key" else "rollout module") for rank, key in enumerate(keys)]
+    return types.CompletionList(is_incomplete=True, items=items)

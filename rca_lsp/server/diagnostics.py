@@ -1,0 +1,162 @@
+"""Analysis results -> LSP diagnostics on the mapping-key entries they concern."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from lsprotocol import types
+
+from rca_lsp.core.analysis import Analysis
+from rca_lsp.core.dump import Dump
+from rca_lsp.core.keys import is_activation_like
+from rca_lsp.core.mapping import MappingEntry, MappingIssue, ParsedMapping
+from rca_lsp.core.rootcause import MISSING_OP, UPSTREAM, Suspect
+from rca_lsp.server import codes
+from rca_lsp.server.positions import Positions, top_of_file
+from rca_lsp.server.settings import Settings
+
+SeverityOf = Callable[[str, types.DiagnosticSeverity], types.DiagnosticSeverity | None]
+
+
+def severity_resolver(settings: Settings) -> SeverityOf:
+    def resolve(code: str, default: types.DiagnosticSeverity) -> types.DiagnosticSeverity | None:
+        override = settings.severity.get(code)
+        if override == "off":
+            return None
+        return codes.SEVERITY_BY_NAME.get(override or "", default)
+    return resolve
+
+
+def _diagnostic(code: str, message: str, range_: types.Range, severity: SeverityOf,
+                default: types.DiagnosticSeverity | None = None,
+                related: list[types.DiagnosticRelatedInformation] | None = None,
+                data: object = None) -> types.Diagnostic | None:
+    level = severity(code, default or codes.DEFAULT_SEVERITY[code])
+    if level is None:
+        return None
+    return types.Diagnostic(range=range_, message=message, severity=level, code=code, source=codes.SOURCE,
+                            related_information=related or None, data=data)
+
+
+def issue_diagnostics(issues: list[MappingIssue], positions: Positions, severity: SeverityOf) -> list[types.Diagnostic]:
+    found = []
+    for issue in issues:
+        data = {"suggestions": list(issue.suggestions), "key": issue.key}
+        diagnostic = _diagnostic(issue.code, issue.message, positions.range(issue.span), severity, data=data)
+        if diagnostic is not None:
+            found.append(diagnostic)
+    return found
+
+
+def _dump_location(dump: Dump, key: str) -> types.Location | None:
+    line = dump.line_of(key)
+    if line is None:
+        return None
+    return types.Location(uri=Path(dump.path).as_uri(),
+                          range=types.Range(start=types.Position(line=line, character=0),
+                                            end=types.Position(line=line, character=0)))
+
+
+def _related(location: types.Location | None, message: str) -> list[types.DiagnosticRelatedInformation]:
+    return [types.DiagnosticRelatedInformation(location=location, message=message)] if location else []
+
+
+class FindingBuilder:
+    """Findings of one analysis placed on the entries of the current text (which may be newer than the analysis)."""
+
+    def __init__(self, analysis: Analysis, current: ParsedMapping, positions: Positions, uri: str,
+                 severity: SeverityOf) -> None:
+        self.analysis = analysis
+        self.entries = current.effective()
+        self.positions = positions
+        self.uri = uri
+        self.severity = severity
+
+    def _entry(self, train_keys: tuple[str, ...]) -> MappingEntry | None:
+        return next((self.entries[k] for k in train_keys if k in self.entries), None)
+
+    def _mapping_location(self, entry: MappingEntry) -> types.Location:
+        return types.Location(uri=self.uri, range=self.positions.range(entry.key_span))
+
+    def suspect(self, suspect: Suspect) -> list[types.Diagnostic]:
+        entry = self._entry(suspect.record.comparison.train_keys)
+        if entry is None:
+            return []
+        code = codes.CLASSIFICATION_CODES[suspect.classification]
+        default = None if suspect.credible_origin else types.DiagnosticSeverity.Information
+        prefix = "" if suspect.credible_origin else "(follows from an earlier divergence) "
+        related: list[types.DiagnosticRelatedInformation] = []
+        found: list[types.Diagnostic | None] = []
+        if suspect.classification == MISSING_OP:
+            ops = [k for k in suspect.between.rollout if is_activation_like(k)]
+            side, dump = ("rollout", self.analysis.rollout) if ops else ("train", self.analysis.train)
+            ops = ops or [k for k in suspect.between.train if is_activation_like(k)]
+            for op in ops[:3]:
+                related += _related(_dump_location(dump, op), f"{side}-only op {op}")
+            other = "train" if side == "rollout" else "rollout"
+            message = (f"{prefix}missing/extra op: {side} runs {', '.join(ops[:3])} between the last aligned boundary "
+                       f"and this module, {other} does not; this module's input differs from here on")
+            boundary_entry = self._entry(suspect.boundary.comparison.train_keys) if suspect.boundary else None
+            if boundary_entry is not None:
+                related.append(types.DiagnosticRelatedInformation(
+                    location=self._mapping_location(boundary_entry), message="last aligned boundary"))
+                found.append(_diagnostic(codes.BOUNDARY, f"last aligned boundary before the {side}-only op "
+                                         f"{ops[0] if ops else ''}; the mismatch starts after it at {entry.train_key}",
+                                         self.positions.range(boundary_entry.key_span), self.severity,
+                                         related=[types.DiagnosticRelatedInformation(
+                                             location=self._mapping_location(entry), message="first mismatch")]))
+        else:
+            message = f"{prefix}{suspect.classification.replace('_', ' ')}: {suspect.rationale}"
+            if suspect.classification == UPSTREAM and suspect.credible_origin:
+                for key in (suspect.between.train + suspect.between.rollout)[:3]:
+                    dump = self.analysis.train if key in self.analysis.train.entries else self.analysis.rollout
+                    related += _related(_dump_location(dump, key), f"unmapped module {key}")
+        found.insert(0, _diagnostic(code, message, self.positions.range(entry.key_span), self.severity, default,
+                                    related))
+        output = suspect.record.comparison.output
+        if output.nonfinite_one_side:
+            found.append(_diagnostic(codes.NAN_INF, output.reason, self.positions.range(entry.key_span), self.severity))
+        return [d for d in found if d is not None]
+
+    def structural(self) -> list[types.Diagnostic]:
+        found = []
+        for record in self.analysis.structural:
+            entry = self._entry(record.comparison.train_keys)
+            if entry is not None:
+                diagnostic = _diagnostic(codes.FUSED_STRUCTURAL, f"fused/structural pair: {record.comparison.reasoning}",
+                                         self.positions.range(entry.value_span), self.severity)
+                found += [diagnostic] if diagnostic else []
+        return found
+
+    def unmapped(self) -> list[types.Diagnostic]:
+        found = []
+        for train_key, unmapped in self.analysis.unmapped_between.items():
+            entry = self.entries.get(train_key)
+            if entry is None:
+                continue
+            names = ", ".join(unmapped[:3]) + (f" and {len(unmapped) - 3} more" if len(unmapped) > 3 else "")
+            diagnostic = _diagnostic(codes.UNMAPPED_TRAIN, f"train modules next to this entry have no mapping: {names}",
+                                     self.positions.range(entry.key_span), self.severity,
+                                     data={"unmapped": unmapped[:20]})
+            found += [diagnostic] if diagnostic else []
+        return found
+
+    def all(self, limit: int) -> list[types.Diagnostic]:
+        origins = [s for s in self.analysis.suspects if s.credible_origin]
+        rest = [s for s in self.analysis.suspects if not s.credible_origin]
+        found: list[types.Diagnostic] = []
+        shown = 0
+        for suspect in origins + rest:
+            if not suspect.credible_origin and len(found) >= limit:
+                break
+            found += self.suspect(suspect)
+            shown += 1
+        hidden = len(self.analysis.suspects) - shown
+        found += self.structural() + self.unmapped()
+        if hidden > 0:
+            note = _diagnostic(codes.UPSTREAM_CODE, f"{hidden} more propagated mismatches are not shown "
+                               "(see the report: rcaLsp.server.writeOutputs)", top_of_file(), self.severity,
+                               types.DiagnosticSeverity.Information)
+            found += [note] if note else []
+        return found

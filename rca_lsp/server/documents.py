@@ -1,0 +1,29 @@
+"""Per mapping-file state: latest parse, last good analysis, and the generation that guards against stale results."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rca_lsp.core.analysis import Analysis
+from rca_lsp.core.mapping import ParsedMapping
+from rca_lsp.server.pairing import Pair, Unpaired
+
+
+@dataclass
+class MappingDocument:
+    uri: str
+    path: Path
+    generation: int = 0  # bumped by every scheduled run; a run publishes only if it is still the newest
+    pending: asyncio.TimerHandle | None = None
+    parsed: ParsedMapping | None = None
+    analysis: Analysis | None = None  # newest analysis, possibly of a file with syntax errors
+    last_good: Analysis | None = None  # newest analysis of a syntactically valid file: its findings keep showing
+    pair: Pair | Unpaired | None = None
+    analysed_version: int | None = None
+    problems: list[str] = field(default_factory=list)  # dump or pairing problems to show at the top
+
+    def next_generation(self) -> int:
+        self.generation += 1
+        return self.generation

@@ -1,0 +1,42 @@
+"""Blocking analysis work with its caches: parsed dumps and per-pair comparison results (run off the event loop)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from rca_lsp.core.analysis import Analysis, analyze
+from rca_lsp.core.dump import Dump, DumpCache
+from rca_lsp.core.mapping import ParsedMapping
+from rca_lsp.core.records import Comparator
+from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.server.pairing import Pair
+
+
+class Engine:
+    def __init__(self) -> None:
+        self.dumps = DumpCache()
+        self._comparators: dict[tuple[Path, Path], Comparator] = {}
+        self._lock = threading.Lock()
+
+    def needs_loading(self, pair: Pair) -> bool:
+        return not (self.dumps.is_current(pair.train) and self.dumps.is_current(pair.rollout))
+
+    def load(self, pair: Pair) -> tuple[Dump, Dump]:
+        return self.dumps.get(pair.train), self.dumps.get(pair.rollout)
+
+    def comparator(self, pair: Pair, tolerances: Tolerances) -> Comparator:
+        train, rollout = self.load(pair)
+        with self._lock:
+            current = self._comparators.get((pair.train, pair.rollout))
+            if (current is None or current.train is not train or current.rollout is not rollout
+                    or current.tolerances.key() != tolerances.key()):
+                current = Comparator(train, rollout, tolerances)
+                self._comparators[(pair.train, pair.rollout)] = current
+            return current
+
+    def analyse(self, pair: Pair, mapping: ParsedMapping, tolerances: Tolerances) -> Analysis:
+        return analyze(mapping, self.comparator(pair, tolerances))
+
+    def forget_dump(self, path: Path) -> None:
+        self.dumps.forget(path)

@@ -1,0 +1,84 @@
+"""Hover text for a mapping entry: verdicts, statistics side by side, boundary, unmatched ops, next checks."""
+
+from __future__ import annotations
+
+import math
+
+from rca_lsp.core.analysis import Analysis
+from rca_lsp.core.compare import TargetComparison
+from rca_lsp.core.records import ModuleRecord
+from rca_lsp.core.rootcause import NEXT_CHECKS, Suspect
+
+_STATS = ("max", "min", "mean", "norm")
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.6g}"
+
+
+def _stats_table(targets: list[TargetComparison]) -> list[str]:
+    lines = ["| target | side | dtype | shape | Max | Min | Mean | Norm |", "|---|---|---|---|---|---|---|---|"]
+    for target in targets:
+        for side, stats in (("train", target.train), ("rollout", target.rollout)):
+            if stats is None:
+                lines.append(f"| {target.target} | {side} | – | – | – | – | – | – |")
+                continue
+            shape = "×".join(str(d) for d in stats.shape) if stats.shape else "–"
+            values = " | ".join(_number(getattr(stats, name)) for name in _STATS)
+            lines.append(f"| {target.target}{' (aggregated)' if target.aggregated else ''} | {side} | "
+                         f"{(stats.dtype or '–').replace('torch.', '')} | {shape} | {values} |")
+        errors = {s.name: s for s in target.stats}
+        if errors:
+            cells = " | ".join(f"{_number(errors[n].rel_err)} {errors[n].status}" if n in errors else "–"
+                               for n in ("Max", "Min", "Mean", "Norm"))
+            lines.append(f"| | rel. err (tol {target.tolerance:g}) | | {target.shape_relation} | {cells} |")
+    return lines
+
+
+def _verdicts(record: ModuleRecord) -> str:
+    c = record.comparison
+    return (f"output **{c.output_consistency}** · input **{c.input_args_consistency}** · "
+            f"parameters **{c.parameter_consistency}** · kwargs {c.kwargs_consistency} · "
+            f"bucket `{c.module_bucket}` (rank {c.module_priority_rank}) · {c.cardinality}")
+
+
+def _suspect_lines(suspect: Suspect) -> list[str]:
+    lines = [f"**{suspect.classification}**" + ("" if suspect.credible_origin else " (follows from an earlier divergence)"),
+             "", suspect.rationale, ""]
+    if suspect.boundary is not None:
+        lines.append(f"Last aligned boundary: `{suspect.boundary.train_key}`")
+    else:
+        lines.append("Last aligned boundary: none in this call")
+    between = [("train-only", suspect.between.train), ("rollout-only", suspect.between.rollout)]
+    for label, keys in between:
+        if keys:
+            shown = ", ".join(f"`{k}`" for k in keys[:5]) + (f" … (+{len(keys) - 5})" if len(keys) > 5 else "")
+            lines.append(f"Unmatched {label} between: {shown}")
+    lines += ["", "Next checks:"] + [f"- {check}" for check in NEXT_CHECKS.get(suspect.classification, [])]
+    return lines
+
+
+def hover_markdown(analysis: Analysis, train_key: str, rollout_index: int | None) -> str | None:
+    record = analysis.by_train_key.get(train_key)
+    if record is None:
+        row_missing = train_key not in analysis.train.entries
+        return ("Not in the train dump." if row_missing else
+                "Not compared: none of the mapped rollout keys is in the rollout dump.")
+    c = record.comparison
+    lines = [f"### {record.train_key.split('.forward.')[0].rsplit('.', 2)[-2]} ↔ "
+             f"{', '.join(k.split('.forward.')[0].rsplit('.', 2)[-2] for k in c.rollout_keys)} (call {record.call_index})",
+             "", _verdicts(record), ""]
+    suspect = analysis.suspect_by_train_key.get(train_key)
+    if suspect is not None:
+        lines += _suspect_lines(suspect) + [""]
+    elif c.module_priority_rank >= 3:
+        lines += [c.reasoning, ""]
+    inputs = list(c.inputs)
+    if rollout_index is not None and len(inputs) > 1 and rollout_index < len(inputs):
+        inputs = [inputs[rollout_index]]
+    lines += _stats_table([c.output, *inputs[:3], *c.parameters])
+    return "\n".join(lines)

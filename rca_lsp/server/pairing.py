@@ -1,0 +1,124 @@
+"""Which train and rollout dumps belong to a mapping-key file: settings, then rca-lsp.toml, then convention."""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from rca_lsp.core.dump import resolve_dump_path
+from rca_lsp.core.errors import InputError
+from rca_lsp.server.settings import PairSetting
+
+CONFIG_NAME = "rca-lsp.toml"
+MAPPING_GLOBS = ("*mapping_key*.json", "output_0_key_mapping.json")
+CONFIG_SKELETON = """# rca-lsp: which dumps belong to which mapping-key file (paths relative to this file).
+[[pair]]
+mapping_key = "{mapping}"
+train = "train"      # a dump.json or an msprobe dump directory (step*/rank*/dump.json)
+rollout = "rollout"
+"""
+
+
+@dataclass(frozen=True)
+class Pair:
+    mapping: Path
+    train: Path
+    rollout: Path
+    source: str  # where the pairing came from, for messages
+
+
+@dataclass(frozen=True)
+class Unpaired:
+    mapping: Path
+    looked_for: tuple[str, ...]
+    problem: str | None = None  # a configured pair that points at something unusable
+
+
+def is_mapping_name(path: Path) -> bool:
+    return any(fnmatch.fnmatch(path.name, pattern) for pattern in MAPPING_GLOBS)
+
+
+def _expand(value: str, folder: Path | None, base: Path) -> str:
+    if folder is not None:
+        value = value.replace("${workspaceFolder}", str(folder))
+    expanded = Path(value).expanduser()
+    return str(expanded if expanded.is_absolute() else base / expanded)
+
+
+def _first_match(pattern: str) -> Path | None:
+    if not glob.has_magic(pattern):
+        return Path(pattern)
+    matches = sorted(glob.glob(pattern, recursive=True))
+    return Path(matches[0]) if matches else None
+
+
+def _dump_pair(mapping: Path, train: str, rollout: str, source: str) -> Pair | Unpaired:
+    found = [_first_match(train), _first_match(rollout)]
+    try:
+        resolved = [resolve_dump_path(p) for p in found if p is not None]
+    except InputError as error:
+        return Unpaired(mapping, (source,), f"{source}: {error}")
+    if len(resolved) != 2:
+        return Unpaired(mapping, (source,), f"{source}: no file matches {train if found[0] is None else rollout}")
+    return Pair(mapping, resolved[0].resolve(), resolved[1].resolve(), source)
+
+
+def _from_settings(mapping: Path, pairs: Sequence[PairSetting], folders: Sequence[Path]) -> Pair | Unpaired | None:
+    for pair in pairs:
+        for folder in folders or [None]:  # type: ignore[list-item]
+            base = folder or mapping.parent
+            pattern = _expand(pair.mapping_key, folder, base)
+            if Path(pattern).resolve() == mapping or fnmatch.fnmatch(str(mapping), pattern):
+                return _dump_pair(mapping, _expand(pair.train, folder, base), _expand(pair.rollout, folder, base),
+                                  "settings rcaLsp.pairs")
+    return None
+
+
+def _from_config(mapping: Path, stop_at: Path | None) -> Pair | Unpaired | None:
+    for folder in [mapping.parent, *mapping.parent.parents]:
+        config = folder / CONFIG_NAME
+        if config.is_file():
+            try:
+                document = tomllib.loads(config.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+                return Unpaired(mapping, (str(config),), f"{config}: {error}")
+            for index, item in enumerate(document.get("pair") or []):
+                if not isinstance(item, dict) or not all(isinstance(item.get(k), str) for k in ("mapping_key", "train", "rollout")):
+                    return Unpaired(mapping, (str(config),), f"{config}: [[pair]] #{index + 1} needs mapping_key, train, rollout")
+                pattern = _expand(item["mapping_key"], None, folder)
+                if Path(pattern).resolve() == mapping or fnmatch.fnmatch(str(mapping), pattern):
+                    return _dump_pair(mapping, _expand(item["train"], None, folder),
+                                      _expand(item["rollout"], None, folder), str(config))
+        if stop_at is not None and folder == stop_at:
+            break
+    return None
+
+
+def _by_convention(mapping: Path) -> Pair | Unpaired | None:
+    folder = mapping.parent
+    if not (folder / "train").is_dir() or not (folder / "rollout").is_dir():
+        return None
+    return _dump_pair(mapping, str(folder / "train"), str(folder / "rollout"), "convention (train/ and rollout/ folders)")
+
+
+def find_pair(mapping: Path, settings_pairs: Sequence[PairSetting], folders: Sequence[Path]) -> Pair | Unpaired:
+    mapping = mapping.resolve()
+    root = next((f for f in folders if mapping.is_relative_to(f)), None)
+    for attempt in (lambda: _from_settings(mapping, settings_pairs, folders), lambda: _from_config(mapping, root),
+                    lambda: _by_convention(mapping)):
+        found = attempt()
+        if found is not None:
+            return found
+    return Unpaired(mapping, (
+        "a matching entry in the rcaLsp.pairs setting",
+        f"an {CONFIG_NAME} with a [[pair]] for this file in its folder or a parent",
+        "folders train/ and rollout/ next to this file, each with one dump.json",
+    ))
+
+
+def config_skeleton(mapping: Path) -> str:
+    return CONFIG_SKELETON.format(mapping=mapping.name)

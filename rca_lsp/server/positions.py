@@ -1,0 +1,32 @@
+"""Character offsets of the core <-> LSP positions in the client's encoding."""
+
+from __future__ import annotations
+
+from lsprotocol import types
+from pygls.workspace import PositionCodec
+
+from rca_lsp.core.mapping import ParsedMapping, Span
+
+
+class Positions:
+    def __init__(self, mapping: ParsedMapping, codec: PositionCodec) -> None:
+        self._mapping = mapping
+        self._codec = codec
+        self._lines = None if mapping.text.isascii() else mapping.text.splitlines(keepends=True)
+
+    def position(self, offset: int) -> types.Position:
+        line, column = self._mapping.lines.position(offset)
+        position = types.Position(line=line, character=column)
+        return position if self._lines is None else self._codec.position_to_client_units(self._lines, position)
+
+    def range(self, span: Span) -> types.Range:
+        return types.Range(start=self.position(span.start), end=self.position(span.end))
+
+    def offset(self, position: types.Position) -> int:
+        if self._lines is not None:
+            position = self._codec.position_from_client_units(self._lines, position)
+        return self._mapping.lines.offset(position.line, position.character)
+
+
+def top_of_file() -> types.Range:
+    return types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=1))

@@ -1,0 +1,54 @@
+"""Client settings (`rcaLsp` section / initializationOptions) as a typed dataclass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rca_lsp.core.tolerance import Tolerances
+
+SEVERITY_NAMES = ("error", "warning", "information", "hint", "off")
+
+
+@dataclass(frozen=True)
+class PairSetting:
+    mapping_key: str
+    train: str
+    rollout: str
+
+
+@dataclass(frozen=True)
+class Settings:
+    pairs: tuple[PairSetting, ...] = ()
+    tolerances: Tolerances = field(default_factory=Tolerances)
+    severity: dict[str, str] = field(default_factory=dict)  # diagnostic code -> error|warning|information|hint|off
+    out_dir: str = "rca_out"
+    max_findings: int = 500  # findings published per file; credible origins are always included
+
+    @classmethod
+    def from_client(cls, raw: Any) -> tuple["Settings", list[str]]:
+        """Settings from the client's object, and a message for each part that had to be ignored."""
+        problems: list[str] = []
+        if not isinstance(raw, dict):
+            return cls(), ([] if raw is None else [f"rcaLsp settings must be an object, got {type(raw).__name__}"])
+        raw = raw.get("rcaLsp", raw) if isinstance(raw.get("rcaLsp"), dict) else raw
+        pairs = []
+        for index, item in enumerate(raw.get("pairs") or []):
+            if isinstance(item, dict) and all(isinstance(item.get(k), str) for k in ("mappingKey", "train", "rollout")):
+                pairs.append(PairSetting(item["mappingKey"], item["train"], item["rollout"]))
+            else:
+                problems.append(f"rcaLsp.pairs[{index}] needs string fields mappingKey, train and rollout")
+        tolerances: dict[str, float] = {}
+        for name, value in (raw.get("tolerances") or {}).items():
+            if isinstance(value, (int, float)) and value > 0:
+                tolerances[name] = float(value)
+            else:
+                problems.append(f"rcaLsp.tolerances.{name} must be a positive number")
+        severity = {}
+        for code, level in (raw.get("severity") or {}).items():
+            if level in SEVERITY_NAMES:
+                severity[code] = level
+            else:
+                problems.append(f"rcaLsp.severity.{code} must be one of {', '.join(SEVERITY_NAMES)}")
+        out_dir = raw.get("outDir") if isinstance(raw.get("outDir"), str) and raw.get("outDir") else "rca_out"
+        return cls(tuple(pairs), Tolerances.with_overrides(tolerances), severity, out_dir), problems

@@ -1,0 +1,80 @@
+"""Statistic comparison: exact aggregation, dtype tolerances, scale-relative means, non-finite values."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from builders import tensor
+from rca_lsp.core.compare import aggregate, compare_target
+from rca_lsp.core.dump import _tensor_stats
+from rca_lsp.core.tolerance import Tolerances
+
+
+def stats(values, dtype="torch.float32", shape=None):
+    return _tensor_stats(tensor(values, dtype, shape))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_aggregate_equals_statistics_of_the_concatenation(seed: int) -> None:
+    rng = random.Random(seed)
+    parts = [[rng.gauss(0, 1) for _ in range(rng.randint(1, 50))] for _ in range(rng.randint(2, 4))]
+    whole = stats([v for part in parts for v in part])
+    combined = aggregate([stats(p) for p in parts])
+    assert combined.max == whole.max and combined.min == whole.min
+    assert combined.mean == pytest.approx(whole.mean, rel=1e-12, abs=1e-15)
+    assert combined.norm == pytest.approx(whole.norm, rel=1e-12)
+    assert combined.numel == whole.numel
+
+
+def test_bf16_noise_is_aligned_but_the_same_noise_in_fp32_is_not() -> None:
+    values = [0.5, -1.25, 2.0, 0.75]
+    noisy = [v * 1.01 for v in values]
+    tol = Tolerances()
+    bf16 = compare_target("output.0", "t", "r", stats(values, "torch.bfloat16"), stats(noisy, "torch.bfloat16"), tol)
+    fp32 = compare_target("output.0", "t", "r", stats(values), stats(noisy), tol)
+    assert bf16.consistency == "aligned" and fp32.consistency == "mismatch"
+
+
+def test_mean_near_zero_is_judged_against_the_tensor_scale() -> None:
+    values = [1.0, -1.0, 2.0, -2.0 + 1e-9]
+    shifted = [v + 1e-7 for v in values]
+    result = compare_target("output.0", "t", "r", stats(values), stats(shifted), Tolerances())
+    assert result.consistency == "aligned"
+
+
+def test_nonfinite_on_one_side_is_a_mismatch_with_a_reason() -> None:
+    bad = stats([1.0, 2.0])
+    bad = type(bad)(bad.dtype, bad.shape, math.inf, bad.min, bad.mean, math.inf)
+    result = compare_target("output.0", "t", "r", stats([1.0, 2.0]), bad, Tolerances())
+    assert result.consistency == "mismatch" and result.value_status == "nonfinite_on_rollout"
+    assert "non-finite on rollout" in result.reason
+
+
+def test_nonfinite_on_both_sides_is_reported_not_a_mismatch() -> None:
+    a = stats([1.0, 2.0])
+    a = type(a)(a.dtype, a.shape, a.max, -math.inf, a.mean, a.norm)
+    result = compare_target("output.0", "t", "r", a, a, Tolerances())
+    assert result.consistency == "aligned" and "non-finite on both sides" in result.reason
+
+
+def test_dtype_difference_is_recorded_and_uses_the_coarser_tolerance() -> None:
+    result = compare_target("output.0", "t", "r", stats([1.0, 2.0]), stats([1.01, 2.0], "torch.bfloat16"), Tolerances())
+    assert result.dtype_match == "mismatch" and result.consistency == "aligned"
+    assert result.tolerance == Tolerances().for_dtypes("torch.bfloat16")
+
+
+def test_unobservable_weight_is_missing_not_a_mismatch() -> None:
+    empty = type(stats([1.0]))("torch.float32", (0,), None, None, None, None)
+    result = compare_target("parameters.weight", "t", "r", stats([1.0, 2.0]), empty, Tolerances())
+    assert result.consistency == "missing"
+
+
+def test_shape_relations() -> None:
+    tol = Tolerances()
+    assert compare_target("o", "t", "r", stats([1.0] * 6, shape=[2, 1, 3]), stats([1.0] * 6, shape=[2, 3]),
+                          tol).shape_relation == "singleton_compatible_numel_match"
+    assert compare_target("o", "t", "r", stats([1.0] * 6, shape=[3, 2]), stats([1.0] * 6, shape=[2, 3]),
+                          tol).shape_relation == "numel_match"

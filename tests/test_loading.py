@@ -1,0 +1,71 @@
+"""Dump loading: non-standard literals, directory layouts, cache reuse, clear errors."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from builders import entry, tensor, write_dump
+from rca_lsp.core.dump import DumpCache, resolve_dump_path
+from rca_lsp.core.errors import InputError
+from rca_lsp.core.jsonload import loads_lenient
+
+KEY = "Module.model.layers.0.mlp.down_proj.Linear.forward.0"
+
+
+def test_nan_and_infinity_literals_load_as_floats(tmp_path: Path) -> None:
+    node = entry([1.0, 2.0], [3.0, 4.0])
+    node["output"][0].update({"Max": math.inf, "Min": -math.inf, "Mean": math.nan})
+    path = write_dump(tmp_path / "dump.json", {KEY: node})
+    assert b"-Infinity" in path.read_bytes() and b"NaN" in path.read_bytes()
+    dump = DumpCache().get(path)
+    output = dump.entries[KEY].output
+    assert output is not None and output.max == math.inf and output.min == -math.inf and math.isnan(output.mean)
+
+
+def test_literals_without_spaces_and_inside_lists_still_load() -> None:
+    data = b'{"a":NaN,"b":[Infinity,-Infinity],"c":"NaN inside a string"}'
+    loaded = loads_lenient(data, "x.json")
+    assert loaded["a"] == "NaN" and loaded["b"] == ["Infinity", "-Infinity"] and loaded["c"] == "NaN inside a string"
+
+
+def test_invalid_json_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "dump.json"
+    path.write_text('{\n "data": {\n  "k": [1, 2,,]\n }\n}')
+    with pytest.raises(InputError) as raised:
+        DumpCache().get(path)
+    assert raised.value.line == 3 and str(path) in str(raised.value)
+
+
+def test_directory_layouts(tmp_path: Path) -> None:
+    write_dump(tmp_path / "one" / "step0" / "rank0" / "dump.json", {KEY: entry([1.0], [1.0])})
+    assert resolve_dump_path(tmp_path / "one").parts[-3:] == ("step0", "rank0", "dump.json")
+    write_dump(tmp_path / "two" / "step0" / "rank0" / "dump.json", {KEY: entry([1.0], [1.0])})
+    write_dump(tmp_path / "two" / "step0" / "rank1" / "dump.json", {KEY: entry([1.0], [1.0])})
+    with pytest.raises(InputError, match="2 dumps found"):
+        resolve_dump_path(tmp_path / "two")
+    with pytest.raises(InputError, match="no dump.json found"):
+        resolve_dump_path(tmp_path)
+
+
+def test_cache_reuses_until_file_changes(tmp_path: Path) -> None:
+    path = write_dump(tmp_path / "dump.json", {KEY: entry([1.0], [1.0])})
+    cache = DumpCache()
+    first = cache.get(path)
+    assert cache.get(path) is first
+    write_dump(path, {KEY: entry([1.0], [2.0])})
+    os.utime(path, ns=(1, 1))
+    second = cache.get(path)
+    assert second is not first and second.entries[KEY].output.max == 2.0
+
+
+def test_hidden_states_kwarg_is_the_input(tmp_path: Path) -> None:
+    node = {"input_args": [], "input_kwargs": {"hidden_states": tensor([1.0, -1.0])}, "output": [tensor([2.0])],
+            "parameters": {}}
+    path = write_dump(tmp_path / "dump.json", {KEY: node, "Functional.linear.0.forward": node})
+    dump = DumpCache().get(path)
+    assert dump.keys == [KEY] and dump.skipped_keys == 1
+    assert dump.entries[KEY].input_source == "input_kwargs.hidden_states" and dump.entries[KEY].input.max == 1.0
