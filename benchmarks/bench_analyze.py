@@ -1,0 +1,156 @@
+"""Benchmark a cold `python -m rca_lsp analyze` against the parse floor on a large synthetic dump pair.
+
+Each measurement is one fresh child process; its wall time and peak RSS (wait4 rusage) are recorded, and the
+median of --repeat runs is reported. This process stays small on purpose: Linux counts the parent's RSS at
+spawn time into a child's peak, so nothing heavy (orjson, generation) runs in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Union
+
+from bench_common import BENCH_DIR, DEFAULT_DATA_DIR, EXIT_NOT_STRICT_JSON, REPO_ROOT, DatasetPaths, dataset_paths, mib
+
+TARGET_RATIO = 1.3
+
+
+@dataclass(frozen=True)
+class Cost:
+    wall_s: float
+    cpu_s: float  # user + system
+    peak_rss: int  # bytes
+
+
+@dataclass(frozen=True)
+class Run:
+    cost: Cost
+    exit_code: int
+    log: Path
+
+
+Outcome = Union[Cost, str]  # median cost of a measurement's runs, or why it failed
+COLUMNS = (("wall", "wall_s"), ("peak RSS", "peak_rss"), ("cpu", "cpu_s"))
+
+
+def run_child(argv: list[str], log: Path) -> Run:
+    """Spawn argv (stdout and stderr to log), wait for it, return its wall time, CPU time and own peak RSS."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    actions = [(os.POSIX_SPAWN_OPEN, 1, str(log), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+               (os.POSIX_SPAWN_DUP2, 1, 2)]
+    start = time.perf_counter()
+    pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
+    _, status, usage = os.wait4(pid, 0)
+    cost = Cost(time.perf_counter() - start, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024)
+    return Run(cost, os.waitstatus_to_exitcode(status), log)
+
+
+def last_line(log: Path) -> str:
+    lines = log.read_text(errors="replace").strip().splitlines()
+    return lines[-1] if lines else "(no output)"
+
+
+def summarize(runs: list[Run], explain_failure: dict[int, str]) -> Outcome:
+    for run in runs:
+        if run.exit_code != 0:
+            reason = explain_failure.get(run.exit_code, f"exit status {run.exit_code}")
+            return f"{reason}: {last_line(run.log)}\n  (full output: {run.log})"
+    costs = [run.cost for run in runs]
+    return Cost(statistics.median(c.wall_s for c in costs), statistics.median(c.cpu_s for c in costs),
+                int(statistics.median(c.peak_rss for c in costs)))
+
+
+def floor_argv(paths: DatasetPaths) -> list[str]:
+    return [sys.executable, str(BENCH_DIR / "parse_floor.py"), str(paths.train_dump), str(paths.rollout_dump)]
+
+
+def analyze_argv(paths: DatasetPaths, out_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "rca_lsp", "analyze", "--train", str(paths.train_dump),
+            "--rollout", str(paths.rollout_dump), "--mapping-key", str(paths.mapping_key), "--out-dir", str(out_dir)]
+
+
+def ensure_dataset(data_dir: Path) -> DatasetPaths:
+    paths = dataset_paths(data_dir)
+    if not paths.exist():
+        print(f"no dataset in {data_dir}: generating it with make_synthetic.py (defaults)", flush=True)
+        subprocess.run([sys.executable, str(BENCH_DIR / "make_synthetic.py"), "--out-dir", str(data_dir)], check=True)
+    return paths
+
+
+def warm_page_cache(paths: DatasetPaths) -> None:
+    """Read every input once so that all measured runs see the same (warm) page cache."""
+    for path in paths.all():
+        with path.open("rb") as f:
+            while f.read(1 << 24):
+                pass
+
+
+def measure(paths: DatasetPaths, data_dir: Path, repeat: int) -> tuple[Outcome, Outcome]:
+    """Alternate floor and analyze runs so that both see the same machine conditions."""
+    out_dir = data_dir / "analyze_out"
+    floor_runs: list[Run] = []
+    analyze_runs: list[Run] = []
+    for i in range(repeat):
+        floor_runs.append(run_child(floor_argv(paths), data_dir / f"floor.{i}.log"))
+        shutil.rmtree(out_dir, ignore_errors=True)
+        analyze_runs.append(run_child(analyze_argv(paths, out_dir), data_dir / f"analyze.{i}.log"))
+        print(f"run {i + 1}/{repeat}: floor {floor_runs[-1].cost.wall_s:.2f} s, "
+              f"analyze {analyze_runs[-1].cost.wall_s:.2f} s", flush=True)
+    floor = summarize(floor_runs, {EXIT_NOT_STRICT_JSON: "orjson rejects a dump, floor n/a"})
+    return floor, summarize(analyze_runs, {})
+
+
+def cell(outcome: Outcome, field: str) -> str:
+    if isinstance(outcome, str):
+        return "n/a"
+    value = getattr(outcome, field)
+    return mib(value) if field == "peak_rss" else f"{value:.2f} s"
+
+
+def ratio_cell(analyze: Outcome, floor: Outcome, field: str) -> str:
+    if isinstance(analyze, str) or isinstance(floor, str):
+        return "n/a"
+    ratio = getattr(analyze, field) / getattr(floor, field)
+    return f"{ratio:.2f}x {'ok' if ratio <= TARGET_RATIO else 'OVER'}"
+
+
+def report(data_dir: Path, paths: DatasetPaths, repeat: int, floor: Outcome, analyze: Outcome) -> None:
+    print(f"\ninputs in {data_dir}:")
+    for path in paths.all():
+        print(f"  {path.relative_to(data_dir)}: {mib(path.stat().st_size)}")
+    print(f"median of {repeat} run(s), each a fresh process, page cache warm\n")
+    print(f"{'':<16}" + "".join(f"{title:>14}" for title, _ in COLUMNS))
+    for name, outcome in (("parse floor", floor), ("analyze", analyze)):
+        print(f"{name:<16}" + "".join(f"{cell(outcome, field):>14}" for _, field in COLUMNS))
+    print(f"{'analyze/floor':<16}" + "".join(f"{ratio_cell(analyze, floor, field):>14}" for _, field in COLUMNS)
+          + f"   (target: wall and RSS <= {TARGET_RATIO}x)")
+    for name, outcome in (("parse floor", floor), ("analyze", analyze)):
+        if isinstance(outcome, str):
+            print(f"\n{name}: {outcome}")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
+                        help="dataset written by make_synthetic.py (generated with defaults if missing)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per measurement; the median is reported")
+    args = parser.parse_args(argv)
+    data_dir = args.data_dir.resolve()
+    paths = ensure_dataset(data_dir)
+    warm_page_cache(paths)
+    repeat = max(args.repeat, 1)
+    floor, analyze = measure(paths, data_dir, repeat)
+    report(data_dir, paths, repeat, floor, analyze)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
