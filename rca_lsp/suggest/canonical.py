@@ -9,25 +9,32 @@ from rca_lsp.suggest.rules import TOP_LEVEL, Alias, NamingRules
 _NUMBER = "#"
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class NameTemplate:
+    """The canonical form of every path that differs only in its numbers (compared by identity: one per form)."""
+
+    segments: tuple[str, ...]  # canonical segments, numbers replaced by "#"
+    part: int | None  # for a split part: its position among the fused module's parts
+    layer_number: int | None  # which of the path's numbers (0-based) is the layer index
+    wrapper: str  # the dropped leading wrapper segments, e.g. "module.module.decoder"
+    sources: tuple[tuple[str, str], ...]  # (canonical segment, raw text it came from), numbers left out
+
+    @property
+    def is_root(self) -> bool:
+        """Nothing but wrappers: the whole model."""
+        return not self.segments
+
+
 @dataclass(frozen=True, slots=True)
 class CanonicalName:
     path: str  # e.g. "layers.0.attn.qkv"; a split part ends in "[i]": "layers.0.attn.qkv[1]"
     group: str | None  # for a split part: the canonical path of the fused module it is part of
-    part: int | None  # for a split part: its position among the fused module's parts
     layer: int | None  # the number after the canonical "layers" segment
-    wrapper: str  # the dropped leading wrapper segments, e.g. "module.module.decoder"
-    sources: tuple[tuple[str, str], ...]  # (canonical segment, raw text it came from), numbers left out
+    template: NameTemplate
 
-
-@dataclass(frozen=True, slots=True)
-class _Template:
-    """Canonical form of a path whose numbers are replaced by placeholders; numbers are filled in per key."""
-
-    segments: tuple[str, ...]
-    part: int | None
-    layer_number: int | None  # which number (0-based, in path order) is the layer index
-    wrapper: str
-    sources: tuple[tuple[str, str], ...]
+    @property
+    def part(self) -> int | None:
+        return self.template.part
 
 
 class Canonicalizer:
@@ -36,25 +43,29 @@ class Canonicalizer:
         self._aliases: dict[str, list[Alias]] = {}
         for alias in rules.aliases:
             self._aliases.setdefault(alias.names[0], []).append(alias)
-        self._templates: dict[tuple[str, ...], _Template] = {}
+        self._templates: dict[tuple[str, ...], NameTemplate] = {}
+        self._names: dict[str, CanonicalName] = {}
 
     def canonical(self, path: str) -> CanonicalName:
+        name = self._names.get(path)
+        if name is None:
+            name = self._names[path] = self._canonical(path)
+        return name
+
+    def _canonical(self, path: str) -> CanonicalName:
         raw = path.split(".")
         numbers = [segment for segment in raw if segment.isdigit()]
-        shape = tuple(_NUMBER if segment.isdigit() else segment for segment in raw)
-        template = self._templates.get(shape)
+        form = tuple(_NUMBER if segment.isdigit() else segment for segment in raw)
+        template = self._templates.get(form)
         if template is None:
-            template = self._templates[shape] = self._template(shape)
+            template = self._templates[form] = self._template(form)
         filled = iter(numbers)
-        segments = [next(filled) if segment == _NUMBER else segment for segment in template.segments]
-        canonical_path = ".".join(segments)
-        group = None
-        if template.part is not None:
-            group = canonical_path.rpartition("[")[0]
+        canonical_path = ".".join(next(filled) if segment == _NUMBER else segment for segment in template.segments)
+        group = canonical_path.rpartition("[")[0] if template.part is not None else None
         layer = int(numbers[template.layer_number]) if template.layer_number is not None else None
-        return CanonicalName(canonical_path, group, template.part, layer, template.wrapper, template.sources)
+        return CanonicalName(canonical_path, group, layer, template)
 
-    def _template(self, raw: tuple[str, ...]) -> _Template:
+    def _template(self, raw: tuple[str, ...]) -> NameTemplate:
         start = 0
         while start < len(raw) and raw[start] in self._wrappers:
             start += 1
@@ -71,8 +82,7 @@ class Canonicalizer:
                 index += 1
                 continue
             index += len(alias.names)
-            is_last = index == len(raw)
-            part = alias.part if is_last else None
+            part = alias.part if index == len(raw) else None
             segment = alias.canonical if alias.part is None else f"{alias.canonical}[{alias.part}]"
             segments.append(segment)
             sources.append((segment, alias.text))
@@ -81,12 +91,11 @@ class Canonicalizer:
             if segment == "layers" and segments[position + 1] == _NUMBER:
                 layer_number = segments[:position + 1].count(_NUMBER)
                 break
-        return _Template(tuple(segments), part, layer_number, ".".join(raw[:start]), tuple(sources))
+        return NameTemplate(tuple(segments), part, layer_number, ".".join(raw[:start]), tuple(sources))
 
     def _match(self, raw: tuple[str, ...], index: int, above: list[str]) -> Alias | None:
         for alias in self._aliases.get(raw[index], ()):
-            width = len(alias.names)
-            if raw[index:index + width] != alias.names:
+            if raw[index:index + len(alias.names)] != alias.names:
                 continue
             if alias.inside and not _is_inside(alias.inside, above):
                 continue

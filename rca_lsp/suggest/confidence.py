@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
-from rca_lsp.suggest.canonical import CanonicalName
-from rca_lsp.suggest.evidence import Evidence, ShapeRelation, StatsRelation
+from rca_lsp.suggest.canonical import CanonicalName, NameTemplate
+from rca_lsp.suggest.evidence import SHAPE_WORDS, Evidence
 
 ACCEPT_THRESHOLD = 0.6  # suggestions below this are listed, not written
 
@@ -13,15 +14,12 @@ ACCEPT_THRESHOLD = 0.6  # suggestions below this are listed, not written
 IDENTICAL_PATH = 0.7
 CANONICAL_PATH = 0.6
 MODEL_ROOT = 0.4  # both paths are only wrappers: any two whole-model modules look alike by name
-SAME_PLACE = 0.3  # no name agreement, but the same position among a layer's unmatched modules
+SAME_PLACE = 0.25  # no name agreement, but the same position among a layer's unpaired modules
 NO_NAME = 0.0
 
-_OUTPUT_SHAPE = {ShapeRelation.SAME: 0.1, ShapeRelation.PERMUTED: 0.1, ShapeRelation.FLATTENED: 0.1,
-                 ShapeRelation.NUMEL: 0.03, ShapeRelation.DIFFERENT: -0.4, ShapeRelation.UNKNOWN: 0.0}
-_INPUT_SHAPE = {ShapeRelation.SAME: 0.05, ShapeRelation.PERMUTED: 0.05, ShapeRelation.FLATTENED: 0.05,
-                ShapeRelation.NUMEL: 0.0, ShapeRelation.DIFFERENT: -0.15, ShapeRelation.UNKNOWN: 0.0}
-_WEIGHT_SHAPE = {ShapeRelation.SAME: 0.05, ShapeRelation.PERMUTED: 0.05, ShapeRelation.FLATTENED: 0.0,
-                 ShapeRelation.NUMEL: -0.1, ShapeRelation.DIFFERENT: -0.3, ShapeRelation.UNKNOWN: 0.0}
+_OUTPUT_SHAPE = {"same": 0.1, "permuted": 0.1, "flattened": 0.1, "numel": 0.03, "different": -0.4, "unknown": 0.0}
+_INPUT_SHAPE = {"same": 0.05, "permuted": 0.05, "flattened": 0.05, "numel": 0.0, "different": -0.15, "unknown": 0.0}
+_WEIGHT_SHAPE = {"same": 0.05, "permuted": 0.05, "flattened": 0.0, "numel": -0.1, "different": -0.3, "unknown": 0.0}
 _OUTPUT_STATS_EQUAL = 0.25
 _INPUT_STATS_EQUAL = 0.1
 _SAME_KIND = 0.05
@@ -44,12 +42,19 @@ class Assessment:
         return self.confidence >= ACCEPT_THRESHOLD
 
 
-def name_evidence(trains: list[CanonicalName], rollouts: list[CanonicalName], train_paths: list[str],
-                  rollout_paths: list[str]) -> NameEvidence:
+def name_evidence(trains: list[CanonicalName], rollouts: list[CanonicalName], identical_paths: bool) -> NameEvidence:
     """How far names alone say the two sides are the same module(s); their canonical paths already agree."""
-    if train_paths == rollout_paths:
-        return NameEvidence(IDENTICAL_PATH, "identical module path")
-    if not trains[0].path:
+    if identical_paths:
+        return _IDENTICAL
+    return _name_evidence(tuple(name.template for name in trains), tuple(name.template for name in rollouts))
+
+
+_IDENTICAL = NameEvidence(IDENTICAL_PATH, "identical module path")
+
+
+@lru_cache(maxsize=4096)
+def _name_evidence(trains: tuple[NameTemplate, ...], rollouts: tuple[NameTemplate, ...]) -> NameEvidence:
+    if trains[0].is_root:
         return NameEvidence(MODEL_ROOT, f"both are whole-model modules ({trains[0].wrapper} / {rollouts[0].wrapper})")
     renames = _renames(trains, rollouts)
     if renames:
@@ -57,7 +62,7 @@ def name_evidence(trains: list[CanonicalName], rollouts: list[CanonicalName], tr
     return NameEvidence(CANONICAL_PATH, f"same path under wrappers {trains[0].wrapper or '-'} / {rollouts[0].wrapper or '-'}")
 
 
-def _renames(trains: list[CanonicalName], rollouts: list[CanonicalName]) -> list[str]:
+def _renames(trains: tuple[NameTemplate, ...], rollouts: tuple[NameTemplate, ...]) -> list[str]:
     """The raw names that differ, segment by segment (the last segment joined over a group's members)."""
     pairs = [f"{train_raw}↔{rollout_raw}"
              for (_, train_raw), (_, rollout_raw) in zip(trains[0].sources[:-1], rollouts[0].sources[:-1])
@@ -68,34 +73,44 @@ def _renames(trains: list[CanonicalName], rollouts: list[CanonicalName]) -> list
     return pairs
 
 
-def _last_names(names: list[CanonicalName]) -> str:
+def _last_names(names: tuple[NameTemplate, ...]) -> str:
     return "+".join(name.sources[-1][1] for name in names if name.sources)
 
 
 def assess(name: NameEvidence, evidence: Evidence) -> Assessment:
     if evidence.conflict is not None:
         return Assessment(0.0, f"{name.text}; not paired: {evidence.conflict}")
-    score = name.score
+    if evidence.output_shape == "different":
+        assessment = _assess(name, evidence.output_shape, evidence.input_shape, evidence.weight_shape,
+                             evidence.output_stats, evidence.input_stats, evidence.same_kind)
+        train_shape, rollout_shape = evidence.output_shapes
+        return Assessment(assessment.confidence,
+                          f"{assessment.reason}; output shapes differ ({_dims(train_shape)} vs {_dims(rollout_shape)})")
+    return _assess(name, evidence.output_shape, evidence.input_shape, evidence.weight_shape,
+                   evidence.output_stats, evidence.input_stats, evidence.same_kind)
+
+
+@lru_cache(maxsize=8192)
+def _assess(name: NameEvidence, output_shape: str, input_shape: str, weight_shape: str, output_stats: str,
+            input_stats: str, same_kind: bool | None) -> Assessment:
+    """Name score plus what the dumps add, with the reason (few distinct combinations: shared instances)."""
+    score = name.score + _OUTPUT_SHAPE[output_shape] + _INPUT_SHAPE[input_shape] + _WEIGHT_SHAPE[weight_shape]
     notes = [name.text]
-    score += _OUTPUT_SHAPE[evidence.output_shape] + _INPUT_SHAPE[evidence.input_shape]
-    score += _WEIGHT_SHAPE[evidence.weight_shape]
-    if evidence.output_shape is ShapeRelation.DIFFERENT:
-        notes.append(f"output shapes differ ({_dims(evidence.shapes[0])} vs {_dims(evidence.shapes[1])})")
-    elif evidence.output_shape is not ShapeRelation.UNKNOWN:
-        notes.append(f"outputs: {evidence.output_shape.value}")
-    if evidence.weight_shape in (ShapeRelation.DIFFERENT, ShapeRelation.NUMEL):
+    if output_shape not in ("different", "unknown"):
+        notes.append(f"outputs: {SHAPE_WORDS[output_shape]}")
+    if weight_shape in ("different", "numel"):
         notes.append("weight shapes differ")
-    if evidence.output_stats is StatsRelation.EQUAL:
+    if output_stats == "equal":
         score += _OUTPUT_STATS_EQUAL
         notes.append("output statistics equal")
-    elif evidence.input_stats is StatsRelation.EQUAL:
+    elif input_stats == "equal":
         score += _INPUT_STATS_EQUAL
         notes.append("input statistics equal, output statistics differ")
-    elif StatsRelation.DIFFERENT in (evidence.output_stats, evidence.input_stats):
+    elif "different" in (output_stats, input_stats):
         notes.append("statistics differ")
-    if evidence.same_kind is not None:
-        score += _SAME_KIND if evidence.same_kind else _OTHER_KIND
-        if not evidence.same_kind:
+    if same_kind is not None:
+        score += _SAME_KIND if same_kind else _OTHER_KIND
+        if not same_kind:
             notes.append("module classes of different kinds")
     return Assessment(round(min(max(score, 0.0), 0.99), 3), "; ".join(notes))
 

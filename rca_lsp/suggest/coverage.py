@@ -15,22 +15,16 @@ LISTED_ROWS = 10
 
 
 def render_coverage(result: SuggestionResult) -> str:
-    mapped_rollout = result.rollout_total - len(result.unmatched_rollout)
     lines = [
-        f"train modules mapped: {len(result.mapping) - _unknown_existing(result)} of {result.train_total} "
-        f"({result.kept} kept from the existing mapping, {len(result.accepted)} suggested)",
-        f"rollout modules mapped: {mapped_rollout} of {result.rollout_total}",
+        f"train modules mapped: {result.train_total - len(result.unmatched_train)} of {result.train_total} "
+        f"({len(result.accepted)} suggested; {result.kept} entries kept from the existing mapping)",
+        f"rollout modules mapped: {result.rollout_total - len(result.unmatched_rollout)} of {result.rollout_total}",
     ]
     lines += _groups(result)
     lines += _low_confidence(result)
     lines += _by_class("unmatched train modules", result.unmatched_train)
     lines += _by_class("unmatched rollout modules", result.unmatched_rollout)
     return "\n".join(lines) + "\n"
-
-
-def _unknown_existing(result: SuggestionResult) -> int:
-    """Existing entries whose train key is not in the train dump (kept, but they cover nothing)."""
-    return len(result.mapping) - (result.train_total - len(result.unmatched_train))
 
 
 def _groups(result: SuggestionResult) -> list[str]:

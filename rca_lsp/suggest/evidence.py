@@ -1,37 +1,28 @@
-"""What the dumps say about a candidate pair: tensor forms, shapes and statistics on both sides."""
+"""What the dumps say about a candidate pair: tensor forms, shapes and statistics on both sides.
+
+Relations are plain strings (not Enums) because they key the confidence cache on a hot path."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
-from typing import Callable, Sequence
+from typing import Callable, Literal, Sequence
 
 from rca_lsp.core.dump import ModuleEntry, TensorStats
 from rca_lsp.suggest.rules import NamingRules
 
+ShapeRelation = Literal["same", "permuted", "flattened", "numel", "different", "unknown"]
+StatsRelation = Literal["equal", "different", "unknown"]
+COMPATIBLE_SHAPES: frozenset[str] = frozenset({"same", "permuted", "flattened"})
+SHAPE_WORDS: dict[str, str] = {
+    "same": "same shape", "permuted": "same dimensions in another order",
+    "flattened": "same feature size and element count", "numel": "same element count",
+    "different": "different shapes", "unknown": "shape unknown",
+}
+
 _HALF_PRECISION = ("bfloat16", "float16", "half")
 _TOLERANCE_FULL = 1e-3
 _TOLERANCE_HALF = 3e-2
-
-
-class ShapeRelation(Enum):
-    SAME = "same shape"
-    PERMUTED = "same dimensions in another order"
-    FLATTENED = "same feature size and element count"
-    NUMEL = "same element count"
-    DIFFERENT = "different shapes"
-    UNKNOWN = "shape unknown"
-
-    @property
-    def compatible(self) -> bool:
-        return self in (ShapeRelation.SAME, ShapeRelation.PERMUTED, ShapeRelation.FLATTENED)
-
-
-class StatsRelation(Enum):
-    EQUAL = "equal"
-    DIFFERENT = "different"
-    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,9 +31,8 @@ class ModuleView:
 
     input: TensorStats | None
     output: TensorStats | None
-    weight: TensorStats | None
+    weight: TensorStats | None  # None when absent or unobservable (e.g. repacked to shape [0])
     kind: str | None  # from NamingRules.class_kind; "identity" for placeholders
-    class_name: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +44,14 @@ class Evidence:
     output_stats: StatsRelation
     input_stats: StatsRelation
     same_kind: bool | None  # None when a side's kind is unknown
-    shapes: tuple[tuple[int, ...] | None, tuple[int, ...] | None]  # output shapes, for the reason text
+    output_shapes: tuple[tuple[int, ...] | None, tuple[int, ...] | None]  # for the reason text
 
 
 def module_view(entry: ModuleEntry, rules: NamingRules) -> ModuleView:
     weight = entry.parameters.get("weight")
-    return ModuleView(entry.input, entry.output, weight if weight is not None and weight.observable else None,
-                      rules.class_kind(entry.class_name), entry.class_name)
+    if weight is not None and not _observable(weight):
+        weight = None
+    return ModuleView(entry.input, entry.output, weight, rules.class_kind(entry.class_name))
 
 
 def group_view(entries: Sequence[ModuleEntry], rules: NamingRules) -> ModuleView:
@@ -72,7 +63,6 @@ def group_view(entries: Sequence[ModuleEntry], rules: NamingRules) -> ModuleView
         output=concatenate([view.output for view in views], axis=-1),
         weight=concatenate([view.weight for view in views], axis=0),
         kind=kinds.pop() if len(kinds) == 1 else None,
-        class_name="+".join(dict.fromkeys(view.class_name for view in views)),
     )
 
 
@@ -104,15 +94,19 @@ def _combine(values: list[float | None], how: Callable[[list[float]], float]) ->
 
 
 def compare(train: ModuleView, rollout: ModuleView) -> Evidence:
+    train_output, rollout_output = train.output, rollout.output
+    output_shapes = (train_output.shape if train_output else None, rollout_output.shape if rollout_output else None)
     return Evidence(
         conflict=form_conflict(train, rollout),
-        output_shape=shape_relation(_shape(train.output), _shape(rollout.output)),
-        input_shape=shape_relation(_shape(train.input), _shape(rollout.input)),
-        weight_shape=shape_relation(_shape(train.weight), _shape(rollout.weight)),
-        output_stats=stats_relation(train.output, rollout.output),
+        output_shape=shape_relation(*output_shapes),
+        input_shape=shape_relation(train.input.shape if train.input else None,
+                                   rollout.input.shape if rollout.input else None),
+        weight_shape=shape_relation(train.weight.shape if train.weight else None,
+                                    rollout.weight.shape if rollout.weight else None),
+        output_stats=stats_relation(train_output, rollout_output),
         input_stats=stats_relation(train.input, rollout.input),
         same_kind=None if train.kind is None or rollout.kind is None else train.kind == rollout.kind,
-        shapes=(_shape(train.output), _shape(rollout.output)),
+        output_shapes=output_shapes,
     )
 
 
@@ -121,6 +115,8 @@ def form_conflict(train: ModuleView, rollout: ModuleView) -> str | None:
     if (train.kind == "identity") != (rollout.kind == "identity"):
         return "identity placeholder on one side only"
     for what, left, right in (("input", train.input, rollout.input), ("output", train.output, rollout.output)):
+        if left is not None and right is not None and left.dtype == right.dtype:
+            continue
         left_form, right_form = tensor_form(left), tensor_form(right)
         if left_form != right_form:
             return f"{what} is {left_form} on the train side but {right_form} on the rollout side"
@@ -130,7 +126,7 @@ def form_conflict(train: ModuleView, rollout: ModuleView) -> str | None:
 def tensor_form(stats: TensorStats | None) -> str:
     if stats is None:
         return "not a tensor"
-    dtype = (stats.dtype or "").lower()
+    dtype = stats.dtype or ""
     if "bool" in dtype:
         return "a boolean tensor"
     if "int" in dtype:
@@ -138,43 +134,47 @@ def tensor_form(stats: TensorStats | None) -> str:
     return "a float tensor"
 
 
-def _shape(stats: TensorStats | None) -> tuple[int, ...] | None:
-    return stats.shape if stats is not None else None
-
-
 def shape_relation(left: tuple[int, ...] | None, right: tuple[int, ...] | None) -> ShapeRelation:
     if left is None or right is None:
-        return ShapeRelation.UNKNOWN
+        return "unknown"
     if left == right:
-        return ShapeRelation.SAME
+        return "same"
     left_dims = [dim for dim in left if dim != 1]
     right_dims = [dim for dim in right if dim != 1]
     if left_dims == right_dims:
-        return ShapeRelation.SAME
+        return "same"
     if sorted(left_dims) == sorted(right_dims):
-        return ShapeRelation.PERMUTED
+        return "permuted"
     if math.prod(left_dims) != math.prod(right_dims):
-        return ShapeRelation.DIFFERENT
+        return "different"
     if left_dims and right_dims and left_dims[-1] == right_dims[-1]:
-        return ShapeRelation.FLATTENED
-    return ShapeRelation.NUMEL
+        return "flattened"
+    return "numel"
 
 
 def stats_relation(left: TensorStats | None, right: TensorStats | None) -> StatsRelation:
-    """EQUAL when Max, Min, Mean and Norm agree within what the dtype's rounding allows."""
-    if left is None or right is None or not left.observable or not right.observable:
-        return StatsRelation.UNKNOWN
+    """Equal when Max, Min, Mean and Norm agree within what the dtype's rounding allows (2 or more known)."""
+    if left is None or right is None or not (_observable(left) and _observable(right)):
+        return "unknown"
+    if left.max == right.max and left.min == right.min and left.mean == right.mean and left.norm == right.norm:
+        known = (left.max is not None) + (left.min is not None) + (left.mean is not None) + (left.norm is not None)
+        return "equal" if known >= 2 else "unknown"
     tolerance = _tolerance(left.dtype, right.dtype)
-    scale = _rms(left)
     compared = 0
     for a, b, floor in ((left.max, right.max, 0.0), (left.min, right.min, 0.0),
-                        (left.norm, right.norm, 0.0), (left.mean, right.mean, scale)):
+                        (left.norm, right.norm, 0.0), (left.mean, right.mean, _rms(left) * tolerance)):
         if a is None or b is None:
             continue
-        if not _close(a, b, tolerance, floor * tolerance):
-            return StatsRelation.DIFFERENT
+        if not _close(a, b, tolerance, floor):
+            return "different"
         compared += 1
-    return StatsRelation.EQUAL if compared >= 2 else StatsRelation.UNKNOWN
+    return "equal" if compared >= 2 else "unknown"
+
+
+def _observable(stats: TensorStats) -> bool:
+    """Seen and summarised (repacked weights have shape [0] and null statistics)."""
+    shape = stats.shape
+    return (shape is None or 0 not in shape) and (stats.max is not None or stats.norm is not None)
 
 
 def _tolerance(*dtypes: str | None) -> float:

@@ -14,10 +14,12 @@ class SideIndex:
 
     def __init__(self, dump: Dump, canonicalizer: Canonicalizer) -> None:
         self.dump = dump
+        self._canonicalizer = canonicalizer
         self.names: dict[str, CanonicalName] = {}
         self.by_path: dict[PathKey, list[str]] = {}
         self.parts: dict[PathKey, dict[int, str]] = {}  # fused module's canonical path -> part position -> key
         self.scopes: dict[Scope, list[str]] = {}  # keys in dump order
+        self.children: dict[PathKey, list[str]] = {}  # (canonical parent path, call) -> keys in dump order
         for key in dump.keys:
             entry = dump.entries[key]
             name = canonicalizer.canonical(entry.path)
@@ -27,16 +29,25 @@ class SideIndex:
             if name.group is not None and name.part is not None:
                 self.parts.setdefault((name.group, call), {}).setdefault(name.part, key)
             self.scopes.setdefault((name.layer, call), []).append(key)
+            self.children.setdefault((name.path.rpartition(".")[0], call), []).append(key)
+
+    def canonical_path(self, module_path: str) -> str:
+        """The canonical path of any module path (also one not in this dump, e.g. a misspelt key's)."""
+        return self._canonicalizer.canonical(module_path).path
 
     def entry(self, key: str) -> ModuleEntry:
         return self.dump.entries[key]
 
+    def siblings(self, name: CanonicalName, call: int) -> list[str]:
+        """This dump's modules under the same canonical parent as `name` (which may come from the other dump)."""
+        return self.children.get((name.path.rpartition(".")[0], call), [])
+
     def scope_of(self, key: str) -> Scope:
         return self.names[key].layer, self.dump.entries[key].call_index
 
-    def group_parts(self, path: str, call: int) -> list[str]:
+    def group_parts(self, path: str, call: int) -> tuple[str, ...]:
         """The split parts of a fused module at (path, call), in part order, if they start at part 0 and have no gap."""
         found = self.parts.get((path, call))
         if not found or len(found) < 2 or sorted(found) != list(range(len(found))):
-            return []
-        return [found[position] for position in range(len(found))]
+            return ()
+        return tuple(found[position] for position in range(len(found)))

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
@@ -34,8 +35,9 @@ class Alias:
 class NamingRules:
     wrappers: frozenset[str]
     identity_classes: frozenset[str]
-    class_kinds: tuple[tuple[str, tuple[str, ...]], ...]  # (kind, class-name words), first match wins
+    class_kinds: tuple[tuple[str, tuple[str, ...]], ...]  # (kind, lower-case words of class names)
     aliases: tuple[Alias, ...]  # in the order they are tried
+    _kinds_seen: dict[str, str | None] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @classmethod
     def default(cls) -> NamingRules:
@@ -44,33 +46,40 @@ class NamingRules:
     @classmethod
     def from_files(cls, paths: Sequence[str | Path], include_default: bool = True) -> NamingRules:
         """Rules from `paths` (earlier files take precedence), extended by the built-in rules."""
-        documents = [_read_rules_file(Path(path)) for path in paths]
+        sources = [(str(path), _read_rules_file(Path(path))) for path in paths]
         if include_default:
-            documents.append(_default_document())
-        return _compile(documents)
+            sources.append(_default_source())
+        return _compile(sources)
 
     def class_kind(self, class_name: str) -> str | None:
+        """What the class does ("norm", "linear", ..., "identity" for placeholders), from words in its name."""
+        if class_name not in self._kinds_seen:
+            self._kinds_seen[class_name] = self._find_kind(class_name)
+        return self._kinds_seen[class_name]
+
+    def _find_kind(self, class_name: str) -> str | None:
+        """The kind whose word ends rightmost in the class name, i.e. its head noun: Qwen2MoeDecoderLayer is a layer."""
         if class_name in self.identity_classes:
             return "identity"
+        lowered = class_name.lower()
+        best: tuple[int, int] = (0, 0)
+        found = None
         for kind, words in self.class_kinds:
-            if any(word in class_name for word in words):
-                return kind
-        return None
+            for word in words:
+                start = lowered.rfind(word)
+                if start >= 0 and (start + len(word), len(word)) > best:
+                    best, found = (start + len(word), len(word)), kind
+        return found
 
 
-_DEFAULT: NamingRules | None = None
-
-
+@cache
 def _default_rules() -> NamingRules:
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = _compile([_default_document()])
-    return _DEFAULT
+    return _compile([_default_source()])
 
 
-def _default_document() -> dict[str, Any]:
-    text = resources.files("rca_lsp").joinpath("data", "naming_rules.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text)
+def _default_source() -> tuple[str, dict[str, Any]]:
+    resource = resources.files("rca_lsp").joinpath("data", "naming_rules.toml")
+    return str(resource), tomllib.loads(resource.read_text(encoding="utf-8"))
 
 
 def _read_rules_file(path: Path) -> dict[str, Any]:
@@ -78,37 +87,44 @@ def _read_rules_file(path: Path) -> dict[str, Any]:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise InputError(str(path), f"cannot read naming rules: {error.strerror}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise InputError(str(path), f"invalid TOML in naming rules: {error}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise InputError(str(path), f"invalid naming rules TOML: {error}") from None
 
 
-def _compile(documents: list[dict[str, Any]]) -> NamingRules:
+def _compile(sources: list[tuple[str, dict[str, Any]]]) -> NamingRules:
     wrappers: set[str] = set()
     identity: set[str] = set()
     kinds: dict[str, tuple[str, ...]] = {}
     aliases: list[Alias] = []
-    for document in documents:
-        wrappers.update(_strings(document, "wrappers"))
-        identity.update(_strings(document, "identity_classes"))
-        for kind, words in document.get("class_kinds", {}).items():
-            kinds.setdefault(kind, tuple(str(word) for word in words))
-        for rule in document.get("rename", []):
-            aliases.extend(_aliases(rule, rule.get("names", []), part=None))
-        for rule in document.get("fused", []):
-            aliases.extend(_aliases(rule, rule.get("names", []), part=None))
-            for part_names in rule.get("parts", []):
-                for position, name in enumerate(part_names):
-                    aliases.extend(_aliases(rule, [name], part=position))
+    for path, document in sources:
+        try:
+            wrappers.update(_strings(document.get("wrappers", [])))
+            identity.update(_strings(document.get("identity_classes", [])))
+            for kind, words in dict(document.get("class_kinds", {})).items():
+                kinds.setdefault(kind, tuple(word.lower() for word in _strings(words)))
+            for rule in document.get("rename", []):
+                aliases += _aliases(rule, _strings(rule.get("names", [])), part=None)
+            for rule in document.get("fused", []):
+                aliases += _aliases(rule, _strings(rule.get("names", [])), part=None)
+                for part_names in rule.get("parts", []):
+                    aliases += [alias for position, name in enumerate(_strings(part_names))
+                                for alias in _aliases(rule, [name], part=position)]
+        except (TypeError, ValueError, AttributeError) as error:
+            raise InputError(path, f"invalid naming rules: {error}") from None
     # Conditional rules first, then longer dotted names; otherwise file order (stable sort).
     aliases.sort(key=lambda alias: (not alias.inside, -len(alias.names)))
     return NamingRules(frozenset(wrappers), frozenset(identity), tuple(kinds.items()), tuple(aliases))
 
 
 def _aliases(rule: dict[str, Any], names: list[str], part: int | None) -> list[Alias]:
-    canonical = str(rule["canonical"])
-    inside = frozenset(str(name) for name in rule.get("inside", []))
-    return [Alias(tuple(str(name).split(".")), canonical, part, inside) for name in names]
+    canonical = rule.get("canonical")
+    if not isinstance(canonical, str) or not canonical:
+        raise ValueError(f"a rule without a canonical name (names {names})")
+    inside = frozenset(_strings(rule.get("inside", [])))
+    return [Alias(tuple(name.split(".")), canonical, part, inside) for name in names]
 
 
-def _strings(document: dict[str, Any], field: str) -> list[str]:
-    return [str(value) for value in document.get(field, [])]
+def _strings(values: Any) -> list[str]:
+    if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
+        raise ValueError(f"expected a list of strings, got {values!r}")
+    return values

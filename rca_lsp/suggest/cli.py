@@ -1,0 +1,73 @@
+"""`rca-lsp suggest-mapping`: draft a mapping-key file from a train and a rollout dump, and print its coverage."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import orjson
+
+from rca_lsp.core.dump import DumpCache
+from rca_lsp.core.errors import InputError
+from rca_lsp.core.run import read_mapping_file
+from rca_lsp.suggest import suggest_mapping
+from rca_lsp.suggest.result import MappingValue
+from rca_lsp.suggest.rules import NamingRules
+
+_BLOCKING_CODES = ("json-syntax", "invalid-value")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Propose train -> rollout module pairs from names, order, shapes and statistics, write "
+                          "the confident ones as a mapping-key file (train dump order) and print the coverage; "
+                          "low-confidence pairs are listed, not written.")
+    parser.add_argument("--train", required=True, help="train dump.json or msprobe dump directory")
+    parser.add_argument("--rollout", required=True, help="rollout dump.json or msprobe dump directory")
+    parser.add_argument("-o", "--output", required=True, help="mapping-key file to write")
+    parser.add_argument("--existing", help="mapping-key file whose entries are kept; only missing ones are proposed")
+    parser.add_argument("--rules", action="append", default=[], metavar="TOML",
+                        help="extra naming rules, tried before the built-in ones (repeatable)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        rules = NamingRules.from_files(args.rules) if args.rules else None
+        cache = DumpCache()
+        train, rollout = cache.get(args.train), cache.get(args.rollout)
+        existing = read_existing(args.existing) if args.existing else None
+        result = suggest_mapping(train, rollout, existing, rules)
+        write_mapping(Path(args.output), result.mapping)
+    except InputError as error:
+        print(str(error), file=sys.stderr)
+        return 2
+    print(result.coverage_text(), end="")
+    print(f"wrote {len(result.mapping)} entries to {args.output}")
+    return 0
+
+
+def read_existing(path: str) -> dict[str, MappingValue]:
+    parsed = read_mapping_file(path)
+    blocking = [issue for issue in parsed.issues if issue.code in _BLOCKING_CODES]
+    if blocking:
+        line, column = parsed.lines.position(blocking[0].span.start)
+        raise InputError(path, f"{blocking[0].code}: {blocking[0].message}", line + 1, column + 1, blocking[0].key)
+    return parsed.as_dict()
+
+
+def write_mapping(path: Path, mapping: dict[str, MappingValue]) -> None:
+    """Write atomically: a temporary file in the same directory, then os.replace over the target."""
+    directory = path.parent if str(path.parent) else Path(".")
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except OSError as error:
+        raise InputError(str(path), f"cannot write mapping-key file: {error.strerror}") from None
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(orjson.dumps(mapping, option=orjson.OPT_INDENT_2) + b"\n")
+        os.replace(temporary, path)
+    except OSError as error:
+        Path(temporary).unlink(missing_ok=True)
+        raise InputError(str(path), f"cannot write mapping-key file: {error.strerror}") from None

@@ -1,0 +1,104 @@
+"""The matcher: proposes rollout modules for train modules of one dump pair, for the CLI and the server."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rca_lsp.core.dump import Dump
+from rca_lsp.suggest.align import align_leftovers
+from rca_lsp.suggest.canonical import Canonicalizer
+from rca_lsp.suggest.index import SideIndex
+from rca_lsp.suggest.proposal import Assessor, Proposal
+from rca_lsp.suggest.ranking import rank_rollout, rank_train
+from rca_lsp.suggest.resolve import build_result
+from rca_lsp.suggest.result import Candidate, MappingValue, SuggestionResult, mapping_keys
+from rca_lsp.suggest.rules import NamingRules
+
+
+class Matcher:
+    """Indexes of one (train, rollout) dump pair, built once; cache one per pair and call it interactively."""
+
+    def __init__(self, train: Dump, rollout: Dump, rules: NamingRules | None = None) -> None:
+        self.rules = rules or NamingRules.default()
+        self.canonicalizer = Canonicalizer(self.rules)
+        with _gc_paused():
+            self.train = SideIndex(train, self.canonicalizer)
+            self.rollout = SideIndex(rollout, self.canonicalizer)
+        self.assessor = Assessor(self.train, self.rollout, self.rules)
+
+    def name_proposals(self, train_key: str) -> list[Proposal]:
+        """Rollout module(s) whose canonical path and call index agree with the train module's, best first."""
+        name = self.train.names[train_key]
+        call = self.train.entry(train_key).call_index
+        single = (train_key,)
+        proposals = [self.assessor.by_name(single, (key,)) for key in self.rollout.by_path.get((name.path, call), ())]
+        if name.group is None:
+            split = self.rollout.group_parts(name.path, call)
+            if split:
+                proposals.append(self.assessor.by_name(single, split))
+        else:
+            train_split = self.train.group_parts(name.group, call)
+            if train_key in train_split:
+                proposals += [self.assessor.by_name(train_split, (key,))
+                              for key in self.rollout.by_path.get((name.group, call), ())]
+        proposals.sort(key=lambda proposal: -proposal.confidence)
+        return proposals
+
+    def suggest(self, existing: dict[str, MappingValue] | None = None) -> SuggestionResult:
+        with _gc_paused():
+            return self._suggest(dict(existing or {}))
+
+    def _suggest(self, existing: dict[str, MappingValue]) -> SuggestionResult:
+        claimed_train = set(existing)
+        claimed_rollout = {key for value in existing.values() for key in mapping_keys(value)}
+        seen: set[tuple[tuple[str, ...], tuple[str, ...]]] = set()
+        proposals: list[Proposal] = []
+        for key in self.train.dump.keys:
+            if key in claimed_train:
+                continue
+            for proposal in self.name_proposals(key):
+                identity = (proposal.train_keys, proposal.rollout_keys)
+                if identity not in seen:
+                    seen.add(identity)
+                    proposals.append(proposal)
+        accepted, rejected = _claim(proposals, claimed_train, claimed_rollout, self.train)
+        aligned = align_leftovers(self.assessor, accepted, claimed_train, claimed_rollout)
+        accepted += aligned.accepted
+        return build_result(self.train, self.rollout, existing, accepted, rejected + aligned.rejected)
+
+    def rank_rollout_candidates(self, train_key: str, limit: int = 5, text_hint: str | None = None) -> list[Candidate]:
+        return rank_rollout(self, train_key, limit, text_hint)
+
+    def rank_train_candidates(self, text_hint: str, limit: int = 5) -> list[Candidate]:
+        return rank_train(self, text_hint, limit)
+
+
+def _claim(proposals: list[Proposal], claimed_train: set[str], claimed_rollout: set[str],
+           train: SideIndex) -> tuple[list[Proposal], list[Proposal]]:
+    """Accept confident proposals, strongest first; a module already claimed makes a later proposal lose."""
+    proposals.sort(key=lambda proposal: (-proposal.confidence, train.entry(proposal.train_keys[0]).position))
+    accepted: list[Proposal] = []
+    rejected: list[Proposal] = []
+    for proposal in proposals:
+        taken = claimed_train.intersection(proposal.train_keys) or claimed_rollout.intersection(proposal.rollout_keys)
+        if not proposal.assessment.accepted or taken:
+            rejected.append(proposal)
+            continue
+        claimed_train.update(proposal.train_keys)
+        claimed_rollout.update(proposal.rollout_keys)
+        accepted.append(proposal)
+    return accepted, rejected
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Building many small objects next to millions of loaded ones: collections would rescan the dumps each time."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -1,0 +1,44 @@
+"""The matcher against the hand-written mappings of the real fixture pairs (every fixtures/<variant>/ with one)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from rca_lsp.core.dump import DumpCache
+from rca_lsp.suggest import suggest_mapping
+from rca_lsp.suggest.agreement import compare_mappings
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+VARIANTS = sorted(path.parent.name for path in FIXTURES.glob("*/mapping_key.json"))
+CACHE = DumpCache()
+
+MIN_RECALL = 0.95
+MIN_PRECISION = 0.98
+MAX_EXTRA_SHARE = 0.10
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_suggestions_agree_with_the_hand_written_mapping(variant: str) -> None:
+    folder = FIXTURES / variant
+    reference = orjson.loads((folder / "mapping_key.json").read_bytes())
+    result = suggest_mapping(CACHE.get(folder / "train"), CACHE.get(folder / "rollout"))
+    agreement = compare_mappings(result.mapping, reference)
+    details = f"{variant}: {agreement.summary()}; wrong {agreement.wrong}; missed {agreement.missed}"
+    assert agreement.recall >= MIN_RECALL, details
+    assert agreement.precision >= MIN_PRECISION, details
+    assert agreement.extra_share <= MAX_EXTRA_SHARE, details
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_existing_entries_leave_the_rest_unchanged(variant: str) -> None:
+    folder = FIXTURES / variant
+    train, rollout = CACHE.get(folder / "train"), CACHE.get(folder / "rollout")
+    full = suggest_mapping(train, rollout)
+    half = dict(list(full.mapping.items())[::2])
+    resumed = suggest_mapping(train, rollout, existing=half)
+    assert resumed.mapping == full.mapping
+    assert resumed.kept == len(half)
+    assert {s.train_key for s in resumed.suggestions}.isdisjoint(half)
