@@ -16,6 +16,8 @@ class ModuleRecord:
     comparison: ModuleComparison
     train_position: int  # dump position of the group's last train module (it completes the group's work)
     rollout_position: int
+    train_first_position: int  # ... and of its first: ops interleaved with a split group's parts lie inside its span
+    rollout_first_position: int
     call_index: int
     train_paths: tuple[str, ...]
     rollout_paths: tuple[str, ...]
@@ -92,6 +94,8 @@ class Comparator:
                 comparison=comparison,
                 train_position=train_entries[-1].position,
                 rollout_position=rollout_entries[-1].position,
+                train_first_position=train_entries[0].position,
+                rollout_first_position=rollout_entries[0].position,
                 call_index=train_entries[0].call_index,
                 train_paths=tuple(e.path for e in train_entries),
                 rollout_paths=tuple(e.path for e in rollout_entries),

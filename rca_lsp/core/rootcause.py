@@ -105,7 +105,8 @@ class RootCauseAnalysis:
 
     def _between(self, record: ModuleRecord, boundary: ModuleRecord | None) -> Between:
         if boundary is not None:
-            train_start, rollout_start = boundary.train_position, boundary.rollout_position
+            # From the boundary's first part: an op interleaved with split parts (gate, act_fn, up) is between too.
+            train_start, rollout_start = boundary.train_first_position, boundary.rollout_first_position
             train_bounds, rollout_bounds = boundary.train_paths, boundary.rollout_paths
         else:
             train_start = self._call_start(self.train, record.train_position, record.call_index)
@@ -135,6 +136,10 @@ class RootCauseAnalysis:
             return Suspect(record, UPSTREAM, f"inputs were already divergent before this module "
                            f"(the preceding mapped module {previous.train_key} already differs)", boundary, between,
                            False, previous.train_key)
+        child = self._first_divergent_child(record)
+        if child is not None:
+            return Suspect(record, UPSTREAM, f"its input differs, as does that of a module inside it, which diverges "
+                           f"first: {child.train_key}", boundary, between, False, child.train_key)
         where = f"after the aligned boundary {boundary.train_key}" if boundary else "from the start of this call"
         train_acts = [k for k in between.train if is_activation_like(k)]
         rollout_acts = [k for k in between.rollout if is_activation_like(k)]

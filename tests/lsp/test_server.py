@@ -1,0 +1,182 @@
+"""End to end over stdio with pytest-lsp, on the real fixture dumps."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+from conftest import FIXTURES, expected
+
+SERVER = ClientServerConfig(server_command=[sys.executable, "-c", "from rca_lsp.server.app import server; server.start_io()"])
+TIMEOUT = 30
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def client(lsp_client: LanguageClient, tmp_path: Path):
+    root = tmp_path / "ws"
+    root.mkdir()
+    lsp_client.root = root  # type: ignore[attr-defined]
+    lsp_client.statuses = []  # type: ignore[attr-defined]
+    lsp_client.registrations = []  # type: ignore[attr-defined]
+
+    @lsp_client.feature(types.CLIENT_REGISTER_CAPABILITY)
+    def on_register(client: LanguageClient, params: types.RegistrationParams) -> None:
+        lsp_client.registrations.extend(params.registrations)  # type: ignore[attr-defined]
+
+    @lsp_client.feature("rcaLsp/status")
+    def on_status(client: LanguageClient, params: object) -> None:
+        lsp_client.statuses.append(params)  # type: ignore[attr-defined]
+
+    await lsp_client.initialize_session(types.InitializeParams(
+        capabilities=client_capabilities("visual-studio-code"), root_uri=root.as_uri(),
+        workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="ws")]))
+    yield
+    await lsp_client.shutdown_session()
+
+
+def copy_variant(client: LanguageClient, variant: str) -> Path:
+    import shutil
+
+    target = client.root / variant  # type: ignore[attr-defined]
+    shutil.copytree(FIXTURES / variant, target)
+    return target / "mapping_key.json"
+
+
+async def wait_for(client: LanguageClient, uri: str, predicate, timeout: float = TIMEOUT) -> list[types.Diagnostic]:
+    deadline = time.monotonic() + timeout
+    while True:
+        current = list(client.diagnostics.get(uri, []))
+        if predicate(current):
+            return current
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out; last diagnostics: {[(d.code, d.message[:80]) for d in current]}")
+        await asyncio.sleep(0.05)
+
+
+def open_document(client: LanguageClient, path: Path, text: str | None = None) -> str:
+    uri = path.as_uri()
+    client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
+        uri=uri, language_id="json", version=1, text=text if text is not None else path.read_text())))
+    return uri
+
+
+def line_of(path: Path, key: str) -> int:
+    return path.read_text().split("\n").index(next(l for l in path.read_text().split("\n") if f'"{key}"' in l))
+
+
+def findings(diagnostics: list[types.Diagnostic]) -> list[types.Diagnostic]:
+    return [d for d in diagnostics if d.code in ("missing-op", "parameter-sync", "in-module-diff", "upstream-propagation")]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_missing_activation_diagnostic_hover_and_definition(client: LanguageClient) -> None:
+    mapping = copy_variant(client, "missing_activation")
+    uri = open_document(client, mapping)
+    truth = expected("missing_activation")["root_cause"]
+    diagnostics = await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    missing = next(d for d in diagnostics if d.code == "missing-op")
+    assert missing.range.start.line == line_of(mapping, truth["train_key"])
+    assert missing.severity == types.DiagnosticSeverity.Warning and "act_fn" in missing.message
+    assert any(r.location.uri.endswith("dump.json") for r in missing.related_information or [])
+    boundary = [d for d in diagnostics if d.code == "aligned-boundary"]
+    assert boundary and "act_fn" in boundary[0].message
+
+    hover = await client.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(
+            line=missing.range.start.line, character=missing.range.start.character + 5)))
+    assert hover is not None
+    text = hover.contents.value
+    assert "missing_or_extra_op_between_aligned_boundary" in text and "act_fn" in text and "| output.0" in text
+
+    location = await client.text_document_definition_async(types.DefinitionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=missing.range.start))
+    target = location if isinstance(location, types.Location) else location[0]
+    dump_line = Path(target.uri.removeprefix("file://")).read_text().split("\n")[target.range.start.line]
+    assert truth["train_key"] in dump_line
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_unknown_key_quick_fix_gives_empty_publish(client: LanguageClient) -> None:
+    mapping = copy_variant(client, "healthy_fp32")
+    text = mapping.read_text()
+    key = next(iter(json.loads(text)))
+    typo = key.replace(".forward.", ".froward.")
+    uri = open_document(client, mapping, text.replace(f'"{key}"', f'"{typo}"', 1))
+    diagnostics = await wait_for(client, uri, lambda ds: any(d.code == "unknown-train-key" for d in ds))
+    unknown = next(d for d in diagnostics if d.code == "unknown-train-key")
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=unknown.range,
+        context=types.CodeActionContext(diagnostics=[unknown])))
+    fix = next(a for a in actions if a.title == f"Replace with {key}")
+    edit = fix.edit.document_changes[0].edits[0]
+    assert edit.new_text == json.dumps(key)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(range=edit.range, text=edit.new_text)]))
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    await wait_for(client, uri, lambda ds: ds == [])
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_syntax_error_mid_edit_keeps_last_findings(client: LanguageClient) -> None:
+    mapping = copy_variant(client, "param_desync")
+    uri = open_document(client, mapping)
+    before = await wait_for(client, uri, lambda ds: any(d.code == "parameter-sync" for d in ds))
+    finding = next(d for d in before if d.code == "parameter-sync")
+    broken = mapping.read_text().replace('",', '"', 1)  # drop the first comma
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=broken)]))
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    during = await wait_for(client, uri, lambda ds: any(d.code == "json-syntax" for d in ds))
+    assert any(d.code == "parameter-sync" and d.range.start.line == finding.range.start.line for d in during)
+    assert all(d.code != "unknown-train-key" for d in during)
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_dump_change_triggers_reanalysis(client: LanguageClient) -> None:
+    mapping = copy_variant(client, "healthy_fp32")
+    uri = open_document(client, mapping)
+    await asyncio.sleep(1.0)
+    assert findings(list(client.diagnostics.get(uri, []))) == []
+    param_dir = FIXTURES / "param_desync" / "train"
+    train_dump = next(mapping.parent.joinpath("train").rglob("dump.json"))
+    train_dump.write_bytes(next(param_dir.rglob("dump.json")).read_bytes())
+    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
+        types.FileEvent(uri=train_dump.as_uri(), type=types.FileChangeType.Changed)]))
+    await wait_for(client, uri, lambda ds: any(d.code == "parameter-sync" for d in ds))
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_unpaired_mapping_offers_config_skeleton(client: LanguageClient) -> None:
+    folder = client.root / "lonely"  # type: ignore[attr-defined]
+    folder.mkdir()
+    mapping = folder / "my_mapping_key.json"
+    mapping.write_text('{"a": "b"}\n')
+    uri = open_document(client, mapping)
+    diagnostics = await wait_for(client, uri, lambda ds: any(d.code == "unpaired-mapping" for d in ds))
+    unpaired = next(d for d in diagnostics if d.code == "unpaired-mapping")
+    assert "rca-lsp.toml" in unpaired.message and "train/" in unpaired.message
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=unpaired.range,
+        context=types.CodeActionContext(diagnostics=[unpaired])))
+    create = actions[0].edit.document_changes
+    assert isinstance(create[0], types.CreateFile) and create[0].uri.endswith("rca-lsp.toml")
+    assert "[[pair]]" in create[1].edits[0].new_text
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_unopened_mapping_files_in_the_workspace_are_analysed(client: LanguageClient) -> None:
+    mapping = copy_variant(client, "in_module_diff")
+    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
+        types.FileEvent(uri=mapping.as_uri(), type=types.FileChangeType.Created)]))
+    await wait_for(client, mapping.as_uri(), lambda ds: any(d.code == "in-module-diff" for d in ds))

@@ -1,0 +1,85 @@
+"""The command line: demo, outputs, one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import FIXTURES
+from rca_lsp.cli import DEMO_DIR
+
+DEMO_SOURCE = FIXTURES / "missing_activation"
+
+
+def rca(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rca_lsp", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_demo_is_a_copy_of_a_real_fixture() -> None:
+    for name in ("mapping_key.json", "train/step0/rank0/dump.json", "rollout/step0/rank0/dump.json"):
+        assert filecmp.cmp(DEMO_DIR / name, DEMO_SOURCE / name, shallow=False), name
+
+
+def test_demo_runs_and_writes_every_output(tmp_path: Path) -> None:
+    result = rca("analyze", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "top_hypothesis: train may be missing an activation-like operation" in result.stdout
+    out = tmp_path / "rca_out"
+    names = {p.name for p in out.iterdir()}
+    for stem in ("output_1_key_mapping", "output_2_mapping", "output_3_value_compare", "output_4_module_analysis"):
+        assert {f"{stem}.json", f"{stem}.csv"} <= names
+    report = json.loads((out / "output_5_root_cause_report.json").read_text())
+    assert report["root_cause_suspects"][0]["classification"] == "missing_or_extra_op_between_aligned_boundary"
+    markdown = (out / "output_5_root_cause_report.md").read_text()
+    for section in ("## Context", "## Final judgement", "## Evidence chain", "## Key suspects", "## Excluded candidates",
+                    "## Expert hypothesis", "## Next checks", "## Notes"):
+        assert section in markdown
+    assert not [p for p in out.iterdir() if p.name.startswith(".")], "temporary files left behind"
+
+
+def test_seed_flag_spelling_and_explicit_paths(tmp_path: Path) -> None:
+    result = rca("analyze", "--train", str(DEMO_SOURCE / "train"), "--rollout", str(DEMO_SOURCE / "rollout"),
+                 "--mapping_key", str(DEMO_SOURCE / "mapping_key.json"), "--out-dir", str(tmp_path / "o"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads((tmp_path / "o" / "output_3_value_compare.json").read_text())["rows"]
+    assert any(r["aggregated"] for r in rows) and {r["target"] for r in rows} >= {"output.0", "input_args.0", "parameters.weight"}
+
+
+def test_bad_inputs_give_one_line_errors(tmp_path: Path) -> None:
+    broken = tmp_path / "mapping_key.json"
+    broken.write_text('{\n  "a": "b",\n  "c" "d"\n}\n')
+    cases = {
+        "syntax": (["--mapping-key", str(broken)], f"{broken}:3"),
+        "missing dump": (["--mapping-key", str(DEMO_SOURCE / "mapping_key.json")], "no such dump file or directory"),
+    }
+    for name, (extra, needle) in cases.items():
+        train = str(DEMO_SOURCE / "train") if name == "syntax" else str(tmp_path / "nowhere")
+        result = rca("analyze", "--train", train, "--rollout", str(DEMO_SOURCE / "rollout"), *extra,
+                     "--out-dir", str(tmp_path / "o"), cwd=tmp_path)
+        assert result.returncode == 2, name
+        assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "Traceback" not in result.stderr
+    several = tmp_path / "several"
+    for rank in ("rank0", "rank1"):
+        target = several / "step0" / rank
+        target.mkdir(parents=True)
+        (target / "dump.json").write_bytes((DEMO_SOURCE / "train/step0/rank0/dump.json").read_bytes())
+    result = rca("analyze", "--train", str(several), "--rollout", str(DEMO_SOURCE / "rollout"), "--mapping-key",
+                 str(DEMO_SOURCE / "mapping_key.json"), cwd=tmp_path)
+    assert result.returncode == 2 and "2 dumps found" in result.stderr
+
+
+def test_unknown_keys_are_warnings_naming_the_line(tmp_path: Path) -> None:
+    mapping = json.loads((DEMO_SOURCE / "mapping_key.json").read_text())
+    key = next(iter(mapping))
+    mapping[key + "x"] = mapping.pop(key)
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(mapping, indent=2))
+    result = rca("analyze", "--train", str(DEMO_SOURCE / "train"), "--rollout", str(DEMO_SOURCE / "rollout"),
+                 "--mapping-key", str(path), "--out-dir", str(tmp_path / "o"), cwd=tmp_path)
+    assert result.returncode == 0
+    line = path.read_text().split("\n").index(next(l for l in path.read_text().split("\n") if key + "x" in l)) + 1
+    assert f"{path}:{line}: unknown-train-key" in result.stderr

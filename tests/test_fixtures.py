@@ -1,0 +1,39 @@
+"""Every committed real fixture variant is diagnosed as its expected.json says (module and classification)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import FIXTURES, expected, variants
+from rca_lsp.core.run import analyze_paths
+
+
+def analyse(variant: str):
+    folder = FIXTURES / variant
+    return analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
+
+
+def test_fixture_set_covers_every_kind_of_cause() -> None:
+    kinds = {expected(v)["root_cause"]["classification"] for v in variants() if not expected(v)["clean"]}
+    assert {"missing_or_extra_op_between_aligned_boundary", "parameter_or_checkpoint_issue",
+            "in_module_impl_difference", "upstream_propagation"} <= kinds
+    assert any(expected(v)["clean"] for v in variants())
+
+
+@pytest.mark.parametrize("variant", variants())
+def test_variant_is_diagnosed(variant: str) -> None:
+    truth = expected(variant)
+    analysis = analyse(variant)
+    assert analysis.issues == []
+    if truth["clean"]:
+        assert analysis.suspects == [] and analysis.report["top_hypothesis"] == ""
+        return
+    first = analysis.suspects[0]
+    cause = truth["root_cause"]
+    assert (first.train_key, first.classification) == (cause["train_key"], cause["classification"])
+    assert first.credible_origin
+    assert [s for s in analysis.suspects if s.credible_origin] == [first], "only one credible origin expected"
+    evidence = set(analysis.report["top_evidence"]) | {first.train_key}
+    named = set(cause.get("evidence_keys", [])) - {first.train_key}
+    if cause["classification"] != "parameter_or_checkpoint_issue":
+        assert named & evidence or not named, f"none of {named} named in {evidence}"
