@@ -122,8 +122,8 @@ export function buildServerSettings(
         problems.push(`rcaLsp.tolerances.${k}: unknown dtype (expected ${DTYPES.join(', ')}); ignored`);
         continue;
       }
-      if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) {
-        problems.push(`rcaLsp.tolerances.${k} must be a non-negative number; ignored`);
+      if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) {
+        problems.push(`rcaLsp.tolerances.${k} must be a positive number; ignored`);
         continue;
       }
       tolerances[k as DtypeName] = v;

@@ -34,7 +34,7 @@ test('invalid entries are dropped with a problem each', () => {
   const { settings, problems } = buildServerSettings(
     {
       pairs: [{ mappingKey: 'm.json', train: 't' }, 'x', { mappingKey: 'm', train: 't', rollout: 'r' }],
-      tolerances: { float32: -1, int8: 0.1, float16: 'big' },
+      tolerances: { float32: -1, int8: 0.1, float16: 'big', bfloat16: 0 },
       severity: { 'missing-op': 'fatal', 'future-code': 'hint' },
       outDir: '   ',
     },
@@ -44,7 +44,7 @@ test('invalid entries are dropped with a problem each', () => {
   assert.deepEqual(settings.tolerances, {});
   assert.deepEqual(settings.severity, { 'future-code': 'hint' });
   assert.equal(settings.outDir, 'rca_out');
-  assert.equal(problems.length, 7, problems.join('\n'));
+  assert.equal(problems.length, 8, problems.join('\n'));
 });
 
 test('non-array pairs is reported', () => {

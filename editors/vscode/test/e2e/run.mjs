@@ -36,6 +36,8 @@ const serverPython = process.env.RCA_LSP_PYTHON || path.join(repoRoot, '.venv', 
 const requireServer = process.env.RCA_LSP_E2E_REQUIRE_SERVER === '1';
 const keep = process.env.RCA_LSP_E2E_KEEP === '1';
 const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
+const suspectCode = process.env.RCA_LSP_E2E_SUSPECT_CODE || 'missing-op';
+const escapeRe = (x) => x.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 const t0 = Date.now();
 
 function log(msg) {
@@ -56,7 +58,8 @@ class Scenario {
     this.name = name;
     this.broken = undefined;
   }
-  async step(name, fn) {
+  /** A step; when a `critical` one fails (setup), the later steps are reported failed without running. */
+  async step(name, fn, { critical = false } = {}) {
     const full = `${this.name} › ${name}`;
     if (this.broken) {
       record(full, 'fail', `not run: "${this.broken}" failed`);
@@ -68,7 +71,9 @@ class Scenario {
       record(full, 'pass', `${((Date.now() - started) / 1000).toFixed(1)} s`);
       return v;
     } catch (e) {
-      this.broken = name;
+      if (critical) {
+        this.broken = name;
+      }
       record(full, 'fail', e instanceof Error ? e.message.split('\n').slice(0, 6).join(' | ') : String(e));
       if (this.page) {
         await shot(this.page, `${this.name}-FAILED-${slug(name)}`).catch(() => {});
@@ -337,9 +342,23 @@ async function openProblems(page) {
   return panel;
 }
 
-/** The rows of the Problems panel whose text matches `re`. */
-async function problemRows(page, re) {
+/** Types `text` into the Problems panel's filter box (the list is virtualised: only visible rows exist). */
+async function filterProblems(page, text) {
   const panel = await openProblems(page);
+  const input = page.locator('.panel .viewpane-filter input, .markers-panel-container .viewpane-filter input').first();
+  if ((await input.count()) === 0) {
+    return panel;
+  }
+  if ((await input.inputValue()) !== text) {
+    await input.fill(text);
+    await page.waitForTimeout(400);
+  }
+  return panel;
+}
+
+/** The rows of the Problems panel whose text matches `re` (after filtering the panel by `filter`). */
+async function problemRows(page, re, filter = '') {
+  const panel = await filterProblems(page, filter);
   const rows = panel.locator('.monaco-list-row');
   const n = await rows.count();
   const out = [];
@@ -354,9 +373,9 @@ async function problemRows(page, re) {
   return out;
 }
 
-async function waitProblem(page, re, timeoutMs) {
+async function waitProblem(page, re, timeoutMs, filter = '') {
   return poll(`a Problems-panel entry matching ${re}`, async () => {
-    const rows = await problemRows(page, re);
+    const rows = await problemRows(page, re, filter);
     return rows.length > 0 ? rows : undefined;
   }, timeoutMs, 500);
 }
@@ -397,6 +416,17 @@ async function gotoProblem(page, rowInfo) {
   await page.keyboard.press('Enter');
   await page.waitForTimeout(300);
   await page.keyboard.press('Control+1'); // focus the first editor group; the cursor stays on the problem
+  await page.waitForTimeout(300);
+}
+
+/** Moves the cursor of the active editor to a 1-based line and column (Go to Line). */
+async function gotoLine(page, line, column) {
+  await page.keyboard.press('Control+G');
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible' });
+  await input.fill(`:${line}:${column}`);
+  await page.waitForTimeout(200);
+  await page.keyboard.press('Enter');
   await page.waitForTimeout(300);
 }
 
@@ -451,9 +481,9 @@ async function scenarioNotImportable(browser, bin, base, vsix) {
     'rcaLsp.interpreter': bogus,
   });
   try {
-    await sc.step('install the .vsix into code-server', () => cs.installExtension(vsix));
-    const url = await sc.step('start code-server', () => cs.start(ws));
-    sc.page = await sc.step('open the workbench (untrusted folder)', () => openWorkbench(browser, url));
+    await sc.step('install the .vsix into code-server', () => cs.installExtension(vsix), { critical: true });
+    const url = await sc.step('start code-server', () => cs.start(ws), { critical: true });
+    sc.page = await sc.step('open the workbench (untrusted folder)', () => openWorkbench(browser, url), { critical: true });
     const page = sc.page;
 
     await sc.step('one error message with the exact install command and "Open Settings"', async () => {
@@ -524,6 +554,63 @@ async function scenarioNotImportable(browser, bin, base, vsix) {
     await sc.page?.context().close().catch(() => {});
     await cs.stop();
     cs.collectLogs('noimport');
+  }
+}
+
+// ---------------------------------------------------------------- scenario: activation
+/** No mapping file in the workspace: nothing starts; once one appears and is opened, the client starts. */
+async function scenarioActivation(browser, bin, base, vsix) {
+  const sc = new Scenario('activation');
+  const cs = new CodeServer(bin, base, 'activation');
+  const ws = path.join(base, 'ws-activation');
+  fs.mkdirSync(ws, { recursive: true });
+  fs.writeFileSync(path.join(ws, 'other.json'), '{ "a": 1 }\n');
+  const bogus = path.join(base, 'bin', 'python-without-rca-lsp');
+  fs.mkdirSync(path.dirname(bogus), { recursive: true });
+  fs.writeFileSync(bogus, '#!/bin/sh\nexec python3 -I -S "$@"\n', { mode: 0o755 });
+  cs.writeUserSettings({ 'rcaLsp.interpreter': bogus });
+  try {
+    await sc.step('install the .vsix into code-server', () => cs.installExtension(vsix), { critical: true });
+    const url = await sc.step('start code-server', () => cs.start(ws), { critical: true });
+    sc.page = await sc.step('open the workbench', () => openWorkbench(browser, url), { critical: true });
+    const page = sc.page;
+    await sc.step('a plain JSON file does not start the server', async () => {
+      await openFromExplorer(page, 'other.json');
+      await page.waitForTimeout(5000);
+      const status = await statusBarText(page);
+      assert(status === '', `status bar shows "${status}"`);
+      const texts = (await notificationTexts(page)).filter((x) => /rca-lsp|rca_lsp/.test(x));
+      assert(texts.length === 0, `unexpected notification: ${texts.join(' | ')}`);
+      assert(!/Interpreter:/.test(cs.outputChannelText()), 'the client tried to resolve an interpreter');
+      await shot(page, 'activation-1-plain-json');
+    });
+    await sc.step('opening a mapping-key file starts the client', async () => {
+      fs.writeFileSync(path.join(ws, 'late_mapping_key.json'), '{\n  "Module.a.forward.0": "Module.b.forward.0"\n}\n');
+      const row = page.locator('.explorer-folders-view .monaco-list-row', { hasText: 'late_mapping_key.json' });
+      let refreshed = false;
+      await poll('the new file in the explorer', async () => {
+        if ((await row.count()) > 0) {
+          return true;
+        }
+        if (!refreshed) {
+          refreshed = true;
+          await page.waitForTimeout(3000);
+          await runCommand(page, 'Refresh Explorer');
+        }
+        return false;
+      }, 20000, 1000);
+      await openFromExplorer(page, 'late_mapping_key.json');
+      const text = await poll('the rca-lsp status bar item', async () => {
+        const t = await statusBarText(page);
+        return /not installed/.test(t) ? t : undefined;
+      }, 30000);
+      log(`status bar: ${text}`);
+      await shot(page, 'activation-2-mapping-file');
+    });
+  } finally {
+    await sc.page?.context().close().catch(() => {});
+    await cs.stop();
+    cs.collectLogs('activation');
   }
 }
 
@@ -647,30 +734,32 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
   cs.writeUserSettings(userSettings);
   const p = (rel) => (mock ? `mock-${rel}` : `server-${rel}`);
   try {
-    await sc.step('install the .vsix into code-server', () => cs.installExtension(vsix));
-    const url = await sc.step('start code-server', () => cs.start(ws));
-    sc.page = await sc.step('open the workbench', () => openWorkbench(browser, url));
+    await sc.step('install the .vsix into code-server', () => cs.installExtension(vsix), { critical: true });
+    const url = await sc.step('start code-server', () => cs.start(ws), { critical: true });
+    sc.page = await sc.step('open the workbench', () => openWorkbench(browser, url), { critical: true });
     const page = sc.page;
-    let fc2Row;
 
     await sc.step('missing-op warning in the Problems panel', async () => {
       await openFromExplorer(page, 'mapping_key.json');
-      const rows = await waitProblem(page, /missing-op/, 120000);
+      const rows = await waitProblem(page, new RegExp(escapeRe(suspectCode)), 120000, suspectCode);
       await page.waitForTimeout(500);
       await shot(page, p('1-problems'));
-      log(`missing-op rows: ${rows.map((r) => `${r.text} {aria: ${r.aria}}`).join(' || ')}`);
+      log(`${suspectCode} rows: ${rows.map((r) => r.text.slice(0, 160)).join(' || ')}`);
       const withActFn = rows.filter((r) => /act_fn/.test(r.text));
-      assert(withActFn.length > 0, `no missing-op entry mentions act_fn: ${rows.map((r) => r.text).join(' || ')}`);
-      fc2Row = withActFn.find((r) => r.text.includes(`[Ln ${fc2Line},`)) ?? withActFn[0];
+      assert(withActFn.length > 0, `no ${suspectCode} entry mentions act_fn: ${rows.map((r) => r.text.slice(0, 200)).join(' || ')}`);
+      const fc2Row = withActFn.find((r) => r.text.includes(`[Ln ${fc2Line},`)) ?? withActFn[0];
       if (fc2Line > 0) {
-        assert(fc2Row.text.includes(`[Ln ${fc2Line},`), `missing-op entry not on line ${fc2Line} (layer-0 linear_fc2): ${fc2Row.text}`);
+        assert(fc2Row.text.includes(`[Ln ${fc2Line},`), `${suspectCode} entry not on line ${fc2Line} (layer-0 linear_fc2): ${fc2Row.text}`);
       }
-      assert(/warning/i.test(fc2Row.aria) || (await fc2Row.row.locator('.codicon-warning').count()) > 0, `missing-op entry is not a warning: ${fc2Row.aria}`);
+      assert(/^Warning:/.test(fc2Row.aria), `the ${suspectCode} entry is not a warning: ${fc2Row.aria}`);
       assert(/rca-lsp/.test(fc2Row.text) || /rca-lsp/.test(fc2Row.aria), 'source rca-lsp not shown');
     });
 
     await sc.step('hover on the suspect entry', async () => {
-      await gotoProblem(page, fc2Row);
+      await openFromExplorer(page, 'mapping_key.json');
+      assert(fc2Line > 0, 'the mapping has no layer-0 linear_fc2 entry');
+      const lineText = mappingText.split('\n')[fc2Line - 1];
+      await gotoLine(page, fc2Line, lineText.indexOf('"') + 3); // inside the key string
       const hover = await showHoverAtCursor(page);
       const text = await poll('a hover mentioning act_fn besides the diagnostic', async () => {
         const t = (await hover.innerText()).replace(/\s+/g, ' ');
@@ -679,7 +768,7 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
         const rows = await page
           .locator('.monaco-hover:not(.hidden) .hover-row')
           .evaluateAll((els) => els.map((e) => ({ cls: e.className, text: e.textContent || '' })));
-        const serverRows = rows.filter((r) => !/status-bar/.test(r.cls) && !/rca-lsp\(missing-op\)/.test(r.text));
+        const serverRows = rows.filter((r) => !/status-bar/.test(r.cls) && !/rca-lsp\([a-z-]+\)/.test(r.text));
         return serverRows.some((r) => /act_fn/.test(r.text)) ? t : undefined;
       }, 15000);
       await shot(page, p('2-hover'));
@@ -690,7 +779,7 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
 
     await sc.step('quick fix for a misspelt key', async () => {
       await openFromExplorer(page, 'typo_mapping_key.json');
-      const rows = await waitProblem(page, /unknown-train-key/, 60000);
+      const rows = await waitProblem(page, /unknown-train-key/, 60000, 'unknown-train-key');
       log(`unknown-train-key rows: ${rows.map((r) => r.text).join(' || ')}`);
       await gotoProblem(page, rows[0]);
       await page.keyboard.press('Control+.');
@@ -714,7 +803,7 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
         return t.includes(JSON.stringify(typo.key)) && !t.includes(typo.typo) ? t : undefined;
       }, 15000);
       assert(JSON.parse(fixed)[typo.key] !== undefined, 'the fixed file lacks the original key');
-      await poll('the unknown-train-key problem to go away', async () => (await problemRows(page, /unknown-train-key/)).length === 0, 30000);
+      await poll('the unknown-train-key problem to go away', async () => (await problemRows(page, /unknown-train-key/, 'unknown-train-key')).length === 0, 30000);
       await shot(page, p('4-quick-fix-applied'));
     });
 
@@ -802,7 +891,7 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
         const before = readMockLog(mockLog).filter((e) => e.event === 'initialize').length;
         await runCommand(page, 'rca-lsp: Restart Server');
         await poll('a second initialize', () => readMockLog(mockLog).filter((e) => e.event === 'initialize').length > before, 30000);
-        await waitProblem(page, /missing-op/, 30000);
+        await waitProblem(page, /missing-op/, 30000, 'missing-op');
       });
 
       await sc.step('suggest mapping opens an untitled JSON editor', async () => {
@@ -836,6 +925,9 @@ async function main() {
   try {
     if (!only || only === 'noimport') {
       await scenarioNotImportable(browser, bin, base, vsix);
+    }
+    if (!only || only === 'activation') {
+      await scenarioActivation(browser, bin, base, vsix);
     }
     if (!only || only === 'mock') {
       await scenarioServer('mock', browser, bin, base, vsix);
