@@ -161,6 +161,12 @@ export function installFromSourceCommand(python: string, repo = '<path to the rc
 }
 
 export function notImportableMessage(python: string, reason: string): string {
+  if (reason === 'interpreter not found' || reason === 'interpreter not executable') {
+    return (
+      `rca-lsp: the Python interpreter ${python} was ${reason === 'interpreter not found' ? 'not found' : 'not executable'}. ` +
+      'Set rcaLsp.interpreter to a Python with rca-lsp installed (python -m pip install rca-lsp).'
+    );
+  }
   return (
     `rca-lsp: the Python package "rca_lsp" is not importable with ${python} (${reason}). ` +
     `Install it with: ${installCommand(python)} ` +

@@ -123,6 +123,9 @@ test('install command is exact and shell-quoted', () => {
   const msg = notImportableMessage('/p/python', "ModuleNotFoundError: No module named 'rca_lsp'");
   assert.match(msg, /not importable with \/p\/python/);
   assert.ok(msg.includes('/p/python -m pip install rca-lsp'));
+  const missing = notImportableMessage('/nope/python', 'interpreter not found');
+  assert.match(missing, /interpreter \/nope\/python was not found/);
+  assert.match(missing, /rcaLsp\.interpreter/);
 });
 
 test('the not-importable message is shown once per interpreter until reset', () => {

@@ -626,6 +626,15 @@ function pythonCan(python, code, env = {}) {
   }
 }
 
+function pythonRuns(python, args) {
+  try {
+    execFileSync(python, args, { stdio: 'pipe', cwd: os.tmpdir(), timeout: 60000 });
+    return undefined;
+  } catch (e) {
+    return String(e.stderr || e.message).trim().split('\n').pop();
+  }
+}
+
 /** Misspells one train key of the mapping text. Returns the original and the misspelt key. */
 function makeTypo(mappingText) {
   const mapping = JSON.parse(mappingText);
@@ -682,7 +691,7 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
     if (!fs.existsSync(path.join(fixture, 'mapping_key.json'))) {
       reasons.push(`no fixture ${path.relative(repoRoot, fixture)}/mapping_key.json`);
     }
-    const why = pythonCan(serverPython, 'import rca_lsp.__main__');
+    const why = pythonRuns(serverPython, ['-m', 'rca_lsp', 'serve', '--help']);
     if (why) {
       reasons.push(`rca_lsp not importable with ${serverPython} (${why})`);
     }
