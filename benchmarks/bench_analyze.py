@@ -8,11 +8,14 @@ spawn time into a child's peak, so nothing heavy (orjson, generation) runs in it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,23 +37,46 @@ class Cost:
 class Run:
     cost: Cost
     exit_code: int
+    timed_out: bool
     log: Path
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
 
 
 Outcome = Union[Cost, str]  # median cost of a measurement's runs, or why it failed
 COLUMNS = (("wall", "wall_s"), ("peak RSS", "peak_rss"), ("cpu", "cpu_s"))
 
 
-def run_child(argv: list[str], log: Path) -> Run:
-    """Spawn argv (stdout and stderr to log), wait for it, return its wall time, CPU time and own peak RSS."""
+def kill_group(pgid: int, expired: threading.Event | None = None) -> None:
+    if expired is not None:
+        expired.set()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def run_child(argv: list[str], log: Path, timeout_s: float) -> Run:
+    """Spawn argv in its own process group (stdout and stderr to log), wait for it, at most timeout_s,
+    and return its wall time, CPU time and own peak RSS."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
     actions = [(os.POSIX_SPAWN_OPEN, 1, str(log), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
                (os.POSIX_SPAWN_DUP2, 1, 2)]
     start = time.perf_counter()
-    pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
-    _, status, usage = os.wait4(pid, 0)
+    pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setpgroup=0)
+    expired = threading.Event()
+    timer = threading.Timer(timeout_s, kill_group, (pid, expired))
+    timer.start()
+    try:
+        _, status, usage = os.wait4(pid, 0)
+    except BaseException:  # e.g. Ctrl-C: the child's own process group does not get it
+        kill_group(pid)
+        os.waitpid(pid, 0)
+        raise
+    finally:
+        timer.cancel()
     cost = Cost(time.perf_counter() - start, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024)
-    return Run(cost, os.waitstatus_to_exitcode(status), log)
+    return Run(cost, os.waitstatus_to_exitcode(status), expired.is_set(), log)
 
 
 def last_line(log: Path) -> str:
@@ -60,7 +86,9 @@ def last_line(log: Path) -> str:
 
 def summarize(runs: list[Run], explain_failure: dict[int, str]) -> Outcome:
     for run in runs:
-        if run.exit_code != 0:
+        if run.timed_out:
+            return f"killed at the {run.cost.wall_s:.1f} s timeout (output so far: {run.log})"
+        if not run.ok:
             reason = explain_failure.get(run.exit_code, f"exit status {run.exit_code}")
             return f"{reason}: {last_line(run.log)}\n  (full output: {run.log})"
     costs = [run.cost for run in runs]
@@ -93,19 +121,22 @@ def warm_page_cache(paths: DatasetPaths) -> None:
                 pass
 
 
-def measure(paths: DatasetPaths, data_dir: Path, repeat: int) -> tuple[Outcome, Outcome]:
-    """Alternate floor and analyze runs so that both see the same machine conditions."""
+def measure(paths: DatasetPaths, data_dir: Path, repeat: int, timeout_s: float) -> tuple[Outcome, Outcome]:
+    """Alternate floor and analyze runs so that both see the same machine conditions.
+    A measurement that failed once is not run again."""
     out_dir = data_dir / "analyze_out"
-    floor_runs: list[Run] = []
-    analyze_runs: list[Run] = []
+    runs: dict[str, list[Run]] = {"floor": [], "analyze": []}
+    argvs = {"floor": floor_argv(paths), "analyze": analyze_argv(paths, out_dir)}
     for i in range(repeat):
-        floor_runs.append(run_child(floor_argv(paths), data_dir / f"floor.{i}.log"))
-        shutil.rmtree(out_dir, ignore_errors=True)
-        analyze_runs.append(run_child(analyze_argv(paths, out_dir), data_dir / f"analyze.{i}.log"))
-        print(f"run {i + 1}/{repeat}: floor {floor_runs[-1].cost.wall_s:.2f} s, "
-              f"analyze {analyze_runs[-1].cost.wall_s:.2f} s", flush=True)
-    floor = summarize(floor_runs, {EXIT_NOT_STRICT_JSON: "orjson rejects a dump, floor n/a"})
-    return floor, summarize(analyze_runs, {})
+        for name, done in runs.items():
+            if not all(run.ok for run in done):
+                continue
+            shutil.rmtree(out_dir, ignore_errors=True)
+            done.append(run_child(argvs[name], data_dir / f"{name}.{i}.log", timeout_s))
+            status = "" if done[-1].ok else " (failed)"
+            print(f"run {i + 1}/{repeat}: {name} {done[-1].cost.wall_s:.2f} s{status}", flush=True)
+    floor = summarize(runs["floor"], {EXIT_NOT_STRICT_JSON: "orjson rejects a dump, floor n/a"})
+    return floor, summarize(runs["analyze"], {})
 
 
 def cell(outcome: Outcome, field: str) -> str:
@@ -142,12 +173,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
                         help="dataset written by make_synthetic.py (generated with defaults if missing)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per measurement; the median is reported")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds before a run is killed (default 900)")
     args = parser.parse_args(argv)
     data_dir = args.data_dir.resolve()
     paths = ensure_dataset(data_dir)
     warm_page_cache(paths)
     repeat = max(args.repeat, 1)
-    floor, analyze = measure(paths, data_dir, repeat)
+    floor, analyze = measure(paths, data_dir, repeat, args.timeout)
     report(data_dir, paths, repeat, floor, analyze)
     return 0
 
