@@ -169,7 +169,7 @@ export function notImportableMessage(python: string, reason: string): string {
   }
   return (
     `rca-lsp: the Python package "rca_lsp" is not importable with ${python} (${reason}). ` +
-    `Install it with: ${installCommand(python)} ` +
+    `Install it with: ${installCommand(python)} and run "rca-lsp: Restart Server", ` +
     `or choose another interpreter in the setting rcaLsp.interpreter.`
   );
 }
