@@ -26,8 +26,9 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from rca_lsp.core.dump import DumpCache  # noqa: E402
 from rca_lsp.core.jsonload import loads_lenient  # noqa: E402
-from rca_lsp.suggest import Matcher  # noqa: E402
+from rca_lsp.suggest import Candidate, Matcher  # noqa: E402
 from rca_lsp.suggest.agreement import compare_mappings  # noqa: E402
+from rca_lsp.suggest.result import mapping_keys  # noqa: E402
 
 TARGET_RATIO = 2.0
 RANK_SAMPLES = 200
@@ -90,32 +91,50 @@ def main(argv: list[str]) -> int:
           f"(target <= {TARGET_RATIO:.0f}x): {verdict}")
     print(f"end to end (loading + suggest-mapping):  {load + total} = {(load + total).ratio(floor)}")
 
-    sample = random.Random(0).sample(train.keys, min(RANK_SAMPLES, len(train.keys)))
-    rollout_ms = _per_call_ms(lambda key: matcher.rank_rollout_candidates(key), sample)
-    typo_ms = _per_call_ms(lambda key: matcher.rank_rollout_candidates(key, text_hint=_misspell(key)), sample)
-    train_ms = _per_call_ms(lambda key: matcher.rank_train_candidates(_misspell(key)), sample)
-    print(f"rank_rollout_candidates: median {rollout_ms:.1f} ms; with a text hint {typo_ms:.1f} ms; "
-          f"rank_train_candidates: {train_ms:.1f} ms (over {len(sample)} keys)")
-
     reference = orjson.loads(paths.mapping_key.read_bytes())
     print(f"agreement with {paths.mapping_key.name}: {compare_mappings(result.mapping, reference).summary()}")
     print(f"low-confidence suggestions: {len(result.low_confidence)}; groups: {len(result.groups)}")
+
+    sample = random.Random(0).sample(sorted(reference), min(RANK_SAMPLES, len(reference)))
+
+    def counterpart(key: str) -> list[str]:
+        return mapping_keys(reference[key])
+
+    cases: list[tuple[str, Callable[[str], list[Candidate]], Callable[[str], list[str]]]] = [
+        ("rank_rollout_candidates (add missing mapping)", matcher.rank_rollout_candidates, counterpart),
+        ("... with a misspelt rollout key (fix unknown key)",
+         lambda key: matcher.rank_rollout_candidates(key, text_hint=_misspell(counterpart(key)[0])), counterpart),
+        ("... with a typed prefix (completion)",
+         lambda key: matcher.rank_rollout_candidates(key, 10, counterpart(key)[0][:40]), counterpart),
+        ("rank_train_candidates with a misspelt train key",
+         lambda key: matcher.rank_train_candidates(_misspell(key)), lambda key: [key]),
+    ]
+    for what, call, expected in cases:
+        milliseconds, right = _measure(call, expected, sample)
+        print(f"{what + ':':52} median {milliseconds:6.2f} ms, right answer first for {right}/{len(sample)} keys")
     return 0
 
 
-def _per_call_ms(call: Callable[[str], object], keys: list[str]) -> float:
-    durations = []
+def _measure(call: Callable[[str], list[Candidate]], expected: Callable[[str], list[str]],
+             keys: list[str]) -> tuple[float, int]:
+    """Median latency of `call` over `keys`, and how often its first candidate is the expected one."""
+    durations, right = [], 0
     for key in keys:
         start = time.perf_counter()
-        call(key)
+        candidates = call(key)
         durations.append(time.perf_counter() - start)
-    return statistics.median(durations) * 1000
+        right += bool(candidates) and candidates[0].keys == expected(key)
+    return statistics.median(durations) * 1000, right
 
 
 def _misspell(key: str) -> str:
-    """The key with one letter dropped from its module path, as a user's typo would."""
-    cut = key.find(".", len("Module.")) + 3
-    return key[:cut] + key[cut + 1:]
+    """The key with one letter dropped from the last name (not number) of its module path, as a typo would."""
+    head, _, call = key.rpartition(".forward.")
+    segments = head.split(".")
+    named = max(index for index, segment in enumerate(segments[:-1]) if not segment.isdigit())
+    cut = len(segments[named]) // 2
+    segments[named] = segments[named][:cut] + segments[named][cut + 1:]
+    return f"{'.'.join(segments)}.forward.{call}"
 
 
 if __name__ == "__main__":

@@ -60,7 +60,8 @@ def test_existing_entries_are_kept(pair: tuple[Path, Path], tmp_path: Path) -> N
     existing.write_text(json.dumps({TRAIN_NORM: "Module.model.some_other.RMSNorm.forward.0"}))
     output = tmp_path / "mapping.json"
     assert _run("--train", str(pair[0]), "--rollout", str(pair[1]), "-o", str(output), "--existing", str(existing)) == 0
-    assert orjson.loads(output.read_bytes()) == {TRAIN_FC2: ROLLOUT_DOWN, TRAIN_NORM: "Module.model.some_other.RMSNorm.forward.0"}
+    assert orjson.loads(output.read_bytes()) == {TRAIN_FC2: ROLLOUT_DOWN,
+                                                 TRAIN_NORM: "Module.model.some_other.RMSNorm.forward.0"}
 
 
 @pytest.mark.parametrize("broken", ["train", "existing", "rules", "output"])

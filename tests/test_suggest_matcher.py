@@ -1,4 +1,5 @@
-"""The mapping matcher on small hand-made dump pairs: naming variants, groups, forms, order, existing entries, ranking."""
+"""The mapping matcher on small hand-made dump pairs: naming variants, groups, forms, order, existing entries,
+ranking."""
 
 from __future__ import annotations
 
@@ -10,11 +11,10 @@ from typing import Any
 
 import pytest
 
-from rca_lsp.core.dump import Dump, build_dump
+from rca_lsp.core.dump import Dump, TensorStats, build_dump
 from rca_lsp.core.errors import InputError
 from rca_lsp.suggest import Matcher, NamingRules, suggest_mapping
 from rca_lsp.suggest.evidence import concatenate, shape_relation, stats_relation
-from rca_lsp.core.dump import TensorStats
 
 Node = dict[str, Any]
 SEQ, HIDDEN, HEADS_DIM, KV_DIM, FFN, VOCAB = 8, 16, 16, 8, 32, 64
@@ -85,26 +85,30 @@ class Pair:
     expected: dict[str, str | list[str]]
 
 
-ROLLOUT_NAMES = {
-    # role -> (path under a layer or at the top, class); "{i}" is the layer index
-    "hf": {"embed": ("model.embed_tokens", "Embedding"), "layer": ("model.layers.{i}", "Qwen2DecoderLayer"),
-           "ln1": ("model.layers.{i}.input_layernorm", "Qwen2RMSNorm"),
-           "attn": ("model.layers.{i}.self_attn", "Qwen2Attention"),
-           "q": ("model.layers.{i}.self_attn.q_proj", "Linear"), "k": ("model.layers.{i}.self_attn.k_proj", "Linear"),
-           "v": ("model.layers.{i}.self_attn.v_proj", "Linear"), "o": ("model.layers.{i}.self_attn.o_proj", "Linear"),
-           "ln2": ("model.layers.{i}.post_attention_layernorm", "Qwen2RMSNorm"),
-           "mlp": ("model.layers.{i}.mlp", "Qwen2MLP"), "gate": ("model.layers.{i}.mlp.gate_proj", "Linear"),
-           "act": ("model.layers.{i}.mlp.act_fn", "SiLUActivation"), "up": ("model.layers.{i}.mlp.up_proj", "Linear"),
-           "down": ("model.layers.{i}.mlp.down_proj", "Linear"), "norm": ("model.norm", "Qwen2RMSNorm"),
-           "head": ("lm_head", "Linear"), "root": ("model", "Qwen2Model"), "rotary": ("model.rotary_emb", "Qwen2RotaryEmbedding")},
-    "litgpt": {"embed": ("transformer.wte", "Embedding"), "layer": ("transformer.h.{i}", "Block"),
-               "ln1": ("transformer.h.{i}.norm_1", "RMSNorm"), "attn": ("transformer.h.{i}.attn", "CausalSelfAttention"),
-               "qkv": ("transformer.h.{i}.attn.qkv", "Linear"), "o": ("transformer.h.{i}.attn.proj", "Linear"),
-               "ln2": ("transformer.h.{i}.norm_2", "RMSNorm"), "mlp": ("transformer.h.{i}.mlp", "LLaMAMLP"),
-               "gate": ("transformer.h.{i}.mlp.fc_1", "Linear"), "up": ("transformer.h.{i}.mlp.fc_2", "Linear"),
-               "down": ("transformer.h.{i}.mlp.proj", "Linear"), "norm": ("transformer.ln_f", "RMSNorm"),
-               "head": ("lm_head", "Linear")},
+Twin = tuple[Node, Node]  # one logical tensor as (train side [s, 1, h], rollout side [1, s, h])
+
+HF_NAMES = {  # role -> (rollout module path, class); "{i}" is the layer index
+    "embed": ("model.embed_tokens", "Embedding"), "rotary": ("model.rotary_emb", "Qwen2RotaryEmbedding"),
+    "layer": ("model.layers.{i}", "Qwen2DecoderLayer"), "ln1": ("model.layers.{i}.input_layernorm", "Qwen2RMSNorm"),
+    "attn": ("model.layers.{i}.self_attn", "Qwen2Attention"), "q": ("model.layers.{i}.self_attn.q_proj", "Linear"),
+    "k": ("model.layers.{i}.self_attn.k_proj", "Linear"), "v": ("model.layers.{i}.self_attn.v_proj", "Linear"),
+    "o": ("model.layers.{i}.self_attn.o_proj", "Linear"),
+    "ln2": ("model.layers.{i}.post_attention_layernorm", "Qwen2RMSNorm"),
+    "mlp": ("model.layers.{i}.mlp", "Qwen2MLP"), "gate": ("model.layers.{i}.mlp.gate_proj", "Linear"),
+    "act": ("model.layers.{i}.mlp.act_fn", "SiLUActivation"), "up": ("model.layers.{i}.mlp.up_proj", "Linear"),
+    "down": ("model.layers.{i}.mlp.down_proj", "Linear"), "norm": ("model.norm", "Qwen2RMSNorm"),
+    "head": ("lm_head", "Linear"), "root": ("model", "Qwen2Model"),
 }
+LITGPT_NAMES = {
+    "embed": ("transformer.wte", "Embedding"), "layer": ("transformer.h.{i}", "Block"),
+    "ln1": ("transformer.h.{i}.norm_1", "RMSNorm"), "attn": ("transformer.h.{i}.attn", "CausalSelfAttention"),
+    "qkv": ("transformer.h.{i}.attn.qkv", "Linear"), "o": ("transformer.h.{i}.attn.proj", "Linear"),
+    "ln2": ("transformer.h.{i}.norm_2", "RMSNorm"), "mlp": ("transformer.h.{i}.mlp", "LLaMAMLP"),
+    "gate": ("transformer.h.{i}.mlp.fc_1", "Linear"), "up": ("transformer.h.{i}.mlp.fc_2", "Linear"),
+    "down": ("transformer.h.{i}.mlp.proj", "Linear"), "norm": ("transformer.ln_f", "RMSNorm"),
+    "head": ("lm_head", "Linear"),
+}
+ROLLOUT_NAMES = {"hf": HF_NAMES, "litgpt": LITGPT_NAMES}
 
 
 def model_pair(rollout_naming: str = "hf", layers: int = 2, calls: int = 1, fault_layer: int | None = None,
@@ -116,69 +120,68 @@ def model_pair(rollout_naming: str = "hf", layers: int = 2, calls: int = 1, faul
     train, rollout = Side(TRAIN), Side("Module")
     names = ROLLOUT_NAMES[rollout_naming]
     expected: dict[str, str | list[str]] = {}
+    diverged = False
+    call = 0
 
-    def pair(role: str, train_path: str, train_class: str, layer: int | None, call: int,
-             train_io: tuple[Node | None, Node | None, Node | None], rollout_io: tuple[Node | None, Node | None, Node | None]) -> None:
-        train_key = train.add(train_path, train_class, *train_io, call=call)
+    def hidden(width: int = HIDDEN) -> Twin:
+        node = stats.tensor(1, SEQ, width)
+        train_node = reshaped(node, SEQ, 1, width)
+        return (stats.perturbed(train_node) if diverged else train_node), node
+
+    def on_rollout(role: str, layer: int | None, inputs: Node | None, output: Node) -> str:
         path, class_name = names[role]
-        expected[train_key] = rollout.add(path.format(i=layer), class_name, *rollout_io, call=call)
+        return rollout.add(path.format(i=layer), class_name, inputs, output, call=call)
+
+    def pair(role: str, train_path: str, train_class: str, layer: int | None, inputs: Twin, output: Twin) -> None:
+        train_key = train.add(train_path, train_class, inputs[0], output[0], call=call)
+        expected[train_key] = on_rollout(role, layer, inputs[1], output[1])
 
     for call in range(calls):
         diverged = False
-
-        def hidden(width: int = HIDDEN) -> tuple[Node, Node]:
-            """One activation as (train [s, 1, h], rollout [1, s, h]); the train copy is perturbed after a fault."""
-            node = stats.tensor(1, SEQ, width)
-            return (stats.perturbed(reshaped(node, SEQ, 1, width)) if diverged else reshaped(node, SEQ, 1, width)), node
-
         ids = stats.ids(1, SEQ)
         embedding = hidden()
-        pair("embed", "embedding.word_embeddings", "VocabParallelEmbedding", None, call,
-             (ids, embedding[0], stats.tensor(VOCAB, HIDDEN)), (ids, embedding[1], None))
+        pair("embed", "embedding.word_embeddings", "VocabParallelEmbedding", None, (ids, ids), embedding)
         train.add("embedding", "LanguageModelEmbedding", ids, embedding[0], call=call)
         train.add("rotary_pos_emb", "RotaryEmbedding", None, stats.tensor(SEQ, 1, 1, HEADS_DIM), call=call)
         if "rotary" in names:
-            rollout.add(names["rotary"][0], names["rotary"][1], embedding[1], stats.tensor(1, SEQ, HEADS_DIM), call=call)
+            on_rollout("rotary", None, embedding[1], stats.tensor(1, SEQ, HEADS_DIM))
         x = embedding
         for i in range(layers):
             layer = f"decoder.layers.{i}"
-            n1, q, k, v, ctx = hidden(), hidden(HEADS_DIM), hidden(KV_DIM), hidden(KV_DIM), hidden()
-            pair("ln1", f"{layer}.input_layernorm", "RMSNorm", i, call, (x[0], n1[0], None), (x[1], n1[1], None))
+            n1, q, k, v, context = hidden(), hidden(HEADS_DIM), hidden(KV_DIM), hidden(KV_DIM), hidden()
+            pair("ln1", f"{layer}.input_layernorm", "RMSNorm", i, x, n1)
             width = HEADS_DIM + 2 * KV_DIM
-            train_qkv = train.add(f"{layer}.self_attention.linear_qkv", "ColumnParallelLinear", n1[0],
-                                  concat([q[0], k[0], v[0]], SEQ, 1, width), call=call)
+            qkv = train.add(f"{layer}.self_attention.linear_qkv", "ColumnParallelLinear", n1[0],
+                            concat([q[0], k[0], v[0]], SEQ, 1, width), call=call)
             if "qkv" in names:
-                expected[train_qkv] = rollout.add(names["qkv"][0].format(i=i), names["qkv"][1], n1[1],
-                                                  concat([q[1], k[1], v[1]], 1, SEQ, width), call=call)
+                expected[qkv] = on_rollout("qkv", i, n1[1], concat([q[1], k[1], v[1]], 1, SEQ, width))
             else:
-                expected[train_qkv] = [rollout.add(names[part][0].format(i=i), names[part][1], n1[1], node[1], call=call)
-                                       for part, node in (("q", q), ("k", k), ("v", v))]
+                expected[qkv] = [on_rollout(part, i, n1[1], node[1]) for part, node in zip("qkv", (q, k, v))]
             train.add(f"{layer}.self_attention.q_layernorm", "IdentityOp", q[0], q[0], call=call)
-            train.add(f"{layer}.self_attention.core_attention", "DotProductAttention", q[0], ctx[0], call=call)
+            train.add(f"{layer}.self_attention.core_attention", "DotProductAttention", q[0], context[0], call=call)
             diverged = diverged or i == fault_layer
-            attn_out, r1, n2 = hidden(), hidden(), hidden()
-            pair("o", f"{layer}.self_attention.linear_proj", "RowParallelLinear", i, call, (ctx[0], attn_out[0], None),
-                 (ctx[1], attn_out[1], None))
-            pair("attn", f"{layer}.self_attention", "SelfAttention", i, call, (n1[0], attn_out[0], None), (n1[1], attn_out[1], None))
-            pair("ln2", f"{layer}.pre_mlp_layernorm", "RMSNorm", i, call, (r1[0], n2[0], None), (r1[1], n2[1], None))
-            gate, up, act, out = hidden(FFN), hidden(FFN), hidden(FFN), hidden()
-            gate_up = concat([gate[0], up[0]], SEQ, 1, 2 * FFN)
-            train_fc1 = train.add(f"{layer}.mlp.linear_fc1", "ColumnParallelLinear", n2[0], gate_up, call=call)
-            expected[train_fc1] = [rollout.add(names["gate"][0].format(i=i), names["gate"][1], n2[1], gate[1], call=call)]
+            attention, residual, n2 = hidden(), hidden(), hidden()
+            pair("o", f"{layer}.self_attention.linear_proj", "RowParallelLinear", i, context, attention)
+            pair("attn", f"{layer}.self_attention", "SelfAttention", i, n1, attention)
+            pair("ln2", f"{layer}.pre_mlp_layernorm", "RMSNorm", i, residual, n2)
+            gate, up, activated, out = hidden(FFN), hidden(FFN), hidden(FFN), hidden()
+            fc1 = train.add(f"{layer}.mlp.linear_fc1", "ColumnParallelLinear", n2[0],
+                            concat([gate[0], up[0]], SEQ, 1, 2 * FFN), call=call)
+            gate_key = on_rollout("gate", i, n2[1], gate[1])
             if "act" in names:
-                rollout.add(names["act"][0].format(i=i), names["act"][1], gate[1], act[1], call=call)
-            expected[train_fc1].append(rollout.add(names["up"][0].format(i=i), names["up"][1], n2[1], up[1], call=call))
-            pair("down", f"{layer}.mlp.linear_fc2", "RowParallelLinear", i, call, (act[0], out[0], None), (act[1], out[1], None))
-            pair("mlp", f"{layer}.mlp", "MLP", i, call, (n2[0], out[0], None), (n2[1], out[1], None))
+                on_rollout("act", i, gate[1], activated[1])
+            expected[fc1] = [gate_key, on_rollout("up", i, n2[1], up[1])]
+            pair("down", f"{layer}.mlp.linear_fc2", "RowParallelLinear", i, activated, out)
+            pair("mlp", f"{layer}.mlp", "MLP", i, n2, out)
             x_out = hidden()
-            pair("layer", layer, "TransformerLayer", i, call, (x[0], x_out[0], None), (x[1], x_out[1], None))
+            pair("layer", layer, "TransformerLayer", i, x, x_out)
             x = x_out
         final, logits = hidden(), hidden(VOCAB)
-        pair("norm", "decoder.final_layernorm", "RMSNorm", None, call, (x[0], final[0], None), (x[1], final[1], None))
+        pair("norm", "decoder.final_layernorm", "RMSNorm", None, x, final)
         train.add("decoder", "TransformerBlock", embedding[0], final[0], call=call)
         if "root" in names:
-            rollout.add(names["root"][0], names["root"][1], ids, final[1], call=call)
-        pair("head", "output_layer", "ColumnParallelLinear", None, call, (final[0], logits[0], None), (final[1], logits[1], None))
+            on_rollout("root", None, ids, final[1])
+        pair("head", "output_layer", "ColumnParallelLinear", None, final, logits)
         train.add("", "GPTModel", ids, logits[0], call=call)
     return Pair(train.dump("train.json"), rollout.dump("rollout.json"), expected)
 
@@ -210,7 +213,8 @@ def test_faulty_pair_is_still_matched_by_names_and_shapes() -> None:
     pair = model_pair(fault_layer=0)
     result = suggest_mapping(pair.train, pair.rollout)
     assert as_lists(result.mapping) == as_lists(pair.expected)
-    downstream = next(s for s in result.suggestions if s.train_key.endswith("layers.1.mlp.linear_fc2.RowParallelLinear.forward.0"))
+    fc2 = f"{TRAIN}.decoder.layers.1.mlp.linear_fc2.RowParallelLinear.forward.0"
+    downstream = next(suggestion for suggestion in result.suggestions if suggestion.train_key == fc2)
     assert downstream.accepted and "statistics differ" in downstream.reason
     assert downstream.confidence < 0.9
 
@@ -227,8 +231,8 @@ def test_calls_pair_with_the_same_call_index() -> None:
 def test_different_forms_are_not_paired() -> None:
     result = suggest_mapping(*_dumps(model_pair()))
     unpaired = {s.train_key.split(".")[-3]: s.reason for s in result.low_confidence}
-    assert "integer tensor" in unpaired["TransformerBlock"]  # hidden states vs the rollout model's input ids
-    assert "not a tensor" in unpaired["RotaryEmbedding"]  # Megatron's rotary takes a length, HF's the hidden states
+    assert "integer tensors on the rollout side" in unpaired["TransformerBlock"]  # hidden states vs input ids
+    assert "no tensors on the train side" in unpaired["RotaryEmbedding"]  # Megatron's takes a length, HF's a tensor
     assert not any("IdentityOp" in key for key in result.mapping)
     assert any("IdentityOp" in key for key in result.unmatched_train)
 
@@ -248,8 +252,10 @@ def test_names_alone_are_not_trusted_when_shapes_disagree() -> None:
 def test_split_train_modules_share_one_fused_rollout_module() -> None:
     stats = Stats(2)
     train, rollout = Side("Module"), Side("Module")
-    x, q, k, v = stats.tensor(SEQ, HIDDEN), stats.tensor(SEQ, HEADS_DIM), stats.tensor(SEQ, KV_DIM), stats.tensor(SEQ, KV_DIM)
-    parts = [train.add(f"model.layers.0.self_attn.{name}_proj", "Linear", x, node) for name, node in zip("qkv", (q, k, v))]
+    x, q = stats.tensor(SEQ, HIDDEN), stats.tensor(SEQ, HEADS_DIM)
+    k, v = stats.tensor(SEQ, KV_DIM), stats.tensor(SEQ, KV_DIM)
+    parts = [train.add(f"model.layers.0.self_attn.{name}_proj", "Linear", x, node)
+             for name, node in zip("qkv", (q, k, v))]
     fused = rollout.add("model.layers.0.self_attn.qkv_proj", "QKVParallelLinear", x,
                         concat([q, k, v], SEQ, HEADS_DIM + 2 * KV_DIM))
     result = suggest_mapping(train.dump("t"), rollout.dump("r"))
@@ -268,10 +274,11 @@ def test_unknown_names_are_aligned_by_order_when_statistics_confirm() -> None:
     rollout.add("model.layers.0.alpha", "Linear", mid, out)
     rollout.add("model.layers.0.beta", "Linear", out, stats.tensor(SEQ, HIDDEN))
     result = suggest_mapping(train.dump("t"), rollout.dump("r"))
-    assert result.mapping["Module.model.layers.0.mixer_a.Linear.forward.0"] == "Module.model.layers.0.alpha.Linear.forward.0"
-    assert "Module.model.layers.0.mixer_b.Linear.forward.0" not in result.mapping  # same place, statistics differ
-    low = {s.train_key: s for s in result.low_confidence}
-    assert low["Module.model.layers.0.mixer_b.Linear.forward.0"].rollout_keys == ["Module.model.layers.0.beta.Linear.forward.0"]
+    mixer_a, mixer_b = (f"Module.model.layers.0.mixer_{name}.Linear.forward.0" for name in "ab")
+    assert result.mapping[mixer_a] == "Module.model.layers.0.alpha.Linear.forward.0"
+    assert mixer_b not in result.mapping  # same place, but only its input statistics agree
+    low = {suggestion.train_key: suggestion for suggestion in result.low_confidence}
+    assert low[mixer_b].rollout_keys == ["Module.model.layers.0.beta.Linear.forward.0"]
 
 
 def test_existing_entries_are_kept_and_only_missing_ones_proposed() -> None:
@@ -283,7 +290,7 @@ def test_existing_entries_are_kept_and_only_missing_ones_proposed() -> None:
     assert result.mapping[kept_key] == odd_choice
     assert result.mapping["Module.not.in.the.dump.Linear.forward.0"] == "Module.x.Linear.forward.0"
     assert kept_key not in {s.train_key for s in result.suggestions}
-    assert f"{TRAIN}.decoder.layers.1.mlp.linear_fc2.RowParallelLinear.forward.0" not in result.mapping  # its pair is taken
+    assert f"{TRAIN}.decoder.layers.1.mlp.linear_fc2.RowParallelLinear.forward.0" not in result.mapping  # pair taken
     assert result.kept == 2
 
 
@@ -320,6 +327,15 @@ def test_rollout_candidates_fix_a_misspelt_value() -> None:
     assert len(candidates) == 3
 
 
+def test_rollout_candidates_rank_completions_of_a_typed_prefix() -> None:
+    pair = model_pair()
+    matcher = Matcher(pair.train, pair.rollout)
+    fc2 = f"{TRAIN}.decoder.layers.1.mlp.linear_fc2.RowParallelLinear.forward.0"
+    candidates = matcher.rank_rollout_candidates(fc2, limit=10, text_hint="Module.model.layers.1.mlp.")
+    assert candidates[0].keys == [pair.expected[fc2]] and "starts with" in candidates[0].reason
+    assert all(key.startswith("Module.model.layers.1.mlp.") for candidate in candidates[:4] for key in candidate.keys)
+
+
 def test_train_candidates_fix_a_misspelt_or_foreign_named_key() -> None:
     pair = model_pair()
     matcher = Matcher(pair.train, pair.rollout)
@@ -344,7 +360,8 @@ def test_user_rules_extend_the_defaults(tmp_path: Path) -> None:
     rules_file = tmp_path / "rules.toml"
     rules_file.write_text('[[rename]]\ncanonical = "mixer"\nnames = ["token_mixer", "time_mix"]\n')
     result = suggest_mapping(train.dump("t"), rollout.dump("r"), rules=NamingRules.from_files([rules_file]))
-    assert result.mapping == {"Module.model.layers.0.token_mixer.Mixer.forward.0": "Module.model.layers.0.time_mix.Mixer.forward.0"}
+    assert result.mapping == {
+        "Module.model.layers.0.token_mixer.Mixer.forward.0": "Module.model.layers.0.time_mix.Mixer.forward.0"}
     assert "token_mixer↔time_mix" in result.suggestions[0].reason
 
 
@@ -364,7 +381,8 @@ def test_litgpt_fc_2_is_the_up_projection_not_megatrons_linear_fc2() -> None:
     assert canonical("module.module.decoder.layers.3.mlp.linear_fc2").path == "layers.3.mlp.down_proj"
     assert canonical("transformer.h.3.mlp.proj").path == canonical("model.layers.3.mlp.down_proj").path
     assert canonical("transformer.h.3.attn.proj").path == canonical("model.layers.3.self_attn.o_proj").path
-    assert canonical("model.layers.0.self_attn.attn").path == canonical("module.decoder.layers.0.self_attention.core_attention").path
+    core_attention = canonical("module.decoder.layers.0.self_attention.core_attention").path
+    assert canonical("model.layers.0.self_attn.attn").path == core_attention
 
 
 def _tensor(shape: tuple[int, ...], mx: float = 2.0, mn: float = -2.0, mean: float = 0.1, norm: float = 5.0,
@@ -385,7 +403,8 @@ def test_statistics_equality_depends_on_dtype_and_handles_non_finite_values() ->
     assert stats_relation(_tensor((4,)), _tensor((4,), norm=5.05)) == "different"
     bf16 = "torch.bfloat16"
     assert stats_relation(_tensor((4,), dtype=bf16), _tensor((4,), norm=5.05, dtype=bf16)) == "equal"
-    assert stats_relation(_tensor((4,), mean=math.nan, norm=math.inf), _tensor((4,), mean=math.nan, norm=math.inf)) == "equal"
+    overflowed = _tensor((4,), mean=math.nan, norm=math.inf)
+    assert stats_relation(overflowed, _tensor((4,), mean=math.nan, norm=math.inf)) == "equal"
     assert stats_relation(_tensor((4,), norm=math.inf), _tensor((4,))) == "different"
     assert stats_relation(_tensor((0,), None, None, None, None), _tensor((0,), None, None, None, None)) == "unknown"
 

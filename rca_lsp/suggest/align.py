@@ -26,8 +26,9 @@ def align_leftovers(assessor: Assessor, accepted: list[Proposal], claimed_train:
     train, rollout = assessor.train, assessor.rollout
     anchors: dict[Scope, list[tuple[int, int]]] = defaultdict(list)
     for proposal in accepted:
-        anchors[train.scope_of(proposal.train_keys[0])].append(
-            (train.entry(proposal.train_keys[0]).position, min(rollout.entry(key).position for key in proposal.rollout_keys)))
+        first = proposal.train_keys[0]
+        rollout_position = min(rollout.entries[key].position for key in proposal.rollout_keys)
+        anchors[train.scope_of(first)].append((train.entries[first].position, rollout_position))
     alignment = Alignment()
     for scope, keys in train.scopes.items():
         leftovers = [key for key in keys if key not in claimed_train]
@@ -41,10 +42,10 @@ def _align_scope(assessor: Assessor, scope: Scope, leftovers: list[str], free: l
                  anchors: list[tuple[int, int]], claimed_rollout: set[str], alignment: Alignment) -> None:
     train, rollout = assessor.train, assessor.rollout
     anchor_train_positions = [train_position for train_position, _ in anchors]
-    free_positions = [rollout.entry(key).position for key in free]
+    free_positions = [rollout.entries[key].position for key in free]
     gap, floor = -1, -1
     for key in leftovers:
-        position = train.entry(key).position
+        position = train.entries[key].position
         index = bisect_left(anchor_train_positions, position)
         if index != gap:  # entering another gap between anchors: its window starts after the previous anchor
             gap, floor = index, anchors[index - 1][1] if index > 0 else -1
@@ -63,13 +64,13 @@ def _align_scope(assessor: Assessor, scope: Scope, leftovers: list[str], free: l
             continue
         alignment.accepted.append(best)
         claimed_rollout.add(best.rollout_keys[0])
-        floor = rollout.entry(best.rollout_keys[0]).position
+        floor = rollout.entries[best.rollout_keys[0]].position
 
 
 def _same_place(train: SideIndex, rollout: SideIndex, scope: Scope, train_key: str, rollout_key: str) -> NameEvidence:
     layer, call = scope
     where = f"layer {layer}" if layer is not None else "outside the layers"
-    train_name, rollout_name = train.entry(train_key).path, rollout.entry(rollout_key).path
+    train_name, rollout_name = train.entries[train_key].path, rollout.entries[rollout_key].path
     return NameEvidence(SAME_PLACE, f"no naming rule pairs {train_name.rpartition('.')[2]} with "
                                     f"{rollout_name.rpartition('.')[2]}; same place among unpaired modules "
                                     f"of {where}, call {call}")

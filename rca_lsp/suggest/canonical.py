@@ -25,7 +25,7 @@ class NameTemplate:
         return not self.segments
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per module on the hot path, and frozen __init__ is slow
 class CanonicalName:
     path: str  # e.g. "layers.0.attn.qkv"; a split part ends in "[i]": "layers.0.attn.qkv[1]"
     group: str | None  # for a split part: the canonical path of the fused module it is part of

@@ -59,7 +59,8 @@ def _name_evidence(trains: tuple[NameTemplate, ...], rollouts: tuple[NameTemplat
     renames = _renames(trains, rollouts)
     if renames:
         return NameEvidence(CANONICAL_PATH, f"naming rules {', '.join(renames)}")
-    return NameEvidence(CANONICAL_PATH, f"same path under wrappers {trains[0].wrapper or '-'} / {rollouts[0].wrapper or '-'}")
+    wrappers = f"{trains[0].wrapper or '-'} / {rollouts[0].wrapper or '-'}"
+    return NameEvidence(CANONICAL_PATH, f"same path under wrappers {wrappers}")
 
 
 def _renames(trains: tuple[NameTemplate, ...], rollouts: tuple[NameTemplate, ...]) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Literal, Sequence
 
 from rca_lsp.core.dump import ModuleEntry, TensorStats
@@ -13,11 +14,9 @@ from rca_lsp.suggest.rules import NamingRules
 
 ShapeRelation = Literal["same", "permuted", "flattened", "numel", "different", "unknown"]
 StatsRelation = Literal["equal", "different", "unknown"]
-COMPATIBLE_SHAPES: frozenset[str] = frozenset({"same", "permuted", "flattened"})
-SHAPE_WORDS: dict[str, str] = {
+SHAPE_WORDS: dict[str, str] = {  # for reasons, when the shapes are not different
     "same": "same shape", "permuted": "same dimensions in another order",
     "flattened": "same feature size and element count", "numel": "same element count",
-    "different": "different shapes", "unknown": "shape unknown",
 }
 
 _HALF_PRECISION = ("bfloat16", "float16", "half")
@@ -25,17 +24,18 @@ _TOLERANCE_FULL = 1e-3
 _TOLERANCE_HALF = 3e-2
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per module on the hot path, and frozen __init__ is slow
 class ModuleView:
     """One side of a candidate pair: a module, or a group of split modules seen as their concatenation."""
 
     input: TensorStats | None
+    input_forms: frozenset[str]  # float / integer / boolean: every input tensor seen (first input, tensor kwargs)
     output: TensorStats | None
     weight: TensorStats | None  # None when absent or unobservable (e.g. repacked to shape [0])
     kind: str | None  # from NamingRules.class_kind; "identity" for placeholders
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per module on the hot path, and frozen __init__ is slow
 class Evidence:
     conflict: str | None  # why the two cannot be the same module (different tensor forms), else None
     output_shape: ShapeRelation
@@ -51,7 +51,15 @@ def module_view(entry: ModuleEntry, rules: NamingRules) -> ModuleView:
     weight = entry.parameters.get("weight")
     if weight is not None and not _observable(weight):
         weight = None
-    return ModuleView(entry.input, entry.output, weight, rules.class_kind(entry.class_name))
+    dtypes = tuple([stats.dtype for stats in entry.kwargs.values()]) if entry.kwargs else ()
+    if entry.input is not None:
+        dtypes += (entry.input.dtype,)
+    return ModuleView(entry.input, _input_forms(dtypes), entry.output, weight, rules.class_kind(entry.class_name))
+
+
+@lru_cache(maxsize=1024)
+def _input_forms(dtypes: tuple[str | None, ...]) -> frozenset[str]:
+    return frozenset(_dtype_form(dtype) for dtype in dtypes)
 
 
 def group_view(entries: Sequence[ModuleEntry], rules: NamingRules) -> ModuleView:
@@ -60,6 +68,7 @@ def group_view(entries: Sequence[ModuleEntry], rules: NamingRules) -> ModuleView
     kinds = {view.kind for view in views}
     return ModuleView(
         input=views[0].input,
+        input_forms=views[0].input_forms,
         output=concatenate([view.output for view in views], axis=-1),
         weight=concatenate([view.weight for view in views], axis=0),
         kind=kinds.pop() if len(kinds) == 1 else None,
@@ -111,27 +120,44 @@ def compare(train: ModuleView, rollout: ModuleView) -> Evidence:
 
 
 def form_conflict(train: ModuleView, rollout: ModuleView) -> str | None:
-    """Why the two cannot compute the same thing: placeholder vs real module, ids vs hidden states, ..."""
+    """Why the two cannot compute the same thing: placeholder vs real module, ids vs hidden states, ...
+
+    Inputs conflict when only one side takes tensors, or only one side takes a float tensor (hidden states)."""
     if (train.kind == "identity") != (rollout.kind == "identity"):
         return "identity placeholder on one side only"
-    for what, left, right in (("input", train.input, rollout.input), ("output", train.output, rollout.output)):
-        if left is not None and right is not None and left.dtype == right.dtype:
-            continue
-        left_form, right_form = tensor_form(left), tensor_form(right)
-        if left_form != right_form:
-            return f"{what} is {left_form} on the train side but {right_form} on the rollout side"
+    train_forms, rollout_forms = train.input_forms, rollout.input_forms
+    if train_forms != rollout_forms and (
+            bool(train_forms) != bool(rollout_forms) or (FLOAT in train_forms) != (FLOAT in rollout_forms)):
+        return (f"inputs are {_listed(train_forms)} on the train side but {_listed(rollout_forms)} "
+                f"on the rollout side")
+    train_output, rollout_output = train.output, rollout.output
+    if train_output is not None and rollout_output is not None and train_output.dtype == rollout_output.dtype:
+        return None
+    train_form, rollout_form = _output_form(train_output), _output_form(rollout_output)
+    if train_form != rollout_form:
+        return f"output is {train_form} on the train side but {rollout_form} on the rollout side"
     return None
 
 
-def tensor_form(stats: TensorStats | None) -> str:
-    if stats is None:
-        return "not a tensor"
-    dtype = stats.dtype or ""
-    if "bool" in dtype:
-        return "a boolean tensor"
-    if "int" in dtype:
-        return "an integer tensor"
-    return "a float tensor"
+FLOAT = "float"
+
+
+@lru_cache(maxsize=256)
+def _dtype_form(dtype: str | None) -> str:
+    """float, integer or boolean: what kind of values a tensor of this dtype holds."""
+    if dtype and "bool" in dtype:
+        return "boolean"
+    if dtype and "int" in dtype:
+        return "integer"
+    return FLOAT
+
+
+def _output_form(stats: TensorStats | None) -> str:
+    return "not a tensor" if stats is None else f"a {_dtype_form(stats.dtype)} tensor"
+
+
+def _listed(forms: frozenset[str]) -> str:
+    return " and ".join(f"{form}" for form in sorted(forms)) + " tensors" if forms else "no tensors"
 
 
 def shape_relation(left: tuple[int, ...] | None, right: tuple[int, ...] | None) -> ShapeRelation:
@@ -177,8 +203,9 @@ def _observable(stats: TensorStats) -> bool:
     return (shape is None or 0 not in shape) and (stats.max is not None or stats.norm is not None)
 
 
-def _tolerance(*dtypes: str | None) -> float:
-    half = any(dtype and any(name in dtype for name in _HALF_PRECISION) for dtype in dtypes)
+@lru_cache(maxsize=256)
+def _tolerance(left: str | None, right: str | None) -> float:
+    half = any(dtype and any(name in dtype for name in _HALF_PRECISION) for dtype in (left, right))
     return _TOLERANCE_HALF if half else _TOLERANCE_FULL
 
 

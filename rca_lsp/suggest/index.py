@@ -14,6 +14,7 @@ class SideIndex:
 
     def __init__(self, dump: Dump, canonicalizer: Canonicalizer) -> None:
         self.dump = dump
+        self.entries: dict[str, ModuleEntry] = dump.entries
         self._canonicalizer = canonicalizer
         self.names: dict[str, CanonicalName] = {}
         self.by_path: dict[PathKey, list[str]] = {}
@@ -31,19 +32,16 @@ class SideIndex:
             self.scopes.setdefault((name.layer, call), []).append(key)
             self.children.setdefault((name.path.rpartition(".")[0], call), []).append(key)
 
-    def canonical_path(self, module_path: str) -> str:
-        """The canonical path of any module path (also one not in this dump, e.g. a misspelt key's)."""
-        return self._canonicalizer.canonical(module_path).path
-
-    def entry(self, key: str) -> ModuleEntry:
-        return self.dump.entries[key]
+    def canonical(self, module_path: str) -> CanonicalName:
+        """The canonical name of any module path (also one not in this dump, e.g. a misspelt key's)."""
+        return self._canonicalizer.canonical(module_path)
 
     def siblings(self, name: CanonicalName, call: int) -> list[str]:
         """This dump's modules under the same canonical parent as `name` (which may come from the other dump)."""
         return self.children.get((name.path.rpartition(".")[0], call), [])
 
     def scope_of(self, key: str) -> Scope:
-        return self.names[key].layer, self.dump.entries[key].call_index
+        return self.names[key].layer, self.entries[key].call_index
 
     def group_parts(self, path: str, call: int) -> tuple[str, ...]:
         """The split parts of a fused module at (path, call), in part order, if they start at part 0 and have no gap."""

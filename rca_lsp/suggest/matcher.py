@@ -31,7 +31,7 @@ class Matcher:
     def name_proposals(self, train_key: str) -> list[Proposal]:
         """Rollout module(s) whose canonical path and call index agree with the train module's, best first."""
         name = self.train.names[train_key]
-        call = self.train.entry(train_key).call_index
+        call = self.train.entries[train_key].call_index
         single = (train_key,)
         proposals = [self.assessor.by_name(single, (key,)) for key in self.rollout.by_path.get((name.path, call), ())]
         if name.group is None:
@@ -78,7 +78,7 @@ class Matcher:
 def _claim(proposals: list[Proposal], claimed_train: set[str], claimed_rollout: set[str],
            train: SideIndex) -> tuple[list[Proposal], list[Proposal]]:
     """Accept confident proposals, strongest first; a module already claimed makes a later proposal lose."""
-    proposals.sort(key=lambda proposal: (-proposal.confidence, train.entry(proposal.train_keys[0]).position))
+    proposals.sort(key=lambda proposal: (-proposal.confidence, train.entries[proposal.train_keys[0]].position))
     accepted: list[Proposal] = []
     rejected: list[Proposal] = []
     for proposal in proposals:

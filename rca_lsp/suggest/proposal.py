@@ -10,7 +10,7 @@ from rca_lsp.suggest.index import SideIndex
 from rca_lsp.suggest.rules import NamingRules
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per module on the hot path, and frozen __init__ is slow
 class Proposal:
     train_keys: tuple[str, ...]  # several only for split train modules sharing one fused rollout module (N:1)
     rollout_keys: tuple[str, ...]  # several for one train module and its split rollout modules (1:N)
@@ -31,8 +31,8 @@ class Assessor:
 
     def by_name(self, train_keys: tuple[str, ...], rollout_keys: tuple[str, ...]) -> Proposal:
         """A pair whose canonical paths agree: the name evidence follows from the paths."""
-        train_paths = [self.train.entry(key).path for key in train_keys]
-        rollout_paths = [self.rollout.entry(key).path for key in rollout_keys]
+        train_paths = [self.train.entries[key].path for key in train_keys]
+        rollout_paths = [self.rollout.entries[key].path for key in rollout_keys]
         name = name_evidence([self.train.names[key] for key in train_keys],
                              [self.rollout.names[key] for key in rollout_keys], train_paths == rollout_paths)
         return self.with_name(train_keys, rollout_keys, name)
@@ -43,5 +43,5 @@ class Assessor:
 
     def _view(self, side: SideIndex, keys: tuple[str, ...]) -> ModuleView:
         if len(keys) == 1:
-            return module_view(side.entry(keys[0]), self._rules)
-        return group_view([side.entry(key) for key in keys], self._rules)
+            return module_view(side.entries[keys[0]], self._rules)
+        return group_view([side.entries[key] for key in keys], self._rules)

@@ -16,24 +16,30 @@ if TYPE_CHECKING:
     from rca_lsp.suggest.matcher import Matcher
 
 SPELLING_CUTOFF = 60.0  # rapidfuzz ratio (0..100) below which a key is not offered as a respelling
+CLOSE_SPELLING = 90.0  # a respelling this close within the hint's own layer and call ends the search there
 HINT_WEIGHT = 0.5  # with a text hint, the score is this much spelling similarity and the rest match confidence
 SAME_MODULE_BY_RULES = 0.95  # similarity given to a key that the naming rules make the same module as the hint
+_NO_RULE = NameEvidence(NO_NAME, "no naming rule")
 
 
 def rank_rollout(matcher: Matcher, train_key: str, limit: int, text_hint: str | None) -> list[Candidate]:
-    """Rollout keys (or split groups) for `train_key`: name matches, modules under the same canonical parent, and
-    respellings of `text_hint`; ordered by match confidence, blended with closeness to the hint when there is one."""
+    """Rollout keys (or split groups) for `train_key`: name matches and modules under the same canonical parent,
+    plus, when `text_hint` is a whole (misspelt) key, its respellings. Ordered by match confidence, blended with
+    closeness to the hint (a typed prefix counts as close) when there is one."""
     proposals: dict[tuple[str, ...], Proposal] = {}
-    similar = hint_matches(matcher.rollout, text_hint, limit) if text_hint else {}
+    respelt: dict[str, tuple[float, str]] = {}
+    if text_hint and parse_module_key(text_hint) is not None:  # a whole (misspelt) key, not a prefix being typed
+        respelt = hint_matches(matcher.rollout, text_hint, limit)
     if train_key in matcher.train.names:
         for proposal in matcher.name_proposals(train_key):
             proposals.setdefault(proposal.rollout_keys, proposal)
-        nearby = matcher.rollout.siblings(matcher.train.names[train_key], matcher.train.entry(train_key).call_index)
-        for key in [*nearby, *similar]:
+        nearby = matcher.rollout.siblings(matcher.train.names[train_key], matcher.train.entries[train_key].call_index)
+        for key in [*nearby, *respelt]:
             if (key,) not in proposals:
-                proposals[(key,)] = matcher.assessor.with_name((train_key,), (key,), NameEvidence(NO_NAME, "no naming rule"))
-    candidates = [_rollout_candidate(proposal, similar, text_hint) for proposal in proposals.values()]
-    candidates += [Candidate([key], similarity, note) for key, (similarity, note) in similar.items() if (key,) not in proposals]
+                proposals[(key,)] = matcher.assessor.with_name((train_key,), (key,), _NO_RULE)
+    candidates = [_rollout_candidate(proposal, respelt, text_hint) for proposal in proposals.values()]
+    candidates += [Candidate([key], similarity, note)
+                   for key, (similarity, note) in respelt.items() if (key,) not in proposals]
     return _best(candidates, limit)
 
 
@@ -44,27 +50,46 @@ def rank_train(matcher: Matcher, text_hint: str, limit: int) -> list[Candidate]:
 
 
 def hint_matches(side: SideIndex, text: str, limit: int) -> dict[str, tuple[float, str]]:
-    """Keys of `side` spelt like `text`, or naming the same module under the naming rules: key -> (0..1, why)."""
+    """Keys of `side` naming the same module as the key `text` under the naming rules, or spelt like it:
+    key -> (similarity 0..1, why)."""
     found: dict[str, tuple[float, str]] = {}
     parsed = parse_module_key(text)
+    nearby: list[str] = []
     if parsed is not None:
-        for key in side.by_path.get((side.canonical_path(parsed.path), parsed.call_index), ()):
+        name = side.canonical(parsed.path)
+        for key in side.by_path.get((name.path, parsed.call_index), ()):
             found[key] = (SAME_MODULE_BY_RULES, "the same module under the naming rules")
-    for key, ratio, _ in process.extract(text, side.dump.keys, scorer=fuzz.ratio, limit=limit,
-                                         score_cutoff=SPELLING_CUTOFF):
+        nearby = side.scopes.get((name.layer, parsed.call_index), [])
+    for key, ratio in _respellings(text, nearby, side.dump.keys, limit):
         if ratio / 100 > found.get(key, (0.0, ""))[0]:
             found[key] = (ratio / 100, f"spelt like {text!r} ({ratio:.0f}%)")
     return found
 
 
-def _rollout_candidate(proposal: Proposal, similar: dict[str, tuple[float, str]], text_hint: str | None) -> Candidate:
+def _respellings(text: str, nearby: list[str], everywhere: list[str], limit: int) -> list[tuple[str, float]]:
+    """Closest spellings, looked for among `nearby` keys first (the hint's layer and call), then everywhere."""
+    found = process.extract(text, nearby, scorer=fuzz.ratio, limit=limit, score_cutoff=SPELLING_CUTOFF)
+    if not found or found[0][1] < CLOSE_SPELLING:
+        found = process.extract(text, everywhere, scorer=fuzz.ratio, limit=limit, score_cutoff=SPELLING_CUTOFF)
+    return [(key, ratio) for key, ratio, _ in found]
+
+
+def _rollout_candidate(proposal: Proposal, respelt: dict[str, tuple[float, str]], text_hint: str | None) -> Candidate:
     keys = list(proposal.rollout_keys)
     if not text_hint:
         return Candidate(keys, proposal.confidence, proposal.assessment.reason)
-    similarity, note = max((similar.get(key, (0.0, "")) for key in keys), key=lambda match: match[0])
+    similarity, note = max((_closeness(key, text_hint, respelt) for key in keys), key=lambda match: match[0])
     score = HINT_WEIGHT * similarity + (1 - HINT_WEIGHT) * proposal.confidence
-    reason = f"{proposal.assessment.reason}; {note}" if note else proposal.assessment.reason
-    return Candidate(keys, round(score, 3), reason)
+    return Candidate(keys, round(score, 3), f"{proposal.assessment.reason}; {note}")
+
+
+def _closeness(key: str, text: str, respelt: dict[str, tuple[float, str]]) -> tuple[float, str]:
+    if key.startswith(text):
+        return 1.0, f"starts with {text!r}"
+    if key in respelt:
+        return respelt[key]
+    ratio = fuzz.ratio(text, key)
+    return ratio / 100, f"spelt like {text!r} ({ratio:.0f}%)"
 
 
 def _best(candidates: list[Candidate], limit: int) -> list[Candidate]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rca_lsp.suggest.index import SideIndex
 from rca_lsp.suggest.proposal import Proposal
-from rca_lsp.suggest.result import MappingGroup, MappingValue, Suggestion, SuggestionResult, as_mapping_value, mapping_keys
+from rca_lsp.suggest.result import (MappingGroup, MappingValue, Suggestion, SuggestionResult, as_mapping_value,
+                                    mapping_keys)
 
 _LOST_CLAIM = "its rollout module went to a stronger candidate"
 
