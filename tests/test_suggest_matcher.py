@@ -237,6 +237,17 @@ def test_different_forms_are_not_paired() -> None:
     assert any("IdentityOp" in key for key in result.unmatched_train)
 
 
+def test_identity_placeholders_are_never_paired() -> None:
+    stats = Stats(5)
+    train, rollout = Side(TRAIN), Side("Module")
+    x = stats.tensor(SEQ, HIDDEN)
+    train.add("decoder.layers.0.self_attention.q_layernorm", "IdentityOp", x, x)
+    rollout.add("model.layers.0.self_attn.q_norm", "Identity", x, x)
+    result = suggest_mapping(train.dump("t"), rollout.dump("r"))
+    assert result.mapping == {}
+    assert "identity placeholder" in result.low_confidence[0].reason
+
+
 def test_names_alone_are_not_trusted_when_shapes_disagree() -> None:
     train, rollout = Side(TRAIN), Side("Module")
     stats = Stats(1)

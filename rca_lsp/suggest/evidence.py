@@ -123,8 +123,8 @@ def form_conflict(train: ModuleView, rollout: ModuleView) -> str | None:
     """Why the two cannot compute the same thing: placeholder vs real module, ids vs hidden states, ...
 
     Inputs conflict when only one side takes tensors, or only one side takes a float tensor (hidden states)."""
-    if (train.kind == "identity") != (rollout.kind == "identity"):
-        return "identity placeholder on one side only"
+    if train.kind == "identity" or rollout.kind == "identity":
+        return "an identity placeholder (it only passes its input through)"
     train_forms, rollout_forms = train.input_forms, rollout.input_forms
     if train_forms != rollout_forms and (
             bool(train_forms) != bool(rollout_forms) or (FLOAT in train_forms) != (FLOAT in rollout_forms)):
