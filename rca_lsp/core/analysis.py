@@ -6,11 +6,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rca_lsp.core.dump import Dump
+from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.keys import block_of, layer_index
 from rca_lsp.core.mapping import MappingIssue, ParsedMapping
 from rca_lsp.core.records import Comparator, ModuleRecord, build_groups
 from rca_lsp.core.rootcause import RootCauseAnalysis, Suspect, hypothesis, next_checks, record_summary, suspect_json
 from rca_lsp.core.validate import validate_against_dumps
+
+
+MAX_REPORTED_SUSPECTS = 1000  # the report lists the first ones (origins first); output_4 has every record
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,11 @@ def _unmapped_between(train: Dump, matched: set[str]) -> dict[str, list[str]]:
 
 def analyze(mapping: ParsedMapping, comparator: Comparator) -> Analysis:
     """Validate the mapping against the dumps, compare every mapped group, and derive the root-cause evidence."""
+    with paused_gc():
+        return _analyze(mapping, comparator)
+
+
+def _analyze(mapping: ParsedMapping, comparator: Comparator) -> Analysis:
     train, rollout = comparator.train, comparator.rollout
     issues = sorted(mapping.issues + validate_against_dumps(mapping, train, rollout), key=lambda i: i.span.start)
     usable = _usable_mapping(mapping, train, rollout)
@@ -120,7 +129,8 @@ def root_cause_report(analysis: Analysis) -> dict[str, Any]:
         "structural_false_positives": [
             {**{k: v for k, v in record_summary(r).items() if k in ("train_key", "rollout_key", "module_bucket")},
              "skip_reason": r.comparison.reasoning} for r in analysis.structural],
-        "root_cause_suspects": [suspect_json(s) for s in analysis.suspects],
+        "root_cause_suspects": [suspect_json(s) for s in analysis.suspects[:MAX_REPORTED_SUSPECTS]],
+        "root_cause_suspects_total": len(analysis.suspects),
         "top_hypothesis": top_hypothesis,
         "top_evidence": top_evidence,
         "first_divergence": suspect_json(first) if first and first.credible_origin else None,

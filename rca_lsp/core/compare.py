@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 from rca_lsp.core.dump import TensorStats
@@ -82,6 +83,7 @@ def shape_relation(train: TensorStats, rollout: TensorStats) -> str:
     return "numel_match" if train.numel == rollout.numel else "numel_mismatch"
 
 
+@lru_cache(maxsize=256)
 def _is_integer_kind(dtype: str | None) -> bool:
     name = normalise_dtype(dtype) or ""
     return name.startswith(_INTEGER_KINDS)
@@ -158,11 +160,16 @@ def _verdict(target: str, train_key: str, rollout_key: str, train: TensorStats, 
     else:
         consistency, status = "aligned", "match"
         both = [s.name for s in compared if s.status == "nonfinite_both"]
-        reason = f"{target}: {', '.join(both)} non-finite on both sides" if both else f"{target}: within {tol:g}"
+        reason = f"{target}: {', '.join(both)} non-finite on both sides" if both else _within(target, tol)
     if dtype_match == "mismatch":
         reason += f"; dtype {train.dtype} vs {rollout.dtype}"
     return TargetComparison(target, train_key, rollout_key, train, rollout, aggregated, stats, tol, dtype_match,
                             relation, consistency, status, reason)
+
+
+@lru_cache(maxsize=1024)
+def _within(target: str, tol: float) -> str:
+    return f"{target}: within {tol:g}"
 
 
 def priority_bucket(target: TargetComparison) -> tuple[str, str]:

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from rca_lsp.core.errors import InputError
+from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.jsonload import as_float, loads_lenient
 from rca_lsp.core.keys import parse_module_key
 
@@ -26,15 +27,14 @@ class TensorStats:
     min: float | None
     mean: float | None
     norm: float | None
+    numel: int | None = field(init=False)
+    observable: bool = field(init=False)  # False for tensors msprobe could not summarise (repacked weights, shape [0])
 
-    @property
-    def numel(self) -> int | None:
-        return math.prod(self.shape) if self.shape is not None else None
-
-    @property
-    def observable(self) -> bool:
-        """False for tensors msprobe saw but could not summarise (e.g. repacked weights of shape [0])."""
-        return self.numel != 0 and any(v is not None for v in (self.max, self.min, self.mean, self.norm))
+    def __post_init__(self) -> None:
+        numel = math.prod(self.shape) if self.shape is not None else None
+        object.__setattr__(self, "numel", numel)
+        object.__setattr__(self, "observable", numel != 0 and (
+            self.max is not None or self.min is not None or self.mean is not None or self.norm is not None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +186,10 @@ def load_dump_file(path: Path) -> Dump:
         data = path.read_bytes()
     except OSError as error:
         raise InputError(str(path), f"cannot read dump: {error.strerror}") from None
-    return build_dump(str(path), loads_lenient(data, str(path)))
+    with paused_gc():
+        document = loads_lenient(data, str(path))
+        del data
+        return build_dump(str(path), document)
 
 
 class DumpCache:

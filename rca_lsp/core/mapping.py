@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from rca_lsp.core.gcpause import paused_gc
+
 _TOKEN_RE = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"?|[{}\[\]:,]|[^\s{}\[\]:,"]+')
 
 
@@ -283,6 +285,11 @@ def _entries_from_quotes(text: str, document: dict[str, str | list[str]]) -> lis
 
 def parse_mapping(path: str, text: str) -> ParsedMapping:
     """Entries with positions plus the issues visible without the dumps: syntax, value shape, duplicates."""
+    with paused_gc():
+        return _parse_mapping(path, text)
+
+
+def _parse_mapping(path: str, text: str) -> ParsedMapping:
     lines = LineIndex(text)
     try:
         document = orjson.loads(text)

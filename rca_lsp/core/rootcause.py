@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -17,6 +16,7 @@ UPSTREAM = "upstream_propagation"
 MANUAL = "needs_manual_review"
 STRUCTURAL_BUCKETS = ("fused_qkv_structural_mismatch", "structural_shape_mismatch")
 MAX_LISTED = 200  # keys listed per "between" list; the count is always complete
+MAX_SCAN = 20_000  # dump keys scanned back from a suspect for unmatched modules
 
 LAYOUT_NOTE = ("statistics (Max/Min/Mean/Norm) cannot see layout or permutation differences, e.g. a fused qkv "
                "weight converted in a different head order")
@@ -69,6 +69,36 @@ def _collect_between(dump: Dump, matched: set[str], start: int, end: int, bounda
     return between, inside
 
 
+class _CallIndex:
+    """Records of one call in completion order, with prefix indexes so each suspect costs O(its children)."""
+
+    def __init__(self, records: list[ModuleRecord]) -> None:
+        self.records = records
+        self.last_aligned: list[int] = []
+        self.last_comparable: list[int] = []
+        aligned = comparable = -1
+        for index, record in enumerate(records):
+            state = record.comparison.output_consistency
+            if state == "aligned":
+                aligned = index
+            if state in ("aligned", "mismatch"):
+                comparable = index
+            self.last_aligned.append(aligned)
+            self.last_comparable.append(comparable)
+        self.next_mismatch = [len(records)] * (len(records) + 1)
+        for index in range(len(records) - 1, -1, -1):
+            mismatch = records[index].comparison.output_consistency == "mismatch"
+            self.next_mismatch[index] = index if mismatch else self.next_mismatch[index + 1]
+
+    def children_start(self, index: int) -> int:
+        """Start of the run of records just before `index` that ran inside it (children complete first)."""
+        record = self.records[index]
+        start = index
+        while start > 0 and record.contains(self.records[start - 1]):
+            start -= 1
+        return start
+
+
 class RootCauseAnalysis:
     def __init__(self, records: list[ModuleRecord], train: Dump, rollout: Dump, matched_train: set[str],
                  matched_rollout: set[str]) -> None:
@@ -76,32 +106,20 @@ class RootCauseAnalysis:
         self.rollout = rollout
         self.matched_train = matched_train
         self.matched_rollout = matched_rollout
-        self.by_call: dict[int, list[ModuleRecord]] = {}
+        by_call: dict[int, list[ModuleRecord]] = {}
         for record in sorted(records, key=lambda r: r.train_position):
-            self.by_call.setdefault(record.call_index, []).append(record)
-        self._positions = {call: [r.train_position for r in rs] for call, rs in self.by_call.items()}
-
-    def _earlier(self, record: ModuleRecord) -> list[ModuleRecord]:
-        """Same-call records completed before this one started (its own children excluded), nearest first."""
-        same_call = self.by_call[record.call_index]
-        index = bisect_left(self._positions[record.call_index], record.train_position)
-        return [r for r in reversed(same_call[:index]) if not record.contains(r)]
-
-    def _first_divergent_child(self, record: ModuleRecord) -> ModuleRecord | None:
-        same_call = self.by_call[record.call_index]
-        index = bisect_left(self._positions[record.call_index], record.train_position)
-        return next((r for r in same_call[:index] if record.contains(r) and r.comparison.output_consistency == "mismatch"),
-                    None)
+            by_call.setdefault(record.call_index, []).append(record)
+        self.calls = {call: _CallIndex(rs) for call, rs in by_call.items()}
 
     def _call_start(self, dump: Dump, record_position: int, call_index: int) -> int:
         """Position before the first key of this call (keys of earlier calls are not 'between')."""
         position = record_position
-        while position > 0:
+        while position > 0 and record_position - position < MAX_SCAN:
             parsed = parse_module_key(dump.keys[position - 1])
             if parsed is not None and parsed.call_index < call_index:
                 return position - 1
             position -= 1
-        return -1
+        return position - 1
 
     def _between(self, record: ModuleRecord, boundary: ModuleRecord | None) -> Between:
         if boundary is not None:
@@ -112,34 +130,39 @@ class RootCauseAnalysis:
             train_start = self._call_start(self.train, record.train_position, record.call_index)
             rollout_start = self._call_start(self.rollout, record.rollout_position, record.call_index)
             train_bounds = rollout_bounds = ()
+        train_start = max(train_start, record.train_position - MAX_SCAN)
+        rollout_start = max(rollout_start, record.rollout_position - MAX_SCAN)
         train_between, train_inside = _collect_between(self.train, self.matched_train, train_start,
                                                        record.train_position, train_bounds, record.train_paths)
         rollout_between, rollout_inside = _collect_between(self.rollout, self.matched_rollout, rollout_start,
                                                            record.rollout_position, rollout_bounds, record.rollout_paths)
         return Between(train_between, rollout_between, train_inside, rollout_inside)
 
-    def suspect(self, record: ModuleRecord) -> Suspect:
+    def suspect(self, call: _CallIndex, index: int) -> Suspect:
+        record = call.records[index]
         comparison = record.comparison
-        earlier = self._earlier(record)
-        comparable = [r for r in earlier if r.comparison.output_consistency in ("aligned", "mismatch")]
-        previous = comparable[0] if comparable else None
-        boundary = next((r for r in comparable if r.comparison.output_consistency == "aligned"), None)
-        between = self._between(record, boundary)
+        start = call.children_start(index)
+        previous_index = call.last_comparable[start - 1] if start > 0 else -1
+        boundary_index = call.last_aligned[start - 1] if start > 0 else -1
+        previous = call.records[previous_index] if previous_index >= 0 else None
+        boundary = call.records[boundary_index] if boundary_index >= 0 else None
+        child_index = call.next_mismatch[start]
+        child = call.records[child_index] if child_index < index else None
         inputs_differ = comparison.input_args_consistency == "mismatch" or comparison.kwargs_consistency == "mismatch"
         if inputs_differ:
-            return self._input_divergence(record, previous, boundary, between)
-        return self._inside_divergence(record, boundary, between)
+            return self._input_divergence(record, previous, boundary, child)
+        return self._inside_divergence(record, boundary, child)
 
     def _input_divergence(self, record: ModuleRecord, previous: ModuleRecord | None, boundary: ModuleRecord | None,
-                          between: Between) -> Suspect:
+                          child: ModuleRecord | None) -> Suspect:
         if previous is not None and previous.comparison.output_consistency == "mismatch":
             return Suspect(record, UPSTREAM, f"inputs were already divergent before this module "
-                           f"(the preceding mapped module {previous.train_key} already differs)", boundary, between,
+                           f"(the preceding mapped module {previous.train_key} already differs)", boundary, Between(),
                            False, previous.train_key)
-        child = self._first_divergent_child(record)
         if child is not None:
             return Suspect(record, UPSTREAM, f"its input differs, as does that of a module inside it, which diverges "
-                           f"first: {child.train_key}", boundary, between, False, child.train_key)
+                           f"first: {child.train_key}", boundary, Between(), False, child.train_key)
+        between = self._between(record, boundary)
         where = f"after the aligned boundary {boundary.train_key}" if boundary else "from the start of this call"
         train_acts = [k for k in between.train if is_activation_like(k)]
         rollout_acts = [k for k in between.rollout if is_activation_like(k)]
@@ -160,8 +183,10 @@ class RootCauseAnalysis:
                          f"add, or the tensor layout); {LAYOUT_NOTE}")
         return Suspect(record, UPSTREAM, rationale, boundary, between, True, None)
 
-    def _inside_divergence(self, record: ModuleRecord, boundary: ModuleRecord | None, between: Between) -> Suspect:
+    def _inside_divergence(self, record: ModuleRecord, boundary: ModuleRecord | None,
+                           child: ModuleRecord | None) -> Suspect:
         comparison = record.comparison
+        between = self._between(record, boundary) if child is None else Between()
         notes: list[str] = []
         if comparison.module_bucket == "parameter_sync_mismatch":
             classification, rationale = PARAMETER, "parameters diverged while inputs remained aligned"
@@ -183,7 +208,6 @@ class RootCauseAnalysis:
         inside_acts = [k for k in between.inside_train + between.inside_rollout if is_activation_like(k)]
         if inside_acts:
             notes.append(f"unmatched activation-like modules inside: {', '.join(_short(k) for k in inside_acts[:3])}")
-        child = self._first_divergent_child(record)
         if child is not None:
             notes.append(f"a module inside it diverges first: {child.train_key}")
         if notes:
@@ -194,12 +218,12 @@ class RootCauseAnalysis:
     def suspects(self) -> tuple[list[Suspect], list[ModuleRecord]]:
         suspects: list[Suspect] = []
         structural: list[ModuleRecord] = []
-        for records in self.by_call.values():
-            for record in records:
+        for call in self.calls.values():
+            for index, record in enumerate(call.records):
                 if record.comparison.module_bucket in STRUCTURAL_BUCKETS:
                     structural.append(record)
                 elif record.comparison.module_priority_rank in (1, 2):
-                    suspects.append(self.suspect(record))
+                    suspects.append(self.suspect(call, index))
         suspects.sort(key=lambda s: (0 if s.credible_origin else (1 if s.classification != UPSTREAM else 2),
                                      s.record.call_index, s.record.train_position))
         return suspects, structural

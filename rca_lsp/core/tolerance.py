@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 # Two correct bf16 runs differ by ~1e-2 relative in their statistics; fp32 paths agree to ~1e-6.
 DEFAULT_TOLERANCES: dict[str, float] = {
@@ -16,6 +17,7 @@ _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "bf16": 
             "fp32": "float32"}
 
 
+@lru_cache(maxsize=256)
 def normalise_dtype(dtype: str | None) -> str | None:
     """`torch.bfloat16`, `mindspore.Float32`, `BFloat16` -> `bfloat16`, `float32`."""
     if dtype is None:
@@ -27,9 +29,16 @@ def normalise_dtype(dtype: str | None) -> str | None:
 @dataclass(frozen=True)
 class Tolerances:
     by_dtype: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    _memo: dict[tuple[str | None, ...], float] = field(default_factory=dict, repr=False, compare=False)
 
     def for_dtypes(self, *dtypes: str | None) -> float:
         """The loosest tolerance among the dtypes involved (a comparison is only as precise as its coarser side)."""
+        found = self._memo.get(dtypes)
+        if found is None:
+            found = self._memo[dtypes] = self._loosest(dtypes)
+        return found
+
+    def _loosest(self, dtypes: tuple[str | None, ...]) -> float:
         default = self.by_dtype.get("float32", DEFAULT_TOLERANCES["float32"])
         known = [self.by_dtype.get(normalise_dtype(d) or "", default) for d in dtypes if d is not None]
         return max(known, default=default)

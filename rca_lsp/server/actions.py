@@ -71,19 +71,17 @@ def _indent_of(ctx: ActionContext, entry: MappingEntry) -> str:
 def _add_unmapped(ctx: ActionContext, diagnostic: types.Diagnostic) -> list[types.CodeAction]:
     data = diagnostic.data if isinstance(diagnostic.data, dict) else {}
     entry = _entry_for(ctx, diagnostic)
-    if ctx.analysis is None or entry is None:
+    if entry is None:
         return []
-    matcher = ctx.matchers.get(ctx.analysis.train, ctx.analysis.rollout)
     actions = []
-    for train_key in list(data.get("unmapped") or [])[:5]:
-        candidates = matcher.rank_rollout_candidates(train_key, limit=1)
-        if not candidates:
+    for item in list(data.get("unmapped") or [])[:5]:
+        train_key, keys = item.get("train"), item.get("rollout")
+        if not isinstance(train_key, str) or not isinstance(keys, list) or not keys:
             continue
-        keys = list(candidates[0].keys)
         insert_at = ctx.positions.position(entry.value_span.end)
         edit = ctx.edit([types.TextEdit(range=types.Range(start=insert_at, end=insert_at),
                                         new_text=_entry_text(train_key, keys, _indent_of(ctx, entry)))])
-        actions.append(_quick_fix(f"Add mapping {train_key} → {' + '.join(keys)} ({candidates[0].reason})",
+        actions.append(_quick_fix(f"Add mapping {train_key} → {' + '.join(keys)} ({item.get('reason', '')})",
                                   diagnostic, edit))
     return actions
 

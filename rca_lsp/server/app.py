@@ -26,7 +26,6 @@ from rca_lsp.server.diagnostics import FindingBuilder, issue_diagnostics, severi
 from rca_lsp.server.documents import MappingDocument
 from rca_lsp.server.engine import Engine
 from rca_lsp.server.hover import hover_markdown
-from rca_lsp.server.matching import MatcherCache
 from rca_lsp.server.navigation import definition, document_symbols
 from rca_lsp.server.pairing import CONFIG_NAME, MAPPING_GLOBS, Pair, Unpaired, find_pair, is_mapping_name
 from rca_lsp.server.positions import Positions, top_of_file
@@ -50,7 +49,6 @@ class RcaServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("rca-lsp", __version__)
         self.engine = Engine()
-        self.matchers = MatcherCache()
         self.settings = Settings()
         self.documents: dict[str, MappingDocument] = {}
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rca-analysis")
@@ -137,6 +135,9 @@ class RcaServer(LanguageServer):
             doc.analysis = analysis
             if parsed.syntax_ok:
                 doc.last_good = analysis
+                doc.counterparts = await loop.run_in_executor(self.executor, self.engine.counterparts, analysis)
+                if generation != doc.generation:
+                    return
             report = analysis.report
             self.notify_status("analysed", doc.uri, report["top_hypothesis"] or "no divergence found",
                                top=report["top_hypothesis"], suspects=len(analysis.suspects))
@@ -197,7 +198,7 @@ class RcaServer(LanguageServer):
         found += issue_diagnostics(issues, positions, severity)
         if doc.last_good is not None and not isinstance(doc.pair, Unpaired):
             builder = FindingBuilder(doc.last_good, parsed, positions, doc.uri, severity)
-            found += builder.all(self.settings.max_findings)
+            found += builder.all(self.settings.max_findings, doc.counterparts)
         return [d for d in found if d.severity is not None]
 
     def clear(self, doc: MappingDocument) -> None:
@@ -254,9 +255,12 @@ async def on_initialized(ls: RcaServer, params: types.InitializedParams) -> None
     if watched and watched.did_change_watched_files and watched.did_change_watched_files.dynamic_registration:
         watchers = [types.FileSystemWatcher(glob_pattern=p) for p in
                     ("**/dump.json", "**/*mapping_key*.json", "**/output_0_key_mapping.json", f"**/{CONFIG_NAME}")]
-        await ls.client_register_capability_async(types.RegistrationParams(registrations=[types.Registration(
-            id=str(uuid.uuid4()), method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
-            register_options=types.DidChangeWatchedFilesRegistrationOptions(watchers=watchers))]))
+        try:
+            await ls.client_register_capability_async(types.RegistrationParams(registrations=[types.Registration(
+                id=str(uuid.uuid4()), method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                register_options=types.DidChangeWatchedFilesRegistrationOptions(watchers=watchers))]))
+        except Exception as error:  # the client advertised dynamic registration but refused it
+            log.warning("could not register file watchers: %s", error)
     ls.scan_workspace()
 
 
@@ -354,7 +358,7 @@ def on_code_action(ls: RcaServer, params: types.CodeActionParams) -> list[types.
     doc, parsed, analysis = found
     opened = ls.workspace.text_documents.get(params.text_document.uri)
     context = ActionContext(params.text_document.uri, opened.version if opened else None, parsed,
-                            Positions(parsed, ls.workspace.position_codec), analysis, ls.matchers)
+                            Positions(parsed, ls.workspace.position_codec), analysis, ls.engine.matchers)
     return code_actions(context, list(params.context.diagnostics)) or None
 
 
@@ -365,7 +369,7 @@ def on_completion(ls: RcaServer, params: types.CompletionParams) -> types.Comple
         return None
     _doc, parsed, analysis = found
     positions = Positions(parsed, ls.workspace.position_codec)
-    return complete(analysis, parsed, positions.offset(params.position), ls.matchers,
+    return complete(analysis, parsed, positions.offset(params.position), ls.engine.matchers,
                     lambda start, end: types.Range(start=positions.position(start), end=positions.position(end)))
 
 

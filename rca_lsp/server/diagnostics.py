@@ -14,6 +14,7 @@ from rca_lsp.core.mapping import MappingEntry, MappingIssue, ParsedMapping
 from rca_lsp.core.rootcause import MISSING_OP, UPSTREAM, Suspect
 from rca_lsp.server import codes
 from rca_lsp.server.positions import Positions, top_of_file
+from rca_lsp.suggest import Candidate
 from rca_lsp.server.settings import Settings
 
 SeverityOf = Callable[[str, types.DiagnosticSeverity], types.DiagnosticSeverity | None]
@@ -129,20 +130,23 @@ class FindingBuilder:
                 found += [diagnostic] if diagnostic else []
         return found
 
-    def unmapped(self) -> list[types.Diagnostic]:
+    def unmapped(self, counterparts: dict[str, Candidate]) -> list[types.Diagnostic]:
         found = []
         for train_key, unmapped in self.analysis.unmapped_between.items():
             entry = self.entries.get(train_key)
-            if entry is None:
+            mappable = [key for key in unmapped if key in counterparts]
+            if entry is None or not mappable:
                 continue
-            names = ", ".join(unmapped[:3]) + (f" and {len(unmapped) - 3} more" if len(unmapped) > 3 else "")
-            diagnostic = _diagnostic(codes.UNMAPPED_TRAIN, f"train modules next to this entry have no mapping: {names}",
-                                     self.positions.range(entry.key_span), self.severity,
-                                     data={"unmapped": unmapped[:20]})
+            names = ", ".join(mappable[:3]) + (f" and {len(mappable) - 3} more" if len(mappable) > 3 else "")
+            data = {"unmapped": [{"train": key, "rollout": counterparts[key].keys, "reason": counterparts[key].reason}
+                                 for key in mappable[:10]]}
+            diagnostic = _diagnostic(codes.UNMAPPED_TRAIN, f"train modules next to this entry have no mapping, though "
+                                     f"a rollout counterpart exists: {names}", self.positions.range(entry.key_span),
+                                     self.severity, data=data)
             found += [diagnostic] if diagnostic else []
         return found
 
-    def all(self, limit: int) -> list[types.Diagnostic]:
+    def all(self, limit: int, counterparts: dict[str, Candidate]) -> list[types.Diagnostic]:
         origins = [s for s in self.analysis.suspects if s.credible_origin]
         rest = [s for s in self.analysis.suspects if not s.credible_origin]
         found: list[types.Diagnostic] = []
@@ -153,7 +157,7 @@ class FindingBuilder:
             found += self.suspect(suspect)
             shown += 1
         hidden = len(self.analysis.suspects) - shown
-        found += self.structural() + self.unmapped()
+        found += self.structural() + self.unmapped(counterparts)
         if hidden > 0:
             note = _diagnostic(codes.UPSTREAM_CODE, f"{hidden} more propagated mismatches are not shown "
                                "(see the report: rcaLsp.server.writeOutputs)", top_of_file(), self.severity,

@@ -10,7 +10,12 @@ from rca_lsp.core.dump import Dump, DumpCache
 from rca_lsp.core.mapping import ParsedMapping
 from rca_lsp.core.records import Comparator
 from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.server.matching import MatcherCache
 from rca_lsp.server.pairing import Pair
+from rca_lsp.suggest import Candidate
+
+COUNTERPART_MIN_SCORE = 0.6
+MAX_COUNTERPART_LOOKUPS = 300
 
 
 class Engine:
@@ -18,6 +23,7 @@ class Engine:
         self.dumps = DumpCache()
         self._comparators: dict[tuple[Path, Path], Comparator] = {}
         self._lock = threading.Lock()
+        self.matchers = MatcherCache()
 
     def needs_loading(self, pair: Pair) -> bool:
         return not (self.dumps.is_current(pair.train) and self.dumps.is_current(pair.rollout))
@@ -40,3 +46,19 @@ class Engine:
 
     def forget_dump(self, path: Path) -> None:
         self.dumps.forget(path)
+
+    def counterparts(self, analysis: Analysis) -> dict[str, Candidate]:
+        """Unmapped train modules (between mapped neighbours) that have a confident, still unmapped counterpart."""
+        matcher = self.matchers.get(analysis.train, analysis.rollout)
+        mapped_rollout = {k for r in analysis.records for k in r.comparison.rollout_keys}
+        found: dict[str, Candidate] = {}
+        lookups = 0
+        for unmapped in analysis.unmapped_between.values():
+            for key in unmapped:
+                if lookups >= MAX_COUNTERPART_LOOKUPS:
+                    return found
+                lookups += 1
+                best = matcher.rank_rollout_candidates(key, limit=1)
+                if best and best[0].score >= COUNTERPART_MIN_SCORE and not mapped_rollout.intersection(best[0].keys):
+                    found[key] = best[0]
+        return found

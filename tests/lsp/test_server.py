@@ -16,7 +16,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from conftest import FIXTURES, expected
 
-SERVER = ClientServerConfig(server_command=[sys.executable, "-c", "from rca_lsp.server.app import server; server.start_io()"])
+SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "rca_lsp", "serve"])
 TIMEOUT = 30
 
 

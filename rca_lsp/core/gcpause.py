@@ -1,0 +1,34 @@
+"""Pausing the cyclic garbage collector while millions of acyclic objects are built.
+
+Parsing a 160 MB dump creates ~10^7 objects; each generation-2 collection walks all of them, which made loading
+several times slower than the parse itself. Nothing the core builds holds reference cycles, so reference
+counting alone frees it.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+_lock = threading.Lock()
+_state = {"depth": 0, "was_enabled": True}
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    with _lock:
+        if _state["depth"] == 0:
+            _state["was_enabled"] = gc.isenabled()
+            gc.disable()
+        _state["depth"] += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _state["depth"] -= 1
+            if _state["depth"] == 0:
+                gc.freeze()  # what survived is long-lived: keep it out of later collections
+                if _state["was_enabled"]:
+                    gc.enable()
