@@ -9,10 +9,15 @@
 //                             Asserts the one-time error with the exact install command + "Open Settings",
 //                             the status bar, that the workspace interpreter never ran, and the JSON schema
 //                             validation of a malformed mapping file (no server needed).
-//   server                    runs when the Python server is importable and fixtures/missing_activation exists
-//                             (skipped otherwise; RCA_LSP_E2E_REQUIRE_SERVER=1 turns the skip into a failure).
-//                             Asserts the missing-op warning in the Problems panel, the hover on that entry,
-//                             a quick fix for a misspelt train key, the status bar and the report command.
+//   activation                always runs: a plain JSON file starts nothing; a mapping-key file opened later does.
+//   mock-server               runs when pygls is importable with RCA_LSP_PYTHON: test/e2e/mock-server speaks the
+//                             client contract with canned answers (diagnostics, hover, quick fix, status, report,
+//                             settings forwarding and changes, restart, suggest mapping).
+//   server                    runs when `python -m rca_lsp serve --help` works and fixtures/missing_activation
+//                             exists (skipped otherwise; RCA_LSP_E2E_REQUIRE_SERVER=1 turns the skip into a
+//                             failure). Asserts the missing-op warning in the Problems panel, the hover on that
+//                             entry, a quick fix for a misspelt train key, the status bar, the report preview and
+//                             the suggested mapping.
 //
 // Environment: RCA_LSP_PYTHON (default <repo>/.venv/bin/python), CODE_SERVER (binary; default: installed by
 // scripts/install-e2e.sh into CS_DIR), CHROMIUM (default /usr/bin/chromium), RCA_LSP_E2E_FIXTURE
