@@ -43,7 +43,7 @@ else
   mkdir -p "$CS_DIR"
   cd "$CS_DIR"
   [ -f package.json ] || echo '{}' > package.json
-  npm_config_yes=true npm_config_nodedir=/usr npm install --no-audit --no-fund --unsafe-perm "code-server@$CS_VERSION" >&2
+  npm_config_yes=true npm_config_nodedir=/usr npm install --no-audit --no-fund "code-server@$CS_VERSION" >&2
 fi
 
 [ -x "$CS_BIN" ] || { log "code-server binary missing at $CS_BIN"; exit 1; }
