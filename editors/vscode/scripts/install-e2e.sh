@@ -27,7 +27,11 @@ installed_version() {
   node -e "try{console.log(require('$CS_DIR/node_modules/code-server/package.json').version)}catch(e){}" 2>/dev/null || true
 }
 
-if [ -x "$CS_BIN" ] && [ "$(installed_version)" = "$CS_VERSION" ]; then
+# code-server's postinstall installs VS Code's own node_modules (incl. ripgrep); a failed postinstall leaves the
+# binary but not this file.
+CS_COMPLETE="$CS_DIR/node_modules/code-server/lib/vscode/node_modules/@vscode/ripgrep/bin/rg"
+
+if [ -x "$CS_BIN" ] && [ -x "$CS_COMPLETE" ] && [ "$(installed_version)" = "$CS_VERSION" ]; then
   log "code-server $CS_VERSION already installed in $CS_DIR"
 else
   log "installing code-server $CS_VERSION into $CS_DIR (takes ~1 min)"
@@ -43,8 +47,11 @@ else
   mkdir -p "$CS_DIR"
   cd "$CS_DIR"
   [ -f package.json ] || echo '{}' > package.json
-  npm_config_yes=true npm_config_nodedir=/usr npm install --no-audit --no-fund "code-server@$CS_VERSION" >&2
+  rm -rf node_modules/code-server
+  # As root, code-server's postinstall insists on unsafe-perm (npm >= 7 no longer knows the flag, so set the env).
+  npm_config_unsafe_perm=true npm_config_yes=true npm_config_nodedir=/usr \
+    npm install --no-audit --no-fund "code-server@$CS_VERSION" >&2
 fi
 
-[ -x "$CS_BIN" ] || { log "code-server binary missing at $CS_BIN"; exit 1; }
+[ -x "$CS_BIN" ] && [ -x "$CS_COMPLETE" ] || { log "code-server install incomplete in $CS_DIR"; exit 1; }
 echo "$CS_BIN"
