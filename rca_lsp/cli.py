@@ -78,7 +78,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     if len(analysis.issues) > 10:
         print(f"warning: ... {len(analysis.issues) - 10} more mapping problems (see output_5)", file=sys.stderr)
     out_dir = Path(args.out_dir or "rca_out")
-    write_outputs(analysis, out_dir)
+    write_outputs(analysis, out_dir, fork=True)
     print(_summary(analysis, out_dir))
     return 0
 

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from builders import tensor
-from rca_lsp.core.compare import aggregate, compare_target
+from rca_lsp.core.compare import aggregate, compare_target, quick_verdict
 from rca_lsp.core.dump import _tensor_stats
 from rca_lsp.core.tolerance import Tolerances
 
@@ -78,3 +78,24 @@ def test_shape_relations() -> None:
                           tol).shape_relation == "singleton_compatible_numel_match"
     assert compare_target("o", "t", "r", stats([1.0] * 6, shape=[3, 2]), stats([1.0] * 6, shape=[2, 3]),
                           tol).shape_relation == "numel_match"
+
+
+def test_quick_verdict_agrees_with_the_detailed_comparison() -> None:
+    rng = random.Random(7)
+    specials = [None, math.nan, math.inf, -math.inf, 0.0]
+    dtypes = ["torch.float32", "torch.bfloat16", "torch.float16", "torch.int64", None]
+
+    def value() -> float | None:
+        return rng.choice(specials) if rng.random() < 0.15 else rng.gauss(0, 3)
+
+    for _ in range(3000):
+        base = stats([rng.gauss(0, 1) for _ in range(rng.randint(1, 8))], rng.choice(dtypes[:3]))
+        train = type(base)(rng.choice(dtypes), base.shape, value(), value(), value(), value())
+        if rng.random() < 0.5:
+            factor = 1 + rng.choice([0.0, 1e-6, 1e-3, 2e-2, 0.5])
+            rollout = type(base)(train.dtype if rng.random() < 0.8 else rng.choice(dtypes), base.shape,
+                                 *(v * factor if v is not None else None for v in (train.max, train.min, train.mean, train.norm)))
+        else:
+            rollout = type(base)(rng.choice(dtypes), base.shape, value(), value(), value(), value())
+        detailed = compare_target("output.0", "t", "r", train, rollout, Tolerances())
+        assert quick_verdict(train, rollout, Tolerances())[0] == detailed.consistency, (train, rollout)

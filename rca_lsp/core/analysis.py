@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from rca_lsp.core.dump import Dump
@@ -36,7 +37,7 @@ class Analysis:
     rollout: Dump
     mapping: ParsedMapping
     issues: list[MappingIssue]
-    rows: list[MappingRow]
+    usable: dict[str, tuple[str, ...]]  # train key -> rollout keys present in the rollout dump
     records: list[ModuleRecord]  # output_4, in train order
     suspects: list[Suspect]
     structural: list[ModuleRecord]
@@ -44,6 +45,11 @@ class Analysis:
     report: dict[str, Any] = field(default_factory=dict)  # output_5
     by_train_key: dict[str, ModuleRecord] = field(default_factory=dict)
     suspect_by_train_key: dict[str, Suspect] = field(default_factory=dict)
+
+    @cached_property
+    def rows(self) -> list[MappingRow]:
+        """output_1, built only when the output files are written."""
+        return _rows(self.train, self.mapping, self.usable)
 
     def __post_init__(self) -> None:
         self.by_train_key = {k: r for r in self.records for k in r.comparison.train_keys}
@@ -110,7 +116,7 @@ def _analyze(mapping: ParsedMapping, comparator: Comparator) -> Analysis:
     matched_train = {k for r in records for k in r.comparison.train_keys}
     matched_rollout = {k for r in records for k in r.comparison.rollout_keys}
     suspects, structural = RootCauseAnalysis(records, train, rollout, matched_train, matched_rollout).suspects()
-    analysis = Analysis(train, rollout, mapping, issues, _rows(train, mapping, usable), records, suspects, structural,
+    analysis = Analysis(train, rollout, mapping, issues, usable, records, suspects, structural,
                         _unmapped_between(train, matched_train))
     analysis.report = root_cause_report(analysis)
     return analysis
@@ -120,8 +126,7 @@ def root_cause_report(analysis: Analysis) -> dict[str, Any]:
     """output_5_root_cause_report.json: the seed's schema and field names, with richer evidence per suspect."""
     first = analysis.suspects[0] if analysis.suspects else None
     top_hypothesis, top_evidence = hypothesis(first)
-    nonfinite = [r.train_key for r in analysis.records
-                 if any(s.status == "nonfinite_both" for s in r.comparison.output.stats)]
+    nonfinite = [r.train_key for r in analysis.records if r.comparison.output_nonfinite_both]
     return {
         "train_path": analysis.train.path,
         "rollout_path": analysis.rollout.path,

@@ -104,18 +104,59 @@ def _scale(stats: TensorStats) -> float:
     return max(extremes, default=0.0)
 
 
+def _stat_error(name: str, t: float, r: float, scale: float) -> float:
+    # Mean, Max and Min are judged against the tensor's scale (a mean near zero would make any noise "huge");
+    # Norm is a magnitude itself.
+    floor = 1e-12 if name == "Norm" else max(scale, 1e-12)
+    return abs(t - r) / max(abs(r), floor)
+
+
 def _compare_stat(name: str, t: float | None, r: float | None, scale: float, tol: float) -> StatComparison:
     if t is None or r is None:
         return StatComparison(name, t, r, None, "missing")
     if not (math.isfinite(t) and math.isfinite(r)):
         same = (math.isnan(t) and math.isnan(r)) or t == r
         return StatComparison(name, t, r, 0.0 if same else math.inf, "nonfinite_both" if same else "alert")
-    # Mean, Max and Min are judged against the tensor's scale (a mean near zero would make any noise "huge");
-    # Norm is a magnitude itself.
-    floor = 1e-12 if name == "Norm" else max(scale, 1e-12)
-    err = abs(t - r) / max(abs(r), floor)
+    err = _stat_error(name, t, r, scale)
     status = "ok" if err <= tol else ("warn" if err <= tol * WARN_FACTOR else "alert")
     return StatComparison(name, t, r, err, status)
+
+
+NONFINITE_BOTH = 1
+NONFINITE_ONE_SIDE = 2
+
+
+def quick_verdict(train: TensorStats | None, rollout: TensorStats | None, tolerances: Tolerances) -> tuple[str, int]:
+    """The consistency `compare_target` would give, plus non-finite flags, without building any objects.
+
+    Every target of every mapped pair goes through this; the detailed comparison is built only when shown.
+    """
+    if train is None or rollout is None or not train.observable or not rollout.observable:
+        return "missing", 0
+    if _is_integer_kind(train.dtype) != _is_integer_kind(rollout.dtype):
+        return "missing", 0
+    tol = tolerances.for_dtypes(train.dtype, rollout.dtype)
+    mismatched_dtype = train.dtype is not None and rollout.dtype is not None and train.dtype != rollout.dtype and (
+        normalise_dtype(train.dtype) != normalise_dtype(rollout.dtype))
+    scale = max(_scale(rollout), _scale(train)) if mismatched_dtype else _scale(rollout)
+    compared = bad = False
+    flags = 0
+    for name, t, r in (("Max", train.max, rollout.max), ("Min", train.min, rollout.min),
+                       ("Mean", train.mean, rollout.mean), ("Norm", train.norm, rollout.norm)):
+        if t is None or r is None:
+            continue
+        compared = True
+        if not (math.isfinite(t) and math.isfinite(r)):
+            if (math.isnan(t) and math.isnan(r)) or t == r:
+                flags |= NONFINITE_BOTH
+            else:
+                bad = True
+                flags |= NONFINITE_ONE_SIDE
+        elif t != r and _stat_error(name, t, r, scale) > tol:
+            bad = True
+    if not compared:
+        return "missing", flags
+    return ("mismatch" if bad else "aligned"), flags
 
 
 def compare_target(target: str, train_key: str, rollout_key: str, train: TensorStats | None,

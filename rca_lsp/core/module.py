@@ -1,52 +1,29 @@
-"""Module-level verdict for one mapping group: output, inputs, parameters, kwargs, and the seed's bucket."""
+"""Module-level verdict for one mapping group: output, inputs, parameters, kwargs, and the seed's bucket.
+
+Verdicts come from `quick_verdict` for every group; the detailed per-statistic comparisons (hover, report,
+output_3) are built on first access, so an analysis of 10^5 groups does not build 10^6 objects it never shows.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from functools import cached_property
+from typing import NamedTuple, Sequence
 
-from rca_lsp.core.compare import TargetComparison, aggregate, compare_target
+from rca_lsp.core.compare import NONFINITE_BOTH, TargetComparison, aggregate, compare_target, quick_verdict
 from rca_lsp.core.dump import ModuleEntry, TensorStats
-from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.core.tolerance import Tolerances, normalise_dtype
+
+class TargetSpec(NamedTuple):
+    target: str
+    train_key: str
+    rollout_key: str
+    train: TensorStats | None
+    rollout: TensorStats | None
+    aggregated: bool
+
 
 _FUSED_QKV_TRAIN = ("linear_q_down_proj", "linear_kv_down_proj")
 _FUSED_QKV_ROLLOUT = "fused_qkv_a_proj"
-
-
-@dataclass(frozen=True, slots=True)
-class ModuleComparison:
-    train_keys: tuple[str, ...]
-    rollout_keys: tuple[str, ...]
-    output: TargetComparison
-    inputs: tuple[TargetComparison, ...]  # one per part of the split side (each is the fused side's input)
-    parameters: tuple[TargetComparison, ...]
-    kwargs: tuple[TargetComparison, ...]
-    output_consistency: str
-    input_args_consistency: str
-    parameter_consistency: str  # aligned | mismatch | missing | not_applicable
-    kwargs_consistency: str  # aligned | mismatch | partial | missing | not_applicable
-    module_bucket: str
-    module_priority_rank: int
-    reasoning: str
-
-    @property
-    def train_key(self) -> str:
-        return self.train_keys[0]
-
-    @property
-    def rollout_key(self) -> str:
-        return self.rollout_keys[0]
-
-    @property
-    def cardinality(self) -> str:
-        return f"{'1' if len(self.train_keys) == 1 else 'N'}:{'1' if len(self.rollout_keys) == 1 else 'N'}"
-
-    @property
-    def dtype_mismatch(self) -> bool:
-        return self.output.dtype_match == "mismatch"
-
-    def targets(self) -> tuple[TargetComparison, ...]:
-        return (self.output, *self.inputs, *self.parameters)
 
 
 def _combined(parts: Sequence[ModuleEntry], pick: str) -> TensorStats | None:
@@ -69,67 +46,43 @@ def _pairwise(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> l
     return []
 
 
-def _input_comparisons(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry],
-                       tol: Tolerances) -> tuple[TargetComparison, ...]:
-    pairs = _pairwise(train, rollout)
-    if pairs:
-        return tuple(compare_target("input_args.0", t.key, r.key, t.input, r.input, tol) for t, r in pairs)
-    return (compare_target("input_args.0", _join([t.key for t in train]), _join([r.key for r in rollout]),
-                           _combined(train, "input"), _combined(rollout, "input"), tol, aggregated=True),)
-
-
-def _parameter_comparisons(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry],
-                           tol: Tolerances) -> tuple[tuple[TargetComparison, ...], str]:
-    train_names = set.intersection(*(set(t.parameters) for t in train))
-    rollout_names = set.intersection(*(set(r.parameters) for r in rollout))
-    if not any(t.parameters for t in train) and not any(r.parameters for r in rollout):
-        return (), "not_applicable"
-    common = sorted(train_names & rollout_names, key=lambda n: (n != "weight", n))
-    if not common:
-        return (), "missing"
-    aggregated = len(train) > 1 or len(rollout) > 1
-    comparisons = tuple(
-        compare_target(f"parameters.{name}", _join([t.key for t in train]), _join([r.key for r in rollout]),
-                       aggregate([t.parameters[name] for t in train]), aggregate([r.parameters[name] for r in rollout]),
-                       tol, aggregated=aggregated)
-        for name in common)
-    return comparisons, _summarise(comparisons)
-
-
-def _kwargs_comparisons(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry],
-                        tol: Tolerances) -> tuple[tuple[TargetComparison, ...], str]:
-    pairs = _pairwise(train, rollout)
-    if not any(t.kwargs for t, _ in pairs) and not any(r.kwargs for _, r in pairs):
-        return (), "not_applicable"
-    comparisons: list[TargetComparison] = []
-    names_differ = False
-    for t, r in pairs:
-        names_differ |= set(t.kwargs) != set(r.kwargs)
-        for name in sorted(set(t.kwargs) & set(r.kwargs)):
-            if (t.input_source, r.input_source) == (f"input_kwargs.{name}",) * 2:
-                continue  # already compared as the primary input
-            comparisons.append(compare_target(f"input_kwargs.{name}", t.key, r.key, t.kwargs[name], r.kwargs[name], tol))
-    if not comparisons:
-        return (), "missing"
-    summary = _summarise(comparisons)
-    return tuple(comparisons), ("partial" if names_differ and summary == "aligned" else summary)
-
-
-def _summarise(targets: Sequence[TargetComparison]) -> str:
-    states = {t.consistency for t in targets}
+def _summarise(states: Sequence[str]) -> str:
     if "mismatch" in states:
         return "mismatch"
     return "aligned" if "aligned" in states else "missing"
 
 
-def _bucket(train_keys: Sequence[str], rollout_keys: Sequence[str], output: TargetComparison, inputs: str,
-            params: str, kwargs: str) -> tuple[str, int, str]:
+def _common_parameters(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> list[str] | None:
+    """Parameter names both sides have (weight first); None when neither side has any (a container)."""
+    if not any(t.parameters for t in train) and not any(r.parameters for r in rollout):
+        return None
+    names = set.intersection(*(set(t.parameters) for t in train)) & set.intersection(*(set(r.parameters) for r in rollout))
+    return sorted(names, key=lambda n: (n != "weight", n))
+
+
+def _kwarg_pairs(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> tuple[list[tuple[str, ModuleEntry, ModuleEntry]], bool, bool]:
+    """(name, train part, rollout part) for tensor kwargs on both sides; whether any exist; whether names differ."""
+    pairs: list[tuple[str, ModuleEntry, ModuleEntry]] = []
+    any_kwargs = names_differ = False
+    for t, r in _pairwise(train, rollout):
+        if not t.kwargs and not r.kwargs:
+            continue
+        any_kwargs = True
+        names_differ |= t.kwargs.keys() != r.kwargs.keys()
+        for name in sorted(t.kwargs.keys() & r.kwargs.keys()):
+            if not (t.input_source == r.input_source == f"input_kwargs.{name}"):  # else already the primary input
+                pairs.append((name, t, r))
+    return pairs, any_kwargs, names_differ
+
+
+def _bucket(train_keys: Sequence[str], rollout_keys: Sequence[str], output: str, shape_numel_mismatch: bool,
+            inputs: str, params: str, kwargs: str) -> tuple[str, int, str]:
     inputs_ok = inputs == "aligned" and kwargs in ("aligned", "partial", "not_applicable", "missing")
     inputs_bad = inputs == "mismatch" or kwargs == "mismatch"
     params_ok = params in ("aligned", "not_applicable")
-    if output.consistency == "missing":
-        return "insufficient_output_evidence", 3, f"output not comparable: {output.reason}"
-    if output.consistency == "aligned":
+    if output == "missing":
+        return "insufficient_output_evidence", 3, "output not comparable on both sides"
+    if output == "aligned":
         if params_ok and inputs_ok:
             return "normal_aligned", 4, "output, inputs and parameters aligned"
         if params == "missing" or kwargs in ("missing", "partial") or inputs == "missing":
@@ -139,7 +92,7 @@ def _bucket(train_keys: Sequence[str], rollout_keys: Sequence[str], output: Targ
     if not inputs_bad and len(train_keys) == 1 and len(rollout_keys) == 1:
         if any(t in train_keys[0] for t in _FUSED_QKV_TRAIN) and _FUSED_QKV_ROLLOUT in rollout_keys[0]:
             return "fused_qkv_structural_mismatch", 5, "one part of a fused projection mapped 1:1 onto the fused module"
-        if output.shape_relation == "numel_mismatch":
+        if shape_numel_mismatch:
             return ("structural_shape_mismatch", 5,
                     "outputs have different sizes: the pair is probably one part of a fused/split group (map it 1:N or N:1)")
     if inputs_bad:
@@ -152,16 +105,114 @@ def _bucket(train_keys: Sequence[str], rollout_keys: Sequence[str], output: Targ
     return "module_impl_mismatch", 1, f"inputs and parameters aligned, output differs{note}"
 
 
+class ModuleComparison:
+    """Verdicts of one mapping group, with the detailed comparisons built lazily."""
+
+    def __init__(self, train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry], tol: Tolerances) -> None:
+        self._train = tuple(train)
+        self._rollout = tuple(rollout)
+        self._tol = tol
+        self.train_keys = tuple(t.key for t in train)
+        self.rollout_keys = tuple(r.key for r in rollout)
+        self._output_train = _combined(train, "output")
+        self._output_rollout = _combined(rollout, "output")
+        self.output_consistency, flags = quick_verdict(self._output_train, self._output_rollout, tol)
+        self.output_nonfinite_both = bool(flags & NONFINITE_BOTH)
+        pairs = _pairwise(train, rollout)
+        if pairs:
+            self.input_args_consistency = _summarise([quick_verdict(t.input, r.input, tol)[0] for t, r in pairs])
+        else:
+            self.input_args_consistency = quick_verdict(_combined(train, "input"), _combined(rollout, "input"), tol)[0]
+        names = _common_parameters(train, rollout)
+        self._parameter_names = names or []
+        if names is None:
+            self.parameter_consistency = "not_applicable"
+        elif not names:
+            self.parameter_consistency = "missing"
+        else:
+            self.parameter_consistency = _summarise([quick_verdict(*self._parameter_stats(n), tol)[0] for n in names])
+        kwarg_pairs, any_kwargs, names_differ = _kwarg_pairs(train, rollout)
+        self._kwarg_pairs = kwarg_pairs
+        if not any_kwargs:
+            self.kwargs_consistency = "not_applicable"
+        elif not kwarg_pairs:
+            self.kwargs_consistency = "missing"
+        else:
+            state = _summarise([quick_verdict(t.kwargs[n], r.kwargs[n], tol)[0] for n, t, r in kwarg_pairs])
+            self.kwargs_consistency = "partial" if names_differ and state == "aligned" else state
+        t_numel = self._output_train.numel if self._output_train is not None else None
+        r_numel = self._output_rollout.numel if self._output_rollout is not None else None
+        numel_mismatch = self.output_consistency == "mismatch" and None not in (t_numel, r_numel) and t_numel != r_numel
+        self.module_bucket, self.module_priority_rank, self.reasoning = _bucket(
+            self.train_keys, self.rollout_keys, self.output_consistency, numel_mismatch, self.input_args_consistency,
+            self.parameter_consistency, self.kwargs_consistency)
+
+    def _parameter_stats(self, name: str) -> tuple[TensorStats, TensorStats]:
+        return (aggregate([t.parameters[name] for t in self._train]),
+                aggregate([r.parameters[name] for r in self._rollout]))
+
+    @property
+    def train_key(self) -> str:
+        return self.train_keys[0]
+
+    @property
+    def rollout_key(self) -> str:
+        return self.rollout_keys[0]
+
+    @property
+    def aggregated(self) -> bool:
+        return len(self.train_keys) > 1 or len(self.rollout_keys) > 1
+
+    @property
+    def cardinality(self) -> str:
+        return f"{'1' if len(self.train_keys) == 1 else 'N'}:{'1' if len(self.rollout_keys) == 1 else 'N'}"
+
+    @property
+    def dtype_mismatch(self) -> bool:
+        t, r = self._output_train, self._output_rollout
+        return (t is not None and r is not None and t.dtype is not None and r.dtype is not None
+                and normalise_dtype(t.dtype) != normalise_dtype(r.dtype))
+
+    def target_specs(self) -> list[TargetSpec]:
+        """What is compared: output (combined over parts), each part's input, each common parameter."""
+        train_id, rollout_id = _join(self.train_keys), _join(self.rollout_keys)
+        specs = [TargetSpec("output.0", train_id, rollout_id, self._output_train, self._output_rollout, self.aggregated)]
+        pairs = _pairwise(self._train, self._rollout)
+        if pairs:
+            specs += [TargetSpec("input_args.0", t.key, r.key, t.input, r.input, False) for t, r in pairs]
+        else:
+            specs.append(TargetSpec("input_args.0", train_id, rollout_id, _combined(self._train, "input"),
+                                    _combined(self._rollout, "input"), True))
+        specs += [TargetSpec(f"parameters.{name}", train_id, rollout_id, *self._parameter_stats(name), self.aggregated)
+                  for name in self._parameter_names]
+        return specs
+
+    def compare_targets(self) -> list[TargetComparison]:
+        """Detailed comparisons of every target, not kept (output files stream through these)."""
+        return [compare_target(s.target, s.train_key, s.rollout_key, s.train, s.rollout, self._tol, s.aggregated)
+                for s in self.target_specs()]
+
+    @cached_property
+    def _details(self) -> list[TargetComparison]:
+        return self.compare_targets()
+
+    @property
+    def output(self) -> TargetComparison:
+        return self._details[0]
+
+    @property
+    def inputs(self) -> tuple[TargetComparison, ...]:
+        return tuple(t for t in self._details if t.target == "input_args.0")
+
+    @property
+    def parameters(self) -> tuple[TargetComparison, ...]:
+        return tuple(t for t in self._details if t.target.startswith("parameters."))
+
+    @cached_property
+    def kwargs(self) -> tuple[TargetComparison, ...]:
+        return tuple(compare_target(f"input_kwargs.{name}", t.key, r.key, t.kwargs[name], r.kwargs[name], self._tol)
+                     for name, t, r in self._kwarg_pairs)
+
+
 def compare_module(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry], tol: Tolerances) -> ModuleComparison:
-    train_keys = tuple(t.key for t in train)
-    rollout_keys = tuple(r.key for r in rollout)
-    aggregated = len(train) > 1 or len(rollout) > 1
-    output = compare_target("output.0", _join(train_keys), _join(rollout_keys), _combined(train, "output"),
-                            _combined(rollout, "output"), tol, aggregated=aggregated)
-    inputs = _input_comparisons(train, rollout, tol)
-    parameters, params_state = _parameter_comparisons(train, rollout, tol)
-    kwargs, kwargs_state = _kwargs_comparisons(train, rollout, tol)
-    input_state = _summarise(inputs)
-    bucket, rank, reasoning = _bucket(train_keys, rollout_keys, output, input_state, params_state, kwargs_state)
-    return ModuleComparison(train_keys, rollout_keys, output, inputs, parameters, kwargs, output.consistency,
-                            input_state, params_state, kwargs_state, bucket, rank, reasoning)
+    return ModuleComparison(train, rollout, tol)

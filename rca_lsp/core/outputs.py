@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
+import multiprocessing
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import orjson
 
@@ -34,22 +35,28 @@ def write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
-def _json(document: Any) -> bytes:
-    return orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+def _json(document: Any, indent: bool = False) -> bytes:
+    """Large tables are written compact (indentation doubled output_3 and its write time); the report indented."""
+    return orjson.dumps(document, option=orjson.OPT_INDENT_2 if indent else 0) + b"\n"
 
 
-def _cell(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return "|".join(str(v) for v in value)
-    return "" if value is None else value
-
-
-def _csv(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> bytes:
+def _csv(columns: Sequence[str], rows: Iterable[Sequence[Any]], list_columns: Sequence[int] = ()) -> bytes:
+    """CSV with list cells joined by '|' (csv writes None as an empty cell itself)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(columns)
-    writer.writerows([_cell(v) for v in row] for row in rows)
+    if list_columns:
+        rows = (_join_lists(row, list_columns) for row in rows)
+    writer.writerows(rows)
     return buffer.getvalue().encode()
+
+
+def _join_lists(row: Sequence[Any], list_columns: Sequence[int]) -> list[Any]:
+    cells = list(row)
+    for index in list_columns:
+        if cells[index] is not None:
+            cells[index] = "|".join(map(str, cells[index]))
+    return cells
 
 
 MAPPING_COLUMNS = ("train_key", "rollout_keys", "layer_index", "block", "cardinality", "confidence", "notes")
@@ -105,33 +112,65 @@ def _module_row(record: ModuleRecord) -> tuple[Any, ...]:
     )
 
 
-def output_documents(analysis: Analysis) -> dict[str, bytes]:
-    """File name -> content for every output file."""
-    meta = {"tool": "rca-lsp", "version": __version__, "train_path": analysis.train.path,
+def _meta(analysis: Analysis) -> dict[str, Any]:
+    return {"tool": "rca-lsp", "version": __version__, "train_path": analysis.train.path,
             "rollout_path": analysis.rollout.path, "mapping_key_path": analysis.mapping.path}
-    mapping_rows = _mapping_rows(analysis)
-    target_rows = [_target_row(t, r.comparison.output_consistency == "aligned")
-                   for r in analysis.records for t in r.comparison.targets()]
-    module_rows = [_module_row(r) for r in analysis.records]
-    return {
-        "output_1_key_mapping.json": _json({"meta": meta, "rows": [dict(zip(MAPPING_COLUMNS, r)) for r in mapping_rows]}),
-        "output_1_key_mapping.csv": _csv(MAPPING_COLUMNS, mapping_rows),
-        "output_2_mapping.json": _json({r.train_key: list(r.rollout_keys) for r in analysis.rows if r.rollout_keys}),
-        "output_2_mapping.csv": _csv(("train_key", "rollout_keys"),
-                                     ((r.train_key, list(r.rollout_keys)) for r in analysis.rows if r.rollout_keys)),
-        "output_3_value_compare.json": _json({"meta": meta, "rows": [dict(zip(TARGET_COLUMNS, r)) for r in target_rows]}),
-        "output_3_value_compare.csv": _csv(TARGET_COLUMNS, target_rows),
-        "output_4_module_analysis.json": _json({"meta": meta,
-                                                "records": [dict(zip(MODULE_COLUMNS, r)) for r in module_rows]}),
-        "output_4_module_analysis.csv": _csv(MODULE_COLUMNS, module_rows),
-        "output_5_root_cause_report.json": _json(analysis.report),
-        "output_5_root_cause_report.md": render_markdown(analysis).encode(),
-    }
 
 
-def write_outputs(analysis: Analysis, out_dir: Path) -> list[Path]:
+def _mapping_documents(analysis: Analysis) -> Iterator[tuple[str, bytes]]:
+    rows = _mapping_rows(analysis)
+    yield "output_1_key_mapping.json", _json({"meta": _meta(analysis), "rows": [dict(zip(MAPPING_COLUMNS, r)) for r in rows]})
+    yield "output_1_key_mapping.csv", _csv(MAPPING_COLUMNS, rows, (1,))
+    matched = [(r.train_key, list(r.rollout_keys)) for r in analysis.rows if r.rollout_keys]
+    yield "output_2_mapping.json", _json(dict(matched))
+    yield "output_2_mapping.csv", _csv(("train_key", "rollout_keys"), matched, (1,))
+
+
+def _compare_documents(analysis: Analysis) -> Iterator[tuple[str, bytes]]:
+    rows = [_target_row(t, r.comparison.output_consistency == "aligned")
+            for r in analysis.records for t in r.comparison.compare_targets()]
+    yield "output_3_value_compare.json", _json({"meta": _meta(analysis), "rows": [dict(zip(TARGET_COLUMNS, r)) for r in rows]})
+    yield "output_3_value_compare.csv", _csv(TARGET_COLUMNS, rows, (7, 8))
+
+
+def _module_documents(analysis: Analysis) -> Iterator[tuple[str, bytes]]:
+    rows = [_module_row(r) for r in analysis.records]
+    yield "output_4_module_analysis.json", _json({"meta": _meta(analysis), "records": [dict(zip(MODULE_COLUMNS, r)) for r in rows]})
+    yield "output_4_module_analysis.csv", _csv(MODULE_COLUMNS, rows, (2, 3))
+
+
+def _report_documents(analysis: Analysis) -> Iterator[tuple[str, bytes]]:
+    yield "output_5_root_cause_report.json", _json(analysis.report, indent=True)
+    yield "output_5_root_cause_report.md", render_markdown(analysis).encode()
+
+
+PARTS = (_mapping_documents, _compare_documents, _module_documents, _report_documents)
+
+
+def output_documents(analysis: Analysis) -> Iterator[tuple[str, bytes]]:
+    """(file name, content) for every output file, one table in memory at a time."""
+    for part in PARTS:
+        yield from part(analysis)
+
+
+def _write_part(part: Callable[[Analysis], Iterator[tuple[str, bytes]]], analysis: Analysis, out_dir: Path) -> list[Path]:
     written = []
-    for name, content in output_documents(analysis).items():
+    for name, content in part(analysis):
         write_atomically(out_dir / name, content)
         written.append(out_dir / name)
     return written
+
+
+def write_outputs(analysis: Analysis, out_dir: Path, fork: bool = False) -> list[Path]:
+    """Write every output file; with `fork` (single-threaded callers only: forking a threaded process can
+    deadlock), the value-compare tables, most of the work, are written by a child process meanwhile."""
+    if not fork or "fork" not in multiprocessing.get_all_start_methods():
+        return [path for part in PARTS for path in _write_part(part, analysis, out_dir)]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    child = multiprocessing.get_context("fork").Process(target=_write_part, args=(_compare_documents, analysis, out_dir))
+    child.start()
+    written = [path for part in PARTS if part is not _compare_documents for path in _write_part(part, analysis, out_dir)]
+    child.join()
+    if child.exitcode != 0:
+        raise OSError(f"writing output_3 in {out_dir} failed (exit code {child.exitcode})")
+    return written + [out_dir / "output_3_value_compare.json", out_dir / "output_3_value_compare.csv"]

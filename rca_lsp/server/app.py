@@ -394,8 +394,7 @@ def on_symbols(ls: RcaServer, params: types.DocumentSymbolParams) -> list[types.
     return document_symbols(found[1], Positions(found[1], ls.workspace.position_codec))
 
 
-def _document_for_command(ls: RcaServer, arguments: list[Any] | None) -> MappingDocument:
-    uri = arguments[0] if arguments else None
+def _document_for_command(ls: RcaServer, uri: str) -> MappingDocument:
     doc = ls.documents.get(uri) if isinstance(uri, str) else None
     if doc is None:
         raise ValueError(f"not a mapping-key file known to rca-lsp: {uri!r}")
@@ -403,8 +402,8 @@ def _document_for_command(ls: RcaServer, arguments: list[Any] | None) -> Mapping
 
 
 @server.command(WRITE_OUTPUTS)
-async def cmd_write_outputs(ls: RcaServer, arguments: list[Any] | None = None) -> dict[str, str]:
-    doc = _document_for_command(ls, arguments)
+async def cmd_write_outputs(ls: RcaServer, uri: str) -> dict[str, str]:
+    doc = _document_for_command(ls, uri)
     analysis = doc.last_good or doc.analysis
     if analysis is None:
         raise ValueError(f"{doc.path} has not been analysed yet (is it paired with dumps?)")
@@ -415,8 +414,8 @@ async def cmd_write_outputs(ls: RcaServer, arguments: list[Any] | None = None) -
 
 
 @server.command(SUGGEST_MAPPING)
-async def cmd_suggest_mapping(ls: RcaServer, arguments: list[Any] | None = None) -> dict[str, str]:
-    doc = _document_for_command(ls, arguments)
+async def cmd_suggest_mapping(ls: RcaServer, uri: str) -> dict[str, str]:
+    doc = _document_for_command(ls, uri)
     if not isinstance(doc.pair, Pair):
         raise ValueError(f"{doc.path} is not paired with dumps")
     existing = doc.parsed.as_dict() if doc.parsed is not None else None

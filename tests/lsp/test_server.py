@@ -180,3 +180,18 @@ async def test_unopened_mapping_files_in_the_workspace_are_analysed(client: Lang
     client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
         types.FileEvent(uri=mapping.as_uri(), type=types.FileChangeType.Created)]))
     await wait_for(client, mapping.as_uri(), lambda ds: any(d.code == "in-module-diff" for d in ds))
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_commands_write_the_report_and_suggest_a_mapping(client: LanguageClient) -> None:
+    mapping = copy_variant(client, "param_desync")
+    uri = open_document(client, mapping)
+    await wait_for(client, uri, lambda ds: any(d.code == "parameter-sync" for d in ds))
+    written = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="rcaLsp.server.writeOutputs", arguments=[uri]))
+    report = Path(written["reportMarkdown"])
+    assert report.parent == mapping.parent / "rca_out" and "parameter_or_checkpoint_issue" in report.read_text()
+    suggested = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="rcaLsp.server.suggestMapping", arguments=[uri]))
+    assert json.loads(suggested["content"]) == json.loads(mapping.read_text())
+    assert "matched" in suggested["coverage"]
