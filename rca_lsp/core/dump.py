@@ -19,22 +19,28 @@ _EMPTY: Mapping[str, "TensorStats"] = MappingProxyType({})
 _DUMP_GLOBS = ("step*/rank*/dump.json", "step*/proc*/dump.json", "rank*/dump.json", "proc*/dump.json", "*/dump.json")
 
 
-@dataclass(frozen=True, slots=True)
 class TensorStats:
-    dtype: str | None
-    shape: tuple[int, ...] | None
-    max: float | None
-    min: float | None
-    mean: float | None
-    norm: float | None
-    numel: int | None = field(init=False)
-    observable: bool = field(init=False)  # False for tensors msprobe could not summarise (repacked weights, shape [0])
+    """Statistics of one tensor as msprobe summarised it (None where it wrote null)."""
 
-    def __post_init__(self) -> None:
-        numel = math.prod(self.shape) if self.shape is not None else None
-        object.__setattr__(self, "numel", numel)
-        object.__setattr__(self, "observable", numel != 0 and (
-            self.max is not None or self.min is not None or self.mean is not None or self.norm is not None))
+    __slots__ = ("dtype", "shape", "max", "min", "mean", "norm", "numel", "observable")
+
+    def __init__(self, dtype: str | None, shape: tuple[int, ...] | None, max: float | None, min: float | None,
+                 mean: float | None, norm: float | None) -> None:
+        self.dtype = dtype
+        self.shape = shape
+        self.max = max
+        self.min = min
+        self.mean = mean
+        self.norm = norm
+        self.numel = math.prod(shape) if shape is not None else None
+        # False for tensors msprobe saw but could not summarise (e.g. repacked weights of shape [0]).
+        self.observable = self.numel != 0 and not (max is None and min is None and mean is None and norm is None)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TensorStats) and all(getattr(self, n) == getattr(other, n) for n in self.__slots__[:6])
+
+    def __repr__(self) -> str:
+        return f"TensorStats({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__[:6])})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,28 +89,28 @@ def orjson_key(key: str) -> bytes:
     return b'"' + key.encode() + b'"'
 
 
-def _tensor_stats(node: Any) -> TensorStats | None:
-    if not isinstance(node, dict) or "dtype" not in node or "shape" not in node:
+def _tensor_stats(node: dict[str, Any]) -> TensorStats | None:
+    if "dtype" not in node or "shape" not in node:
         return None
-    shape = node.get("shape")
+    shape = node["shape"]
+    dtype = node["dtype"]
+    # Statistics are floats in all but odd cases (null, bool, quoted non-finite): skip the conversion call then.
+    mx, mn, mean, norm = node.get("Max"), node.get("Min"), node.get("Mean"), node.get("Norm")
     return TensorStats(
-        dtype=str(node["dtype"]) if node.get("dtype") is not None else None,
-        shape=tuple(int(d) for d in shape) if isinstance(shape, list) else None,
-        max=as_float(node.get("Max")),
-        min=as_float(node.get("Min")),
-        mean=as_float(node.get("Mean")),
-        norm=as_float(node.get("Norm")),
+        dtype if dtype is None or type(dtype) is str else str(dtype),
+        tuple(shape) if type(shape) is list else None,
+        mx if type(mx) is float else as_float(mx),
+        mn if type(mn) is float else as_float(mn),
+        mean if type(mean) is float else as_float(mean),
+        norm if type(norm) is float else as_float(norm),
     )
 
 
 def first_tensor(value: Any) -> TensorStats | None:
     """The first tensor node in a (possibly nested) argument/output structure."""
-    if isinstance(value, dict):
-        stats = _tensor_stats(value)
-        if stats is not None:
-            return stats
-        return None
-    if isinstance(value, list):
+    if type(value) is dict:
+        return _tensor_stats(value)
+    if type(value) is list:
         for item in value:
             stats = first_tensor(item)
             if stats is not None:
