@@ -129,3 +129,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. `rca-lsp ... | head`: the reader left, nothing more to say
+        sys.stderr.close()
+        return 0

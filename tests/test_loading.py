@@ -69,3 +69,12 @@ def test_hidden_states_kwarg_is_the_input(tmp_path: Path) -> None:
     dump = DumpCache().get(path)
     assert dump.keys == [KEY] and dump.skipped_keys == 1
     assert dump.entries[KEY].input_source == "input_kwargs.hidden_states" and dump.entries[KEY].input.max == 1.0
+
+
+def test_vllm_positions_before_hidden_states(tmp_path: Path) -> None:
+    positions = {"type": "torch.Tensor", "dtype": "torch.int64", "shape": [4], "Max": 3, "Min": 0, "Mean": None,
+                 "Norm": None, "requires_grad": False}
+    node = {"input_args": [positions, tensor([0.5, -1.0, 2.0, 0.0])], "input_kwargs": {}, "output": [tensor([1.0])],
+            "parameters": {}}
+    dump = DumpCache().get(write_dump(tmp_path / "dump.json", {KEY: node}))
+    assert dump.entries[KEY].input.dtype == "torch.float32" and dump.entries[KEY].input.max == 2.0

@@ -118,6 +118,23 @@ def first_tensor(value: Any) -> TensorStats | None:
     return None
 
 
+def _primary_input(args: Any) -> TensorStats | None:
+    """The first floating-point positional tensor: vLLM passes (positions, hidden_states, ...) to its layers."""
+    first = first_tensor(args)
+    if first is None or not _is_integer_dtype(first.dtype) or type(args) is not list:
+        return first
+    for item in args[1:]:
+        stats = first_tensor(item)
+        if stats is not None and not _is_integer_dtype(stats.dtype):
+            return stats
+    return first
+
+
+def _is_integer_dtype(dtype: str | None) -> bool:
+    name = (dtype or "").rpartition(".")[2].lower()
+    return name.startswith(("int", "uint", "long", "bool"))
+
+
 def _tensor_map(nodes: Any) -> Mapping[str, TensorStats]:
     if not isinstance(nodes, dict) or not nodes:
         return _EMPTY
@@ -130,7 +147,7 @@ def _entry(key: str, position: int, raw: dict[str, Any]) -> ModuleEntry | None:
     if parsed is None or parsed.direction != "forward" or not isinstance(raw, dict):
         return None
     kwargs = _tensor_map(raw.get("input_kwargs"))
-    primary = first_tensor(raw.get("input_args"))
+    primary = _primary_input(raw.get("input_args"))
     source = "input_args.0"
     if primary is None and kwargs:
         source, primary = next(((f"input_kwargs.{n}", kwargs[n]) for n in ("hidden_states", "x", "input") if n in kwargs),

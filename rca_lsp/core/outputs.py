@@ -14,6 +14,7 @@ import orjson
 
 from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
+from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.compare import STAT_NAMES, TargetComparison, priority_bucket
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.report_md import render_markdown
@@ -70,8 +71,7 @@ TARGET_COLUMNS = (
 MODULE_COLUMNS = (
     "train_key", "rollout_key", "train_keys", "rollout_keys", "cardinality", "call_index", "layer_index", "block",
     "output_consistency", "input_args_consistency", "parameter_consistency", "input_kwargs_consistency",
-    "module_bucket", "module_priority_rank", "reasoning", "dtype_match", "weight_comparable", "kwargs_comparable",
-    "output_reason",
+    "module_bucket", "module_priority_rank", "reasoning", "dtype_mismatch", "weight_comparable", "kwargs_comparable",
 )
 
 
@@ -106,9 +106,8 @@ def _module_row(record: ModuleRecord) -> tuple[Any, ...]:
         c.train_key, c.rollout_key, list(c.train_keys), list(c.rollout_keys), c.cardinality, record.call_index,
         record.layer_index if record.layer_index is not None else "-", record.block, c.output_consistency,
         c.input_args_consistency, c.parameter_consistency, c.kwargs_consistency, c.module_bucket,
-        c.module_priority_rank, c.reasoning, c.output.dtype_match,
+        c.module_priority_rank, c.reasoning, c.dtype_mismatch,
         c.parameter_consistency in ("aligned", "mismatch"), c.kwargs_consistency not in ("missing", "partial"),
-        c.output.reason,
     )
 
 
@@ -155,9 +154,10 @@ def output_documents(analysis: Analysis) -> Iterator[tuple[str, bytes]]:
 
 def _write_part(part: Callable[[Analysis], Iterator[tuple[str, bytes]]], analysis: Analysis, out_dir: Path) -> list[Path]:
     written = []
-    for name, content in part(analysis):
-        write_atomically(out_dir / name, content)
-        written.append(out_dir / name)
+    with paused_gc():
+        for name, content in part(analysis):
+            write_atomically(out_dir / name, content)
+            written.append(out_dir / name)
     return written
 
 

@@ -172,7 +172,7 @@ class RootCauseAnalysis:
                          f"and this suspect ({', '.join(_short(k) for k in acts[:3])}); the data diverged there: "
                          f"statistics are aligned {where}, but this module's input differs")
             return Suspect(record, MISSING_OP, rationale, boundary, between, True, None)
-        unmatched = between.train + between.rollout
+        unmatched = sorted(between.train + between.rollout, key=is_placeholder)
         if unmatched:
             names = ", ".join(_short(k) for k in unmatched[:4]) + (" ..." if len(unmatched) > 4 else "")
             rationale = (f"statistics are aligned {where}, yet this module's input differs; only modules without a "
@@ -234,6 +234,15 @@ def _short(key: str) -> str:
     return f"{parsed.path}.{parsed.call_index}" if parsed else key
 
 
+_PLACEHOLDER_CLASSES = ("Identity", "IdentityOp", "IdentityFuncOp", "Dropout")
+
+
+def is_placeholder(key: str) -> bool:
+    """Modules that pass data through unchanged at inference (identity ops, dropout): weak evidence."""
+    parsed = parse_module_key(key)
+    return parsed is not None and parsed.class_name in _PLACEHOLDER_CLASSES
+
+
 def hypothesis(first: Suspect | None) -> tuple[str, list[str]]:
     """The seed's top_hypothesis wording, extended to the cases the seed could not tell apart."""
     if first is None:
@@ -250,7 +259,7 @@ def hypothesis(first: Suspect | None) -> tuple[str, list[str]]:
     if first.classification == IN_MODULE:
         return "in-module implementation or numeric path mismatch", [first.train_key]
     if first.classification == UPSTREAM and first.credible_origin:
-        unmatched = first.between.train + first.between.rollout
+        unmatched = sorted(first.between.train + first.between.rollout, key=is_placeholder)
         if unmatched:
             return ("the divergence arises between the last aligned boundary and the first mismatch, in modules the "
                     "mapping does not cover (a missing/extra op or a layout difference statistics cannot see)", unmatched)

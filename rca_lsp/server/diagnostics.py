@@ -85,7 +85,8 @@ class FindingBuilder:
         if entry is None:
             return []
         code = codes.CLASSIFICATION_CODES[suspect.classification]
-        default = None if suspect.credible_origin else types.DiagnosticSeverity.Information
+        # Findings that follow from an earlier divergence are hints: the origin must stand out, not drown.
+        default = None if suspect.credible_origin else types.DiagnosticSeverity.Hint
         prefix = "" if suspect.credible_origin else "(follows from an earlier divergence) "
         related: list[types.DiagnosticRelatedInformation] = []
         found: list[types.Diagnostic | None] = []

@@ -83,6 +83,8 @@ async def test_missing_activation_diagnostic_hover_and_definition(client: Langua
     uri = open_document(client, mapping)
     truth = expected("missing_activation")["root_cause"]
     diagnostics = await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    assert [d.code for d in diagnostics].count("missing-op") == 1
+    assert list(client.diagnostics) == [uri], "one file, published under the client's URI only"
     missing = next(d for d in diagnostics if d.code == "missing-op")
     assert missing.range.start.line == line_of(mapping, truth["train_key"])
     assert missing.severity == types.DiagnosticSeverity.Warning and "act_fn" in missing.message
