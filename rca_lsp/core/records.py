@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from rca_lsp.core.dump import Dump
-from rca_lsp.core.keys import block_of, is_descendant_path, layer_index
+from rca_lsp.core.keys import block_of, layer_index
 from rca_lsp.core.module import ModuleComparison, compare_module
 from rca_lsp.core.tolerance import Tolerances
 
@@ -21,6 +21,8 @@ class ModuleRecord:
     call_index: int
     train_paths: tuple[str, ...]
     rollout_paths: tuple[str, ...]
+    train_prefixes: tuple[str, ...]  # "<path>." of each: what a module running inside this one starts with
+    rollout_prefixes: tuple[str, ...]
 
     @property
     def train_key(self) -> str:
@@ -40,12 +42,34 @@ class ModuleRecord:
 
     def contains(self, other: "ModuleRecord") -> bool:
         """`other` runs inside this module (its path is below ours on either side)."""
-        return (any(is_descendant_path(p, q) for p in other.train_paths for q in self.train_paths)
-                or any(is_descendant_path(p, q) for p in other.rollout_paths for q in self.rollout_paths))
+        return (any(p.startswith(self.train_prefixes) for p in other.train_paths)
+                or any(p.startswith(self.rollout_prefixes) for p in other.rollout_paths))
 
 
 def build_groups(mapping: dict[str, tuple[str, ...]], train: Dump, rollout: Dump) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """Connected train/rollout key sets: a rollout key named by several train keys joins them (N:1)."""
+    owners: dict[str, int] = {}
+    for rollout_keys in mapping.values():
+        for rollout_key in rollout_keys:
+            owners[rollout_key] = owners.get(rollout_key, 0) + 1
+    groups: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+    shared: dict[str, tuple[str, ...]] = {}
+    for train_key, rollout_keys in mapping.items():
+        if all(owners[k] == 1 for k in rollout_keys):
+            groups.append(((train_key,), rollout_keys if len(rollout_keys) == 1 else _by_position(rollout_keys, rollout)))
+        else:
+            shared[train_key] = rollout_keys
+    groups += _joined_groups(shared, train, rollout)
+    groups.sort(key=lambda g: train.entries[g[0][-1]].position)
+    return groups
+
+
+def _by_position(keys: Iterable[str], dump: Dump) -> tuple[str, ...]:
+    return tuple(sorted(keys, key=lambda k: dump.entries[k].position))
+
+
+def _joined_groups(mapping: dict[str, tuple[str, ...]], train: Dump, rollout: Dump) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Union-find over the entries that share a rollout key."""
     parent: dict[str, str] = {}
 
     def find(key: str) -> str:
@@ -67,12 +91,7 @@ def build_groups(mapping: dict[str, tuple[str, ...]], train: Dump, rollout: Dump
         train_keys, rollout_set = members.setdefault(find(train_key), ([], set()))
         train_keys.append(train_key)
         rollout_set.update(rollout_keys)
-    groups = []
-    for train_keys, rollout_set in members.values():
-        train_keys.sort(key=lambda k: train.entries[k].position)
-        groups.append((tuple(train_keys), tuple(sorted(rollout_set, key=lambda k: rollout.entries[k].position))))
-    groups.sort(key=lambda g: train.entries[g[0][-1]].position)
-    return groups
+    return [(_by_position(t, train), _by_position(r, rollout)) for t, r in members.values()]
 
 
 class Comparator:
@@ -99,6 +118,8 @@ class Comparator:
                 call_index=train_entries[0].call_index,
                 train_paths=tuple(e.path for e in train_entries),
                 rollout_paths=tuple(e.path for e in rollout_entries),
+                train_prefixes=tuple(e.path + "." for e in train_entries),
+                rollout_prefixes=tuple(e.path + "." for e in rollout_entries),
             )
             self._cache[(train_keys, rollout_keys)] = cached
         return cached
