@@ -17,7 +17,7 @@ from pygls.uris import to_fs_path
 from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.errors import InputError
-from rca_lsp.core.mapping import ParsedMapping, parse_mapping
+from rca_lsp.core.mapping import MappingEntry, ParsedMapping, parse_mapping
 from rca_lsp.core.outputs import write_outputs
 from rca_lsp.server import codes
 from rca_lsp.server.actions import ActionContext, code_actions
@@ -231,7 +231,9 @@ class RcaServer(LanguageServer):
             return None
         parsed = doc.parsed
         if opened is not None and (parsed is None or parsed.text != opened.source):
-            parsed = parse_mapping(str(doc.path), opened.source)
+            if doc.unsaved_view is None or doc.unsaved_view.text != opened.source:
+                doc.unsaved_view = parse_mapping(str(doc.path), opened.source)  # once per edit, not per request
+            parsed = doc.unsaved_view
         if parsed is None:
             return None
         return doc, parsed, doc.last_good or doc.analysis
@@ -330,17 +332,24 @@ def on_watched(ls: RcaServer, params: types.DidChangeWatchedFilesParams) -> None
             ls.dump_changed(path)
 
 
-@server.feature(types.TEXT_DOCUMENT_HOVER)
-def on_hover(ls: RcaServer, params: types.HoverParams) -> types.Hover | None:
-    found = ls.analysis_at(params.text_document.uri)
+def entry_under_cursor(ls: RcaServer, uri: str, position: types.Position) -> tuple[
+        Positions, Analysis, MappingEntry, int | None] | None:
+    """The analysed entry at a position, and which rollout value (None on the key)."""
+    found = ls.analysis_at(uri)
     if found is None or found[2] is None:
         return None
     _doc, parsed, analysis = found
     positions = Positions(parsed, ls.workspace.position_codec)
-    hit = parsed.entry_at(positions.offset(params.position))
-    if hit is None:
+    hit = parsed.entry_at(positions.offset(position))
+    return None if hit is None else (positions, analysis, *hit)
+
+
+@server.feature(types.TEXT_DOCUMENT_HOVER)
+def on_hover(ls: RcaServer, params: types.HoverParams) -> types.Hover | None:
+    found = entry_under_cursor(ls, params.text_document.uri, params.position)
+    if found is None:
         return None
-    entry, index = hit
+    positions, analysis, entry, index = found
     text = hover_markdown(analysis, entry.train_key, index)
     if text is None:
         return None
@@ -375,14 +384,10 @@ def on_completion(ls: RcaServer, params: types.CompletionParams) -> types.Comple
 
 @server.feature(types.TEXT_DOCUMENT_DEFINITION)
 def on_definition(ls: RcaServer, params: types.DefinitionParams) -> types.Location | None:
-    found = ls.analysis_at(params.text_document.uri)
-    if found is None or found[2] is None:
+    found = entry_under_cursor(ls, params.text_document.uri, params.position)
+    if found is None:
         return None
-    _doc, parsed, analysis = found
-    hit = parsed.entry_at(Positions(parsed, ls.workspace.position_codec).offset(params.position))
-    if hit is None:
-        return None
-    entry, index = hit
+    _positions, analysis, entry, index = found
     return definition(analysis, entry.train_key, entry.rollout_keys[index] if index is not None else None)
 
 

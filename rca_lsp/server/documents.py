@@ -19,6 +19,7 @@ class MappingDocument:
     generation: int = 0  # bumped by every scheduled run; a run publishes only if it is still the newest
     pending: asyncio.TimerHandle | None = None
     parsed: ParsedMapping | None = None
+    unsaved_view: ParsedMapping | None = None  # parse of edits not analysed yet, for positions in requests
     analysis: Analysis | None = None  # newest analysis, possibly of a file with syntax errors
     last_good: Analysis | None = None  # newest analysis of a syntactically valid file: its findings keep showing
     counterparts: dict[str, Candidate] = field(default_factory=dict)  # unmapped train key -> suggested rollout keys
