@@ -15,7 +15,7 @@ from rca_lsp.core.tolerance import Tolerances
 
 def read_mapping_file(path: str | os.PathLike[str]) -> ParsedMapping:
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        text = Path(path).read_bytes().decode("utf-8-sig")
     except OSError as error:
         raise InputError(str(path), f"cannot read mapping-key file: {error.strerror}") from None
     except UnicodeDecodeError as error:

@@ -101,7 +101,7 @@ class RcaServer(LanguageServer):
         if opened is not None:
             return opened.source, opened.version
         try:
-            return doc.path.read_text(encoding="utf-8"), None
+            return doc.path.read_text(encoding="utf-8-sig"), None
         except (OSError, UnicodeDecodeError):
             return None
 
