@@ -42,12 +42,32 @@ def _json(document: Any, indent: bool = False) -> bytes:
 
 
 def _csv(columns: Sequence[str], rows: Iterable[Sequence[Any]], list_columns: Sequence[int] = ()) -> bytes:
-    """CSV with list cells joined by '|' (csv writes None as an empty cell itself)."""
+    """CSV with list cells joined by '|' and None as an empty cell."""
+    if list_columns:
+        rows = [_join_lists(row, list_columns) for row in rows]
+    rows = rows if isinstance(rows, list) else list(rows)
+    return _csv_through_json(columns, rows) or _csv_module(columns, rows)
+
+
+def _csv_through_json(columns: Sequence[str], rows: list[Sequence[Any]]) -> bytes | None:
+    """orjson writes the table ~10x faster than the csv module. Its text is valid CSV whenever no string needed
+    a JSON escape (keys, dtypes and our reasons never do): then only row brackets and nulls change."""
+    if not rows:
+        return None
+    data = orjson.dumps(rows)
+    if b"\\" in data or b"[]" in data:
+        return None
+    body = data[2:-2].replace(b"],[", b"\n")
+    body = body.replace(b",null", b",").replace(b"\nnull", b"\n")
+    if body.startswith(b"null"):
+        body = body[4:]
+    return ",".join(columns).encode() + b"\n" + body + b"\n"
+
+
+def _csv_module(columns: Sequence[str], rows: list[Sequence[Any]]) -> bytes:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(columns)
-    if list_columns:
-        rows = (_join_lists(row, list_columns) for row in rows)
     writer.writerows(rows)
     return buffer.getvalue().encode()
 
