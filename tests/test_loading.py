@@ -78,3 +78,14 @@ def test_vllm_positions_before_hidden_states(tmp_path: Path) -> None:
             "parameters": {}}
     dump = DumpCache().get(write_dump(tmp_path / "dump.json", {KEY: node}))
     assert dump.entries[KEY].input.dtype == "torch.float32" and dump.entries[KEY].input.max == 2.0
+
+
+def test_lines_of_many_keys_in_one_pass(tmp_path: Path) -> None:
+    keys = [f"Module.model.layers.{i}.mlp.Linear.forward.0" for i in range(5)]
+    path = write_dump(tmp_path / "dump.json", {k: entry([1.0], [1.0]) for k in keys})
+    dump = DumpCache().get(path)
+    dump.prefetch_lines(reversed(keys))
+    lines = path.read_text().split("\n")
+    for key in keys:
+        assert f'"{key}"' in lines[dump.line_of(key)]
+    assert dump.line_of("Module.not.there.X.forward.0") is None

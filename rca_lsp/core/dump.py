@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.gcpause import paused_gc
@@ -69,20 +69,34 @@ class Dump:
     _line_cache: dict[str, int | None] = field(default_factory=dict, repr=False)
 
     def line_of(self, key: str) -> int | None:
-        """0-based line of `"key":` in the dump file (looked up on demand; dumps carry no positions)."""
+        """0-based line of `"key":` in the dump file (dumps carry no positions: looked up on demand)."""
         if key not in self._line_cache:
-            self._line_cache[key] = find_key_line(self.path, key)
+            self.prefetch_lines([key])
         return self._line_cache[key]
 
-
-def find_key_line(path: str, key: str) -> int | None:
-    needle = orjson_key(key)
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return None
-    offset = data.find(needle)
-    return None if offset < 0 else data.count(b"\n", 0, offset)
+    def prefetch_lines(self, keys: Iterable[str]) -> None:
+        """Find the lines of many keys in one pass over the file: keys are searched in dump order."""
+        wanted = sorted({k for k in keys if k not in self._line_cache},
+                        key=lambda k: self.entries[k].position if k in self.entries else -1)
+        if not wanted:
+            return
+        try:
+            data = Path(self.path).read_bytes()
+        except OSError:
+            self._line_cache.update(dict.fromkeys(wanted))
+            return
+        offset = line = 0
+        for key in wanted:
+            found = data.find(orjson_key(key), offset)
+            if found < 0:
+                found = data.find(orjson_key(key))  # not where dump order says: search the whole file once
+                if found < 0:
+                    self._line_cache[key] = None
+                    continue
+                offset = line = 0
+            line += data.count(b"\n", offset, found)
+            offset = found
+            self._line_cache[key] = line
 
 
 def orjson_key(key: str) -> bytes:

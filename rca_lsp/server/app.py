@@ -136,6 +136,7 @@ class RcaServer(LanguageServer):
             if parsed.syntax_ok:
                 doc.last_good = analysis
                 doc.counterparts = await loop.run_in_executor(self.executor, self.engine.counterparts, analysis)
+                await loop.run_in_executor(self.executor, self.engine.prefetch_locations, analysis)
                 if generation != doc.generation:
                     return
             report = analysis.report

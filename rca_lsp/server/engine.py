@@ -62,3 +62,9 @@ class Engine:
                 if best and best[0].score >= COUNTERPART_MIN_SCORE and not mapped_rollout.intersection(best[0].keys):
                     found[key] = best[0]
         return found
+
+    def prefetch_locations(self, analysis: Analysis) -> None:
+        """Dump lines of the modules findings point at, found in one pass per dump, off the event loop."""
+        origins = [s for s in analysis.suspects if s.credible_origin]
+        analysis.train.prefetch_lines(k for s in origins for k in s.between.train)
+        analysis.rollout.prefetch_lines(k for s in origins for k in s.between.rollout)
