@@ -7,7 +7,7 @@ import io
 import math
 from pathlib import Path
 
-from rca_lsp.core.outputs import _csv, _csv_module, write_atomically
+from rca_lsp.core.outputs import _csv, _csv_module, write_atomically, write_table
 
 COLUMNS = ("key", "value", "flag", "reason", "parts")
 ROWS = [
@@ -35,7 +35,7 @@ def normalise(table: list[list[str]]) -> list[list[object]]:
 def test_fast_csv_matches_the_csv_module() -> None:
     fast = read(_csv(COLUMNS, ROWS, (4,)))
     joined = [[*row[:4], "|".join(row[4]) if row[4] is not None else None] for row in ROWS]
-    reference = read(_csv_module(COLUMNS, joined))
+    reference = read(",".join(COLUMNS).encode() + b"\n" + _csv_module(joined))
     assert normalise(fast) == normalise(reference)
     assert fast[3][0] == "" and fast[4][3] == "null"
 
@@ -50,3 +50,16 @@ def test_atomic_write_leaves_no_temporary_file(tmp_path: Path) -> None:
     write_atomically(target, b"{}")
     write_atomically(target, b"[1]")
     assert target.read_bytes() == b"[1]" and [p.name for p in target.parent.iterdir()] == ["file.json"]
+
+
+def test_streamed_table_is_one_json_document_and_a_csv(tmp_path: Path, monkeypatch) -> None:
+    import json
+
+    from rca_lsp.core import outputs
+
+    monkeypatch.setattr(outputs, "CHUNK", 2)  # several chunks
+    write_table(tmp_path, "t", {"tool": "x"}, "rows", COLUMNS, ROWS, (4,))
+    document = json.loads((tmp_path / "t.json").read_text())
+    assert document["meta"] == {"tool": "x"} and len(document["rows"]) == len(ROWS)
+    assert document["rows"][0]["parts"] == ["x", "y"] and document["rows"][1]["value"] is None
+    assert len(read((tmp_path / "t.csv").read_bytes())) == len(ROWS) + 1

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import multiprocessing
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import orjson
 
@@ -23,17 +25,23 @@ _FOCUS = {"P1": "investigate", "P2": "investigate", "P3": "check_shape", "P4": "
           "-": "premise"}
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write to a temporary file in the same folder, then rename over the target: never a half-written file."""
+@contextmanager
+def atomic_stream(path: Path) -> Iterator[BinaryIO]:
+    """A temporary file in the same folder, renamed over the target once complete: never a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
+            yield stream
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    with atomic_stream(path) as stream:
+        stream.write(data)
 
 
 def _json(document: Any, indent: bool = False) -> bytes:
@@ -43,17 +51,20 @@ def _json(document: Any, indent: bool = False) -> bytes:
 
 def _csv(columns: Sequence[str], rows: Iterable[Sequence[Any]], list_columns: Sequence[int] = ()) -> bytes:
     """CSV with list cells joined by '|' and None as an empty cell."""
-    if list_columns:
-        rows = [_join_lists(row, list_columns) for row in rows]
-    rows = rows if isinstance(rows, list) else list(rows)
-    return _csv_through_json(columns, rows) or _csv_module(columns, rows)
+    return ",".join(columns).encode() + b"\n" + _csv_body(rows, list_columns)
 
 
-def _csv_through_json(columns: Sequence[str], rows: list[Sequence[Any]]) -> bytes | None:
+def _csv_body(rows: Iterable[Sequence[Any]], list_columns: Sequence[int] = ()) -> bytes:
+    table = [_join_lists(row, list_columns) for row in rows] if list_columns else list(rows)
+    if not table:
+        return b""
+    fast = _csv_through_json(table)
+    return fast if fast is not None else _csv_module(table)
+
+
+def _csv_through_json(rows: list[Sequence[Any]]) -> bytes | None:
     """orjson writes the table ~10x faster than the csv module. Its text is valid CSV whenever no string needed
     a JSON escape (keys, dtypes and our reasons never do): then only row brackets and nulls change."""
-    if not rows:
-        return None
     data = orjson.dumps(rows)
     if b"\\" in data or b"[]" in data:
         return None
@@ -61,14 +72,12 @@ def _csv_through_json(columns: Sequence[str], rows: list[Sequence[Any]]) -> byte
     body = body.replace(b",null", b",").replace(b"\nnull", b"\n")
     if body.startswith(b"null"):
         body = body[4:]
-    return ",".join(columns).encode() + b"\n" + body + b"\n"
+    return body + b"\n"
 
 
-def _csv_module(columns: Sequence[str], rows: list[Sequence[Any]]) -> bytes:
+def _csv_module(rows: list[Sequence[Any]]) -> bytes:
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows(rows)
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
     return buffer.getvalue().encode()
 
 
@@ -136,49 +145,58 @@ def _meta(analysis: Analysis) -> dict[str, Any]:
             "rollout_path": analysis.rollout.path, "mapping_key_path": analysis.mapping.path}
 
 
-def _mapping_documents(analysis: Analysis) -> Iterator[tuple[str, bytes]]:
-    rows = _mapping_rows(analysis)
-    yield "output_1_key_mapping.json", _json({"meta": _meta(analysis), "rows": [dict(zip(MAPPING_COLUMNS, r)) for r in rows]})
-    yield "output_1_key_mapping.csv", _csv(MAPPING_COLUMNS, rows, (1,))
+CHUNK = 5000  # rows serialised at a time: tables stream to disk instead of living in memory whole
+
+
+def write_table(out_dir: Path, stem: str, meta: dict[str, Any], container: str, columns: Sequence[str],
+                rows: Iterable[Sequence[Any]], list_columns: Sequence[int]) -> list[Path]:
+    """`<stem>.json` ({"meta", container: [row objects]}) and `<stem>.csv`, streamed chunk by chunk."""
+    json_path, csv_path = out_dir / f"{stem}.json", out_dir / f"{stem}.csv"
+    iterator = iter(rows)
+    with atomic_stream(json_path) as json_out, atomic_stream(csv_path) as csv_out:
+        json_out.write(b'{"meta":' + orjson.dumps(meta) + b',"' + container.encode() + b'":[')
+        csv_out.write(",".join(columns).encode() + b"\n")
+        separator = b""
+        while chunk := list(itertools.islice(iterator, CHUNK)):
+            json_out.write(separator + orjson.dumps([dict(zip(columns, row)) for row in chunk])[1:-1])
+            csv_out.write(_csv_body(chunk, list_columns))
+            separator = b","
+        json_out.write(b"]}\n")
+    return [json_path, csv_path]
+
+
+def _write_mapping(analysis: Analysis, out_dir: Path) -> list[Path]:
+    written = write_table(out_dir, "output_1_key_mapping", _meta(analysis), "rows", MAPPING_COLUMNS,
+                          _mapping_rows(analysis), (1,))
     matched = [(r.train_key, list(r.rollout_keys)) for r in analysis.rows if r.rollout_keys]
-    yield "output_2_mapping.json", _json(dict(matched))
-    yield "output_2_mapping.csv", _csv(("train_key", "rollout_keys"), matched, (1,))
+    write_atomically(out_dir / "output_2_mapping.json", _json(dict(matched)))
+    write_atomically(out_dir / "output_2_mapping.csv", _csv(("train_key", "rollout_keys"), matched, (1,)))
+    return written + [out_dir / "output_2_mapping.json", out_dir / "output_2_mapping.csv"]
 
 
-def _compare_documents(analysis: Analysis) -> Iterator[tuple[str, bytes]]:
-    rows = [_target_row(t, r.comparison.output_consistency == "aligned")
-            for r in analysis.records for t in r.comparison.compare_targets()]
-    yield "output_3_value_compare.json", _json({"meta": _meta(analysis), "rows": [dict(zip(TARGET_COLUMNS, r)) for r in rows]})
-    yield "output_3_value_compare.csv", _csv(TARGET_COLUMNS, rows, (7, 8))
+def _write_compare(analysis: Analysis, out_dir: Path) -> list[Path]:
+    rows = (_target_row(t, r.comparison.output_consistency == "aligned")
+            for r in analysis.records for t in r.comparison.compare_targets())
+    return write_table(out_dir, "output_3_value_compare", _meta(analysis), "rows", TARGET_COLUMNS, rows, (7, 8))
 
 
-def _module_documents(analysis: Analysis) -> Iterator[tuple[str, bytes]]:
-    rows = [_module_row(r) for r in analysis.records]
-    yield "output_4_module_analysis.json", _json({"meta": _meta(analysis), "records": [dict(zip(MODULE_COLUMNS, r)) for r in rows]})
-    yield "output_4_module_analysis.csv", _csv(MODULE_COLUMNS, rows, (2, 3))
+def _write_modules(analysis: Analysis, out_dir: Path) -> list[Path]:
+    rows = (_module_row(r) for r in analysis.records)
+    return write_table(out_dir, "output_4_module_analysis", _meta(analysis), "records", MODULE_COLUMNS, rows, (2, 3))
 
 
-def _report_documents(analysis: Analysis) -> Iterator[tuple[str, bytes]]:
-    yield "output_5_root_cause_report.json", _json(analysis.report, indent=True)
-    yield "output_5_root_cause_report.md", render_markdown(analysis).encode()
+def _write_report(analysis: Analysis, out_dir: Path) -> list[Path]:
+    write_atomically(out_dir / "output_5_root_cause_report.json", _json(analysis.report, indent=True))
+    write_atomically(out_dir / "output_5_root_cause_report.md", render_markdown(analysis).encode())
+    return [out_dir / "output_5_root_cause_report.json", out_dir / "output_5_root_cause_report.md"]
 
 
-PARTS = (_mapping_documents, _compare_documents, _module_documents, _report_documents)
+PARTS = (_write_mapping, _write_compare, _write_modules, _write_report)
 
 
-def output_documents(analysis: Analysis) -> Iterator[tuple[str, bytes]]:
-    """(file name, content) for every output file, one table in memory at a time."""
-    for part in PARTS:
-        yield from part(analysis)
-
-
-def _write_part(part: Callable[[Analysis], Iterator[tuple[str, bytes]]], analysis: Analysis, out_dir: Path) -> list[Path]:
-    written = []
+def _write_part(part: Callable[[Analysis, Path], list[Path]], analysis: Analysis, out_dir: Path) -> list[Path]:
     with paused_gc():
-        for name, content in part(analysis):
-            write_atomically(out_dir / name, content)
-            written.append(out_dir / name)
-    return written
+        return part(analysis, out_dir)
 
 
 def write_outputs(analysis: Analysis, out_dir: Path, fork: bool = False) -> list[Path]:
@@ -187,9 +205,9 @@ def write_outputs(analysis: Analysis, out_dir: Path, fork: bool = False) -> list
     if not fork or "fork" not in multiprocessing.get_all_start_methods():
         return [path for part in PARTS for path in _write_part(part, analysis, out_dir)]
     out_dir.mkdir(parents=True, exist_ok=True)
-    child = multiprocessing.get_context("fork").Process(target=_write_part, args=(_compare_documents, analysis, out_dir))
+    child = multiprocessing.get_context("fork").Process(target=_write_part, args=(_write_compare, analysis, out_dir))
     child.start()
-    written = [path for part in PARTS if part is not _compare_documents for path in _write_part(part, analysis, out_dir)]
+    written = [path for part in PARTS if part is not _write_compare for path in _write_part(part, analysis, out_dir)]
     child.join()
     if child.exitcode != 0:
         raise OSError(f"writing output_3 in {out_dir} failed (exit code {child.exitcode})")
