@@ -92,6 +92,26 @@ class RcaServer(LanguageServer):
         loop = asyncio.get_running_loop()
         doc.pending = loop.call_later(delay, lambda: loop.create_task(self.run_analysis(doc, generation)))
 
+    def schedule_parse(self, uri: str, delay: float) -> None:
+        """Large files are analysed on save only; parse their edits meanwhile so a save only has to analyse."""
+        doc = self.document(uri)
+        if doc is None:
+            return
+        if doc.pending_parse is not None:
+            doc.pending_parse.cancel()
+        loop = asyncio.get_running_loop()
+        doc.pending_parse = loop.call_later(delay, lambda: loop.create_task(self.parse_unsaved(doc)))
+
+    async def parse_unsaved(self, doc: MappingDocument) -> None:
+        opened = self.workspace.text_documents.get(doc.uri)
+        if opened is None:
+            return
+        text = opened.source
+        parsed = await asyncio.get_running_loop().run_in_executor(self.executor, parse_mapping, str(doc.path), text)
+        current = self.workspace.text_documents.get(doc.uri)
+        if current is not None and current.source == text:
+            doc.unsaved_view = parsed
+
     def schedule_all(self, delay: float = 0.0) -> None:
         for uri in list(self.documents):
             self.schedule(uri, delay)
@@ -114,7 +134,8 @@ class RcaServer(LanguageServer):
         pair = find_pair(doc.path, self.settings.pairs, self.folders())
         doc.pair = pair
         loop = asyncio.get_running_loop()
-        parsed = await loop.run_in_executor(self.executor, parse_mapping, str(doc.path), text)
+        parsed = doc.unsaved_view if doc.unsaved_view is not None and doc.unsaved_view.text == text else (
+            await loop.run_in_executor(self.executor, parse_mapping, str(doc.path), text))
         if generation != doc.generation:
             return
         doc.parsed, doc.problems = parsed, []
@@ -300,8 +321,12 @@ def on_open(ls: RcaServer, params: types.DidOpenTextDocumentParams) -> None:
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
 def on_change(ls: RcaServer, params: types.DidChangeTextDocumentParams) -> None:
     opened = ls.workspace.text_documents.get(params.text_document.uri)
-    if opened is not None and len(opened.source) <= LIVE_EDIT_LIMIT:
+    if opened is None:
+        return
+    if len(opened.source) <= LIVE_EDIT_LIMIT:
         ls.schedule(params.text_document.uri, CHANGE_DELAY)
+    else:
+        ls.schedule_parse(params.text_document.uri, CHANGE_DELAY)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)

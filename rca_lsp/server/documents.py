@@ -18,6 +18,7 @@ class MappingDocument:
     path: Path
     generation: int = 0  # bumped by every scheduled run; a run publishes only if it is still the newest
     pending: asyncio.TimerHandle | None = None
+    pending_parse: asyncio.TimerHandle | None = None
     parsed: ParsedMapping | None = None
     unsaved_view: ParsedMapping | None = None  # parse of edits not analysed yet, for positions in requests
     analysis: Analysis | None = None  # newest analysis, possibly of a file with syntax errors
