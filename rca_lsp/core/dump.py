@@ -87,9 +87,9 @@ class Dump:
             return
         offset = line = 0
         for key in wanted:
-            found = data.find(orjson_key(key), offset)
+            found = data.find(quoted_key(key), offset)
             if found < 0:
-                found = data.find(orjson_key(key))  # not where dump order says: search the whole file once
+                found = data.find(quoted_key(key))  # not where dump order says: search the whole file once
                 if found < 0:
                     self._line_cache[key] = None
                     continue
@@ -99,7 +99,7 @@ class Dump:
             self._line_cache[key] = line
 
 
-def orjson_key(key: str) -> bytes:
+def quoted_key(key: str) -> bytes:
     return b'"' + key.encode() + b'"'
 
 

@@ -84,12 +84,16 @@ class ParsedMapping:
         return {e.train_key: list(e.rollout_keys) if e.is_list else e.rollout_keys[0]
                 for e in self.effective().values()}
 
+    def entry_before(self, offset: int) -> MappingEntry | None:
+        """The last entry whose key starts at or before an offset."""
+        index = bisect.bisect_right(self._key_starts, offset) - 1
+        return self.entries[index] if index >= 0 else None
+
     def entry_at(self, offset: int) -> tuple[MappingEntry, int | None] | None:
         """The entry under an offset, and which rollout value (None when on the key or between values)."""
-        index = bisect.bisect_right(self._key_starts, offset) - 1
-        if index < 0:
+        entry = self.entry_before(offset)
+        if entry is None:
             return None
-        entry = self.entries[index]
         if entry.key_span.contains(offset):
             return entry, None
         if entry.value_span.contains(offset):

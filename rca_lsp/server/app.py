@@ -7,7 +7,7 @@ import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Coroutine
 
 import orjson
 from lsprotocol import types
@@ -86,21 +86,15 @@ class RcaServer(LanguageServer):
         doc = self.document(uri)
         if doc is None:
             return
-        if doc.pending is not None:
-            doc.pending.cancel()
         generation = doc.next_generation()
-        loop = asyncio.get_running_loop()
-        doc.pending = loop.call_later(delay, lambda: loop.create_task(self.run_analysis(doc, generation)))
+        doc.pending = _debounce(doc.pending, delay, lambda: self.run_analysis(doc, generation))
 
     def schedule_parse(self, uri: str, delay: float) -> None:
         """Large files are analysed on save only; parse their edits meanwhile so a save only has to analyse."""
         doc = self.document(uri)
         if doc is None:
             return
-        if doc.pending_parse is not None:
-            doc.pending_parse.cancel()
-        loop = asyncio.get_running_loop()
-        doc.pending_parse = loop.call_later(delay, lambda: loop.create_task(self.parse_unsaved(doc)))
+        doc.pending_parse = _debounce(doc.pending_parse, delay, lambda: self.parse_unsaved(doc))
 
     async def parse_unsaved(self, doc: MappingDocument) -> None:
         opened = self.workspace.text_documents.get(doc.uri)
@@ -259,6 +253,15 @@ class RcaServer(LanguageServer):
         if parsed is None:
             return None
         return doc, parsed, doc.last_good or doc.analysis
+
+
+def _debounce(pending: asyncio.TimerHandle | None, delay: float,
+              start: Callable[[], Coroutine[Any, Any, None]]) -> asyncio.TimerHandle:
+    """Cancel the pending run (if any) and start a new one after `delay`."""
+    if pending is not None:
+        pending.cancel()
+    loop = asyncio.get_running_loop()
+    return loop.call_later(delay, lambda: loop.create_task(start()))
 
 
 server = RcaServer()

@@ -35,23 +35,14 @@ def completion_context(text: str, offset: int) -> tuple[str, str, int] | None:
             return "value", text[quote + 1:offset], quote
         elif token in ("{", ",") and depth_list == 0:
             return "key", text[quote + 1:offset], quote
-        elif token.startswith('"') and depth_list == 0:
-            continue
     return "key", text[quote + 1:offset], quote
-
-
-def _entry_key_before(mapping: ParsedMapping, offset: int) -> str | None:
-    found = mapping.entry_at(offset)
-    if found is not None:
-        return found[0].train_key
-    earlier = [e for e in mapping.entries if e.key_span.start < offset]
-    return earlier[-1].train_key if earlier else None
 
 
 def _train_candidates(analysis: Analysis, mapping: ParsedMapping, offset: int, prefix: str) -> list[str]:
     mapped = set(mapping.effective())
-    previous = _entry_key_before(mapping, offset)
-    start = analysis.train.entries[previous].position + 1 if previous in analysis.train.entries else 0
+    previous = mapping.entry_before(offset)
+    known = previous is not None and previous.train_key in analysis.train.entries
+    start = analysis.train.entries[previous.train_key].position + 1 if known else 0  # type: ignore[union-attr]
     keys = analysis.train.keys
     ordered = keys[start:] + keys[:start]  # the modules right after the previous entry come first
     return [k for k in ordered if k not in mapped and prefix in k][:MAX_ITEMS]
