@@ -339,7 +339,7 @@ async def within(request: Awaitable[T], timeout_s: float, what: str) -> T:
 
 async def start_session(workspace: Workspace, log: Path) -> Session:
     client = BenchClient(log)
-    await client.start_io(sys.executable, "-m", "rca_lsp", "serve", cwd=str(REPO_ROOT))
+    await client.start_io(sys.executable, "-m", "rca_lsp", "serve", "--log-level", "info", cwd=str(REPO_ROOT))
     asyncio.get_running_loop().create_task(drain(client.process.stderr, log))
     folder = types.WorkspaceFolder(uri=workspace.root.as_uri(), name=workspace.root.name)
     result = await within(client.initialize_async(types.InitializeParams(
@@ -431,6 +431,24 @@ async def measure_first_save(session: Session, timeout_s: float) -> float:
     return timing.latency_s
 
 
+SERVER_RUN = re.compile(r"analysed \S+ \(version (\d+)\): \d+ ms \((.*)\)$")
+
+
+def server_stages(server_log: Path, versions: set[int | None]) -> str:
+    """Median time per stage of the server's runs for these document versions, from its `--log-level info` lines."""
+    stages: dict[str, list[float]] = {}
+    lines = server_log.read_text(errors="replace").splitlines() if server_log.exists() else []
+    for line in lines:
+        found = SERVER_RUN.search(line)
+        if found and int(found.group(1)) in versions:
+            for stage in found.group(2).split(", "):
+                name, _, ms = stage.rpartition(" ")[0].rpartition(" ")
+                stages.setdefault(name, []).append(float(ms))
+    if not stages:
+        return "no timing lines in the server log"
+    return ", ".join(f"{name} {statistics.median(values):.0f} ms" for name, values in stages.items())
+
+
 def split(timing: SaveTiming) -> str:
     if timing.analysed_s is None:
         return "no 'analysed' status before the publish"
@@ -458,7 +476,9 @@ async def measure_saves(session: Session, saves: int, timeout_s: float) -> list[
     gaps = [t.latency_s - t.analysed_s for t in timings if t.analysed_s is not None]
     breakdown = (f"median {fmt_time(statistics.median(analysed))} to the 'analysed' status, then "
                  f"{fmt_time(statistics.median(gaps))} to the publish" if analysed else "no 'analysed' statuses")
+    stages = server_stages(session.client.server_log, {t.published.version for t in timings})
     session.figures.save_note = (f"edit: line {entry.line + 1}, value {original!r} <-> {other!r}; {breakdown}; "
+                                 f"server side, median per stage: {stages}; "
                                  f"findings on the edited line per state: {described}")
     return [t.latency_s for t in timings]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -87,11 +88,15 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="run the language server (stdio by default)")
     parser.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)")
     parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP address instead of stdio")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="warning",
+                        help="stderr logging; 'info' logs what each analysis cost (default: warning)")
 
 
 def run_serve(args: argparse.Namespace) -> int:
     from rca_lsp.server.app import server
 
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")
         if not port.isdigit():

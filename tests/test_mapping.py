@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import random
 
-from rca_lsp.core.mapping import parse_mapping
+import pytest
+
+from rca_lsp.core.mapping import ParsedMapping, edited_region, parse_mapping
 
 
 def codes_by_line(text: str) -> list[tuple[int, str]]:
@@ -18,9 +21,10 @@ def test_valid_file_has_entries_with_positions() -> None:
     assert parsed.syntax_ok and not parsed.issues
     assert [(e.train_key, e.rollout_keys, e.is_list) for e in parsed.entries] == [("a", ("x",), False), ("b", ("y", "z"), True)]
     b = parsed.entries[1]
-    assert text[b.key_span.start:b.key_span.end] == '"b"'
-    assert [text[s.start:s.end] for s in b.value_spans] == ['"y"', '"z"']
-    assert parsed.entry_at(b.value_spans[1].start + 2) == (b, 1)
+    spans = parsed.spans(b)
+    assert text[spans.key.start:spans.key.end] == '"b"'
+    assert [text[s.start:s.end] for s in spans.values] == ['"y"', '"z"']
+    assert parsed.entry_at(spans.values[1].start + 2) == (b, 1)
 
 
 def test_each_problem_has_its_line_and_code() -> None:
@@ -53,3 +57,74 @@ def test_escaped_quotes_in_keys() -> None:
     text = '{"a\\"q": "x", "b": "y"}'
     parsed = parse_mapping("m.json", text)
     assert [e.train_key for e in parsed.entries] == ['a"q', "b"] and parsed.syntax_ok
+
+
+def _layout(parsed: ParsedMapping) -> list[tuple[object, ...]]:
+    """Everything a parse says about the text, positions included."""
+    entries = [(e.train_key, e.rollout_keys, e.is_list, parsed.spans(e)) for e in parsed.entries]
+    return [parsed.syntax_ok, entries, [(i.code, i.span, i.message) for i in parsed.issues],
+            [parsed.lines.position(o) for o in range(0, len(parsed.text) + 1, 7)]]
+
+
+BASE = {f"t.{i}": (f"r.{i}" if i % 3 else [f"r.{i}.a", f"r.{i}.b"]) for i in range(12)}
+EDITS = [
+    ("change a value", lambda t: t.replace('"r.4"', '"r.44"')),
+    ("change a key", lambda t: t.replace('"t.5"', '"t.55"')),
+    ("edit the first entry", lambda t: t.replace('"t.0"', '"t.00"')),
+    ("edit the last entry", lambda t: t.replace('"r.11"', '"r.x"')),
+    ("add an entry", lambda t: t.replace('"r.7",', '"r.7",\n  "t.new": "r.new",')),
+    ("add a last entry", lambda t: t.replace('"r.11"\n', '"r.11",\n  "t.z": ["r.z"]\n')),
+    ("delete an entry", lambda t: t.replace('  "t.8": "r.8",\n', "")),
+    ("delete the first entry", lambda t: t.replace('  "t.0": [\n    "r.0.a",\n    "r.0.b"\n  ],\n', "")),
+    ("make a duplicate", lambda t: t.replace('"t.2"', '"t.1"')),
+    ("1:1 to a list", lambda t: t.replace('"r.2"', '["r.2", "r.2b"]')),
+    ("a list to 1:1", lambda t: t.replace('[\n    "r.3.a",\n    "r.3.b"\n  ]', '"r.3"')),
+    ("an escaped quote", lambda t: t.replace('"r.5"', '"r.\\"5"')),
+    ("break the syntax", lambda t: t.replace('"r.4",', '"r.4"')),
+    ("an unclosed string", lambda t: t.replace('"r.4"', '"r.4')),
+    ("a key turned into a value", lambda t: t.replace('"t.6": ', '')),
+    ("whitespace only", lambda t: t.replace('"t.6": ', '"t.6":    ')),
+    ("a wrong value type", lambda t: t.replace('"r.7"', '7')),
+    ("replace everything", lambda t: '{"a": "b"}'),
+    ("no change", lambda t: t),
+]
+
+
+@pytest.mark.parametrize("edit", [e for _, e in EDITS], ids=[name for name, _ in EDITS])
+def test_parse_after_an_edit_equals_a_fresh_parse(edit) -> None:
+    text = json.dumps(BASE, indent=2)
+    previous = parse_mapping("m.json", text)
+    edited = edit(text)
+    reused = parse_mapping("m.json", edited, previous)
+    assert _layout(reused) == _layout(parse_mapping("m.json", edited))
+
+
+def test_entries_outside_an_edit_are_reused() -> None:
+    text = json.dumps(BASE, indent=2)
+    previous = parse_mapping("m.json", text)
+    reused = parse_mapping("m.json", text.replace('"r.5"', '"r.55"'), previous)
+    same = [a is b for a, b in zip(previous.entries, reused.entries)]
+    assert same == [i != 5 for i in range(12)]
+
+
+def test_random_edits_parse_like_fresh_files() -> None:
+    rng = random.Random(7)
+    text = json.dumps(BASE, indent=2)
+    previous = parse_mapping("m.json", text)
+    alphabet = ['"', ",", ":", " ", "\n", "[", "]", "r", ".", "1", "\\", "{", "}"]
+    for _ in range(400):
+        start = rng.randrange(len(text) + 1)
+        end = min(len(text), start + rng.choice([0, 1, 2, 5, 20]))
+        edited = text[:start] + "".join(rng.choices(alphabet, k=rng.choice([0, 1, 3]))) + text[end:]
+        reused = parse_mapping("m.json", edited, previous)
+        assert _layout(reused) == _layout(parse_mapping("m.json", edited)), edited
+        if reused.syntax_ok:
+            text, previous = edited, reused
+
+
+@pytest.mark.parametrize("old,new", [("abcdef", "abXdef"), ("abc", "abcd"), ("abcd", "abc"), ("aaaa", "aa"),
+                                     ("", "x"), ("x" * 10000 + "y", "x" * 10000 + "z"), ("same", "same")])
+def test_edited_region(old: str, new: str) -> None:
+    start, old_end, new_end = edited_region(old, new)
+    assert new == old[:start] + new[start:new_end] + old[old_end:]
+    assert old_end - start == len(old) - len(new) + (new_end - start) and start <= old_end and start <= new_end

@@ -1,21 +1,31 @@
-"""One analysis of a mapping-key file against its train and rollout dumps: the core's entry point."""
+"""One analysis of a mapping-key file against its train and rollout dumps: the core's entry point.
+
+An analysis can start from the previous analysis of the same comparator (the same dumps and tolerances): then only
+the groups whose mapping entries changed are rebuilt, and only the calls whose records or evidence windows changed
+are examined again, so a one-line edit of a 10^5-entry mapping costs little more than the edit itself.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import bisect
+from dataclasses import dataclass
 from functools import cached_property
+from operator import attrgetter
 from typing import Any
 
 from rca_lsp.core.dump import Dump
 from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.keys import block_of, layer_index
-from rca_lsp.core.mapping import MappingIssue, ParsedMapping
-from rca_lsp.core.records import Comparator, ModuleRecord, build_groups
-from rca_lsp.core.rootcause import RootCauseAnalysis, Suspect, hypothesis, next_checks, record_summary, suspect_json
-from rca_lsp.core.validate import validate_against_dumps
+from rca_lsp.core.mapping import MappingEntry, MappingIssue, ParsedMapping
+from rca_lsp.core.records import Comparator, ModuleRecord, Owners, build_groups, owners_of, regroup, updated_owners
+from rca_lsp.core.rootcause import (CallEvidence, RootCauseAnalysis, Suspect, hypothesis, next_checks, ranked_suspects,
+                                    record_summary, suspect_json)
+from rca_lsp.core.validate import unknown_entries, unknown_key_issues
 
 
 MAX_REPORTED_SUSPECTS = 1000  # the report lists the first ones (origins first); output_4 has every record
+
+Usable = dict[str, tuple[str, ...]]  # train key -> rollout keys present in the rollout dump
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,41 +43,70 @@ class MappingRow:
 
 @dataclass
 class Analysis:
-    train: Dump
-    rollout: Dump
+    comparator: Comparator
     mapping: ParsedMapping
+    flagged: list[MappingEntry]  # entries naming keys that are not in the dumps, in file order
     issues: list[MappingIssue]
-    usable: dict[str, tuple[str, ...]]  # train key -> rollout keys present in the rollout dump
+    usable: Usable
+    owners: Owners
     records: list[ModuleRecord]  # output_4, in train order
+    by_train_key: dict[str, ModuleRecord]
+    matched_train: set[str]
+    matched_rollout: set[str]
+    calls: dict[int, CallEvidence]  # root-cause evidence per call index, in train order of the calls
+    unmapped_by_call: dict[int, dict[str, list[str]]]
     suspects: list[Suspect]
-    structural: list[ModuleRecord]
-    unmapped_between: dict[str, list[str]]  # mapped train key -> unmapped train keys nearest to it
-    report: dict[str, Any] = field(default_factory=dict)  # output_5
-    by_train_key: dict[str, ModuleRecord] = field(default_factory=dict)
-    suspect_by_train_key: dict[str, Suspect] = field(default_factory=dict)
+
+    @property
+    def train(self) -> Dump:
+        return self.comparator.train
+
+    @property
+    def rollout(self) -> Dump:
+        return self.comparator.rollout
+
+    @cached_property
+    def structural(self) -> list[ModuleRecord]:
+        return [r for evidence in self.calls.values() for r in evidence.structural]
+
+    @cached_property
+    def unmapped_between(self) -> dict[str, list[str]]:
+        """Mapped train key -> unmapped train keys nearest to it."""
+        return {k: v for per_call in self.unmapped_by_call.values() for k, v in per_call.items()}
+
+    @cached_property
+    def suspect_by_train_key(self) -> dict[str, Suspect]:
+        return {k: s for s in reversed(self.suspects) for k in s.record.comparison.train_keys}
+
+    @cached_property
+    def report(self) -> dict[str, Any]:
+        """output_5, built when asked for."""
+        return root_cause_report(self)
 
     @cached_property
     def rows(self) -> list[MappingRow]:
         """output_1, built only when the output files are written."""
         return _rows(self.train, self.mapping, self.usable)
 
-    def __post_init__(self) -> None:
-        self.by_train_key = {k: r for r in self.records for k in r.comparison.train_keys}
-        self.suspect_by_train_key = {k: s for s in reversed(self.suspects) for k in s.record.comparison.train_keys}
 
-
-def _usable_mapping(mapping: ParsedMapping, train: Dump, rollout: Dump) -> dict[str, tuple[str, ...]]:
-    usable: dict[str, tuple[str, ...]] = {}
-    for train_key, entry in mapping.effective().items():
-        if train_key not in train.entries:
+def _usable_mapping(effective: dict[str, MappingEntry], train: Dump, rollout: Dump) -> Usable:
+    usable: Usable = {}
+    train_entries, rollout_entries = train.entries, rollout.entries
+    for train_key, entry in effective.items():
+        if train_key not in train_entries:
             continue
-        rollout_keys = tuple(dict.fromkeys(k for k in entry.rollout_keys if k in rollout.entries))
-        if rollout_keys:
-            usable[train_key] = rollout_keys
+        keys = entry.rollout_keys
+        if len(keys) == 1:
+            if keys[0] in rollout_entries:
+                usable[train_key] = keys
+            continue
+        present = tuple(dict.fromkeys(k for k in keys if k in rollout_entries))
+        if present:
+            usable[train_key] = present
     return usable
 
 
-def _rows(train: Dump, mapping: ParsedMapping, usable: dict[str, tuple[str, ...]]) -> list[MappingRow]:
+def _rows(train: Dump, mapping: ParsedMapping, usable: Usable) -> list[MappingRow]:
     requested = mapping.effective()
     rows = []
     for key in train.keys:
@@ -84,42 +123,158 @@ def _rows(train: Dump, mapping: ParsedMapping, usable: dict[str, tuple[str, ...]
     return rows
 
 
-def _unmapped_between(train: Dump, matched: set[str]) -> dict[str, list[str]]:
-    """Unmapped train modules with mapped modules of the same call on both sides, attached to the nearest one."""
+def _unmapped_between(train: Dump, positions: list[int], matched: set[str]) -> dict[str, list[str]]:
+    """Unmapped train modules of one call (the dump positions of its keys) with mapped modules of the call on both
+    sides, attached to the nearest one."""
+    keys = train.keys
     attached: dict[str, list[str]] = {}
-    last_mapped: dict[int, int] = {}
-    pending: dict[int, list[int]] = {}
-    for position, key in enumerate(train.keys):
-        call = train.entries[key].call_index
-        if key in matched:
-            for waiting in pending.pop(call, []):
-                before = last_mapped[call]
-                nearest = before if waiting - before <= position - waiting else position
-                attached.setdefault(train.keys[nearest], []).append(train.keys[waiting])
-            last_mapped[call] = position
-        elif call in last_mapped:
-            pending.setdefault(call, []).append(position)
+    last_mapped = -1
+    pending: list[int] = []
+    for position in positions:
+        if keys[position] in matched:
+            for waiting in pending:
+                nearest = last_mapped if waiting - last_mapped <= position - waiting else position
+                attached.setdefault(keys[nearest], []).append(keys[waiting])
+            pending = []
+            last_mapped = position
+        elif last_mapped >= 0:
+            pending.append(position)
     return attached
 
 
-def analyze(mapping: ParsedMapping, comparator: Comparator) -> Analysis:
-    """Validate the mapping against the dumps, compare every mapped group, and derive the root-cause evidence."""
+def analyze(mapping: ParsedMapping, comparator: Comparator, previous: Analysis | None = None) -> Analysis:
+    """Validate the mapping against the dumps, compare every mapped group, and derive the root-cause evidence.
+    `previous` (an analysis of an earlier version of the mapping) lets unchanged parts be reused."""
     with paused_gc():
+        if previous is not None and previous.comparator is comparator:
+            return _update(mapping, previous)
         return _analyze(mapping, comparator)
+
+
+def _issues(mapping: ParsedMapping, flagged: list[MappingEntry], comparator: Comparator) -> list[MappingIssue]:
+    found = unknown_key_issues(mapping, flagged, comparator.train, comparator.rollout, comparator.suggestions)
+    return sorted(mapping.issues + found, key=lambda i: i.span.start) if found else list(mapping.issues)
+
+
+def _flagged_after_edit(mapping: ParsedMapping, previous: Analysis) -> list[MappingEntry]:
+    """Entries with unknown keys: those of the previous parse still present, and those new to this parse."""
+    kept = [e for e in previous.flagged if mapping.index_of(e) is not None]
+    new = unknown_entries(mapping.entries_not_in(previous.mapping), previous.train, previous.rollout)
+    return sorted(kept + new, key=mapping.index_of) if new else kept  # type: ignore[arg-type]
+
+
+def _usable_after_edit(mapping: ParsedMapping, previous: Analysis) -> tuple[Usable, list[str]]:
+    """The usable mapping, updated at the train keys whose entry changed; and the keys whose usable value did."""
+    effective, old = mapping.effective(), previous.mapping.effective()
+    edited = [k for k, e in effective.items() if old.get(k) is not e] + [k for k in old if k not in effective]
+    usable = dict(previous.usable)
+    for key in edited:
+        usable.pop(key, None)
+    usable.update(_usable_mapping({k: effective[k] for k in edited if k in effective}, previous.train,
+                                  previous.rollout))
+    return usable, [k for k in edited if usable.get(k) != previous.usable.get(k)]
+
+
+def _by_call(records: list[ModuleRecord]) -> dict[int, list[ModuleRecord]]:
+    calls: dict[int, list[ModuleRecord]] = {}
+    for record in records:
+        calls.setdefault(record.call_index, []).append(record)
+    return calls
 
 
 def _analyze(mapping: ParsedMapping, comparator: Comparator) -> Analysis:
     train, rollout = comparator.train, comparator.rollout
-    issues = sorted(mapping.issues + validate_against_dumps(mapping, train, rollout), key=lambda i: i.span.start)
-    usable = _usable_mapping(mapping, train, rollout)
+    usable = _usable_mapping(mapping.effective(), train, rollout)
     records = comparator.records(build_groups(usable, train, rollout))
     matched_train = {k for r in records for k in r.comparison.train_keys}
     matched_rollout = {k for r in records for k in r.comparison.rollout_keys}
-    suspects, structural = RootCauseAnalysis(records, train, rollout, matched_train, matched_rollout).suspects()
-    analysis = Analysis(train, rollout, mapping, issues, usable, records, suspects, structural,
-                        _unmapped_between(train, matched_train))
-    analysis.report = root_cause_report(analysis)
-    return analysis
+    root_cause = RootCauseAnalysis(train, rollout, matched_train, matched_rollout)
+    calls = {call: root_cause.call_evidence(rs) for call, rs in _by_call(records).items()}
+    unmapped = {call: _unmapped_between(train, keys, matched_train) for call, keys in comparator.train_calls.items()}
+    flagged = unknown_entries(mapping.entries, train, rollout)
+    return Analysis(comparator, mapping, flagged, _issues(mapping, flagged, comparator), usable, owners_of(usable),
+                    records,
+                    {k: r for r in records for k in r.comparison.train_keys}, matched_train, matched_rollout, calls,
+                    unmapped, ranked_suspects(calls.values()))
+
+
+def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
+    comparator = previous.comparator
+    train, rollout = comparator.train, comparator.rollout
+    flagged = _flagged_after_edit(mapping, previous)
+    issues = _issues(mapping, flagged, comparator)
+    usable, changed = _usable_after_edit(mapping, previous)
+    old_usable = previous.usable
+    if not changed:
+        return Analysis(comparator, mapping, flagged, issues, usable, previous.owners, previous.records,
+                        previous.by_train_key, previous.matched_train, previous.matched_rollout, previous.calls,
+                        previous.unmapped_by_call, previous.suspects)
+    owners = updated_owners(previous.owners, old_usable, usable, changed)
+    dirty, groups = regroup(changed, usable, owners, previous.by_train_key, train, rollout)
+    old = {id(r): r for k in dirty if (r := previous.by_train_key.get(k)) is not None}
+    new = {id(r): r for r in comparator.records(groups)}
+    removed = [r for i, r in old.items() if i not in new]
+    added = [r for i, r in new.items() if i not in old]
+
+    by_train_key = dict(previous.by_train_key)
+    matched_train, matched_rollout = set(previous.matched_train), set(previous.matched_rollout)
+    for record in removed:
+        for key in record.comparison.train_keys:
+            del by_train_key[key]
+        matched_train.difference_update(record.comparison.train_keys)
+        matched_rollout.difference_update(record.comparison.rollout_keys)
+    for record in added:
+        by_train_key.update(dict.fromkeys(record.comparison.train_keys, record))
+        matched_train.update(record.comparison.train_keys)
+        matched_rollout.update(record.comparison.rollout_keys)
+    train_changes = {k for r in removed + added for k in r.comparison.train_keys}
+    rollout_changes = {k for r in removed + added for k in r.comparison.rollout_keys}
+    train_changes = {k for k in train_changes if (k in matched_train) != (k in previous.matched_train)}
+    rollout_changes = {k for k in rollout_changes if (k in matched_rollout) != (k in previous.matched_rollout)}
+
+    records = _replaced(previous.records, removed, added)
+    touched = {r.call_index for r in removed + added}
+    call_records = {call: (_replaced(previous.calls[call].records if call in previous.calls else [],
+                                     [r for r in removed if r.call_index == call],
+                                     [r for r in added if r.call_index == call]))
+                    for call in touched}
+    train_positions = [train.entries[k].position for k in train_changes]
+    rollout_positions = [rollout.entries[k].position for k in rollout_changes]
+    root_cause = RootCauseAnalysis(train, rollout, matched_train, matched_rollout)
+    calls: dict[int, CallEvidence] = {}
+    for call in dict.fromkeys(r.call_index for r in _call_heads(previous, call_records)):
+        evidence = previous.calls.get(call)
+        if call in call_records:
+            calls[call] = root_cause.call_evidence(call_records[call], evidence, train_positions, rollout_positions)
+        elif evidence is not None and evidence.saw_any(train_positions, rollout_positions):
+            calls[call] = root_cause.call_evidence(evidence.records, evidence, train_positions, rollout_positions)
+        elif evidence is not None:
+            calls[call] = evidence
+    unmapped = dict(previous.unmapped_by_call)
+    for call in {train.entries[k].call_index for k in train_changes}:
+        unmapped[call] = _unmapped_between(train, comparator.train_calls[call], matched_train)
+    return Analysis(comparator, mapping, flagged, issues, usable, owners, records, by_train_key,
+                    matched_train, matched_rollout, calls, unmapped, ranked_suspects(calls.values()))
+
+
+def _replaced(records: list[ModuleRecord], removed: list[ModuleRecord], added: list[ModuleRecord]) -> list[ModuleRecord]:
+    """`records` (in train order, each of `removed` among them) without `removed`, with `added` in their place."""
+    kept = list(records)
+    for record in removed:
+        del kept[bisect.bisect_left(kept, record.train_position, key=_TRAIN_POSITION)]
+    for record in added:
+        bisect.insort(kept, record, key=_TRAIN_POSITION)
+    return kept
+
+
+_TRAIN_POSITION = attrgetter("train_position")
+
+
+def _call_heads(previous: Analysis, call_records: dict[int, list[ModuleRecord]]) -> list[ModuleRecord]:
+    """The first record of every call, old and new, in train order: the order calls are reported in."""
+    heads = [e.records[0] for call, e in previous.calls.items() if call not in call_records and e.records]
+    heads += [rs[0] for rs in call_records.values() if rs]
+    return sorted(heads, key=_TRAIN_POSITION)
 
 
 def root_cause_report(analysis: Analysis) -> dict[str, Any]:
@@ -150,4 +305,3 @@ def root_cause_report(analysis: Analysis) -> dict[str, Any]:
         },
         "next_checks": next_checks(analysis.suspects),
     }
-

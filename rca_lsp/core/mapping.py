@@ -12,6 +12,8 @@ import bisect
 import itertools
 import re
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable, NamedTuple
 
 import orjson
 
@@ -40,21 +42,57 @@ class MappingIssue:
     suggestions: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
 class MappingEntry:
-    train_key: str
-    key_span: Span
-    rollout_keys: tuple[str, ...]
-    value_spans: tuple[Span, ...]  # one per rollout key
-    value_span: Span  # the whole value (string or list)
-    is_list: bool
+    """One `"train key": value` pair. Offsets are relative to the key's opening quote, so an entry outside an
+    edited region is reused as is by the next parse; `ParsedMapping.spans` gives its place in one text.
+    Compared by identity: two definitions of the same key are two entries."""
+
+    __slots__ = ("train_key", "rollout_keys", "is_list", "key_length", "value_offsets", "value_extent")
+
+    def __init__(self, train_key: str, rollout_keys: tuple[str, ...], is_list: bool, key_length: int,
+                 value_offsets: tuple[tuple[int, int], ...], value_extent: tuple[int, int]) -> None:
+        self.train_key = train_key
+        self.rollout_keys = rollout_keys
+        self.is_list = is_list
+        self.key_length = key_length
+        self.value_offsets = value_offsets  # each rollout key string
+        self.value_extent = value_extent  # the whole value (string or list)
+
+    def __repr__(self) -> str:
+        return f"MappingEntry({self.train_key!r}: {self.rollout_keys!r})"
+
+
+class EntrySpans(NamedTuple):
+    key: Span
+    values: tuple[Span, ...]  # one per rollout key
+    value: Span  # the whole value
+
+    @property
+    def whole(self) -> Span:
+        return Span(self.key.start, self.value.end)
+
+
+class _EntryList:
+    """Entries with the absolute offset of each key, built from absolute spans."""
+
+    def __init__(self) -> None:
+        self.entries: list[MappingEntry] = []
+        self.starts: list[int] = []
+
+    def add(self, key: str, key_span: Span, values: tuple[str, ...], spans: tuple[Span, ...], value_span: Span,
+            is_list: bool) -> None:
+        start = key_span.start
+        self.entries.append(MappingEntry(key, values, is_list, key_span.end - start,
+                                         tuple((s.start - start, s.end - start) for s in spans),
+                                         (value_span.start - start, value_span.end - start)))
+        self.starts.append(start)
 
 
 class LineIndex:
     """Offset <-> (0-based line, column in characters)."""
 
     def __init__(self, text: str) -> None:
-        self._starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self._starts = list(itertools.accumulate(map((1).__add__, map(len, text.split("\n"))), initial=0))[:-1]
 
     def position(self, offset: int) -> tuple[int, int]:
         line = bisect.bisect_right(self._starts, offset) - 1
@@ -71,14 +109,38 @@ class ParsedMapping:
     path: str
     text: str
     entries: list[MappingEntry]  # in file order, duplicates included
+    key_starts: list[int]  # offset of each entry's key, ascending
     issues: list[MappingIssue]
     syntax_ok: bool
     lines: LineIndex
-    _starts_cache: list[int] | None = None
 
     def effective(self) -> dict[str, MappingEntry]:
         """Train key -> entry, the last definition winning (as every JSON reader does)."""
+        return self._effective
+
+    @cached_property
+    def _effective(self) -> dict[str, MappingEntry]:
         return {entry.train_key: entry for entry in self.entries}
+
+    @cached_property
+    def _index(self) -> dict[MappingEntry, int]:
+        return dict(zip(self.entries, range(len(self.entries))))
+
+    def index_of(self, entry: MappingEntry) -> int | None:
+        """Where an entry is in this parse's file order, None if it is not one of this parse's entries."""
+        return self._index.get(entry)
+
+    def entries_not_in(self, other: ParsedMapping) -> list[MappingEntry]:
+        """This parse's entries that are not (the very same objects) in another parse."""
+        known = other._index
+        return [e for e in self.entries if e not in known]
+
+    def spans(self, entry: MappingEntry) -> EntrySpans:
+        """Where an entry of this parse sits in its text."""
+        start = self.key_starts[self._index[entry]]
+        return EntrySpans(Span(start, start + entry.key_length),
+                          tuple(Span(start + a, start + b) for a, b in entry.value_offsets),
+                          Span(start + entry.value_extent[0], start + entry.value_extent[1]))
 
     def as_dict(self) -> dict[str, str | list[str]]:
         return {e.train_key: list(e.rollout_keys) if e.is_list else e.rollout_keys[0]
@@ -86,7 +148,7 @@ class ParsedMapping:
 
     def entry_before(self, offset: int) -> MappingEntry | None:
         """The last entry whose key starts at or before an offset."""
-        index = bisect.bisect_right(self._key_starts, offset) - 1
+        index = bisect.bisect_right(self.key_starts, offset) - 1
         return self.entries[index] if index >= 0 else None
 
     def entry_at(self, offset: int) -> tuple[MappingEntry, int | None] | None:
@@ -94,20 +156,15 @@ class ParsedMapping:
         entry = self.entry_before(offset)
         if entry is None:
             return None
-        if entry.key_span.contains(offset):
+        spans = self.spans(entry)
+        if spans.key.contains(offset):
             return entry, None
-        if entry.value_span.contains(offset):
-            return entry, next((i for i, s in enumerate(entry.value_spans) if s.contains(offset)), None)
+        if spans.value.contains(offset):
+            return entry, next((i for i, s in enumerate(spans.values) if s.contains(offset)), None)
         return None
 
     def line_of(self, span: Span) -> int:
         return self.lines.position(span.start)[0] + 1
-
-    @property
-    def _key_starts(self) -> list[int]:
-        if self._starts_cache is None:
-            self._starts_cache = [e.key_span.start for e in self.entries]
-        return self._starts_cache
 
 
 def _unquote(token: str) -> str:
@@ -125,7 +182,7 @@ class _Reader:
     def __init__(self, text: str) -> None:
         self.tokens = [(m.group(), m.start(), m.end()) for m in _TOKEN_RE.finditer(text)]
         self.i = 0
-        self.entries: list[MappingEntry] = []
+        self.entries = _EntryList()
         self.issues: list[MappingIssue] = []
 
     def _issue(self, code: str, message: str, start: int, end: int, key: str | None = None) -> None:
@@ -189,7 +246,7 @@ class _Reader:
         if text.startswith('"'):
             self.i += 1
             span = Span(start, end)
-            self.entries.append(MappingEntry(key, key_span, (_unquote(text),), (span,), span, False))
+            self.entries.add(key, key_span, (_unquote(text),), (span,), span, False)
         elif text == "[":
             self._read_list(key, key_span, start)
         else:
@@ -227,7 +284,7 @@ class _Reader:
             self._issue("invalid-value", "empty list: map the train key to at least one rollout key",
                         open_at, close_at, key)
             return
-        self.entries.append(MappingEntry(key, key_span, tuple(values), tuple(spans), Span(open_at, close_at), True))
+        self.entries.add(key, key_span, tuple(values), tuple(spans), Span(open_at, close_at), True)
 
 
 def _orjson_error(text: str) -> MappingIssue | None:
@@ -244,7 +301,7 @@ def _is_flat_mapping(document: object) -> bool:
         type(v) is str or (type(v) is list and v and all(type(x) is str for x in v)) for v in document.values())
 
 
-def _entries_from_quotes(text: str, document: dict[str, str | list[str]]) -> list[MappingEntry] | None:
+def _entries_from_quotes(text: str, document: dict[str, str | list[str]]) -> _EntryList | None:
     """Entries of a valid flat mapping, with offsets from splitting the text on quotes; None if unsure."""
     pieces = text.split('"')
     for i in range(len(pieces) - 1, 0, -1):  # rejoin quotes that were escaped inside a string
@@ -252,45 +309,53 @@ def _entries_from_quotes(text: str, document: dict[str, str | list[str]]) -> lis
         if piece.endswith("\\") and (len(piece) - len(piece.rstrip("\\"))) % 2 == 1:
             pieces[i - 1 : i + 1] = [piece + '"' + pieces[i]]
     offsets = list(itertools.accumulate((len(p) + 1 for p in pieces), initial=0))
-    entries: list[MappingEntry] = []
+    found = _EntryList()
     key: str | None = None
     key_span = Span(0, 0)
+    opening = -1  # offset of the list's "[", or -1 for a string value
     values: list[str] = []
     spans: list[Span] = []
 
     def close() -> None:
-        if key is not None:
-            expected = document.get(key)
-            is_list = type(expected) is list
-            entries.append(MappingEntry(key, key_span, tuple(values), tuple(spans),
-                                        Span(spans[0].start, spans[-1].end) if spans else key_span, is_list))
+        if key is None or not spans:
+            return
+        if opening < 0:
+            found.add(key, key_span, tuple(values), tuple(spans), spans[0], False)
+        else:  # the value spans its brackets, so that an edit of one of them is an edit of this entry
+            found.add(key, key_span, tuple(values), tuple(spans), Span(opening, text.find("]", spans[-1].end) + 1), True)
 
     for i in range(1, len(pieces) - 1, 2):
-        start = offsets[i] - 1
-        span = Span(start, offsets[i + 1] - 1 + 1)
+        span = Span(offsets[i] - 1, offsets[i + 1])
         raw = pieces[i]
         value = _unquote('"' + raw + '"') if "\\" in raw else raw
-        if pieces[i + 1].lstrip()[:1] == ":":
+        after = pieces[i + 1]
+        if after.lstrip()[:1] == ":":
             close()
             key, key_span, values, spans = value, span, [], []
+            bracket = after.find("[")
+            opening = span.end + bracket if bracket >= 0 else -1
         else:
             values.append(value)
             spans.append(span)
     close()
+    entries = found.entries
     if len(entries) < len(document) or any(not e.rollout_keys for e in entries):
         return None
     last = {e.train_key: e for e in entries}
     if last.keys() != document.keys() or any(
-            list(e.rollout_keys) != ([document[k]] if type(document[k]) is str else document[k])
+            e.is_list != (type(document[k]) is list)
+            or list(e.rollout_keys) != ([document[k]] if type(document[k]) is str else document[k])
             for k, e in last.items()):
         return None
-    return entries
+    return found
 
 
-def parse_mapping(path: str, text: str) -> ParsedMapping:
-    """Entries with positions plus the issues visible without the dumps: syntax, value shape, duplicates."""
+def parse_mapping(path: str, text: str, previous: ParsedMapping | None = None) -> ParsedMapping:
+    """Entries with positions plus the issues visible without the dumps: syntax, value shape, duplicates.
+    With `previous` (a parse of an earlier version of the same file), entries outside the edited region are reused."""
     with paused_gc():
-        return _parse_mapping(path, text)
+        reused = _reparse_edit(previous, path, text) if previous is not None else None
+        return reused if reused is not None else _parse_mapping(path, text)
 
 
 def _parse_mapping(path: str, text: str) -> ParsedMapping:
@@ -300,9 +365,9 @@ def _parse_mapping(path: str, text: str) -> ParsedMapping:
     except orjson.JSONDecodeError:
         document = None
     if _is_flat_mapping(document):
-        entries = _entries_from_quotes(text, document)  # type: ignore[arg-type]
-        if entries is not None:
-            return ParsedMapping(path, text, entries, _duplicate_issues(entries, lines), True, lines)
+        found = _entries_from_quotes(text, document)  # type: ignore[arg-type]
+        if found is not None:
+            return _valid_mapping(path, text, found.entries, found.starts, lines)
     reader = _Reader(text)
     reader.read()
     syntax_error = _orjson_error(text)
@@ -311,17 +376,100 @@ def _parse_mapping(path: str, text: str) -> ParsedMapping:
         error_line = lines.position(syntax_error.span.start)[0]
         issues = [i for i in issues if i.code != "json-syntax" or lines.position(i.span.start)[0] != error_line]
         issues.append(syntax_error)
-    issues = sorted(issues + _duplicate_issues(reader.entries, lines), key=lambda i: i.span.start)
-    return ParsedMapping(path, text, reader.entries, issues, syntax_error is None, lines)
+    parsed = ParsedMapping(path, text, reader.entries.entries, reader.entries.starts, issues, syntax_error is None,
+                           lines)
+    parsed.issues = sorted(issues + _duplicate_issues(parsed), key=lambda i: i.span.start)
+    return parsed
 
 
-def _duplicate_issues(entries: list[MappingEntry], lines: LineIndex) -> list[MappingIssue]:
+def _valid_mapping(path: str, text: str, entries: list[MappingEntry], starts: list[int],
+                   lines: LineIndex) -> ParsedMapping:
+    parsed = ParsedMapping(path, text, entries, starts, [], True, lines)
+    parsed.issues = _duplicate_issues(parsed)
+    return parsed
+
+
+def _duplicate_issues(parsed: ParsedMapping) -> list[MappingIssue]:
+    if len(parsed.effective()) == len(parsed.entries):
+        return []
     issues: list[MappingIssue] = []
     first_seen: dict[str, MappingEntry] = {}
-    for entry in entries:
+    for entry in parsed.entries:
         earlier = first_seen.setdefault(entry.train_key, entry)
         if earlier is not entry:
             issues.append(MappingIssue(
-                "duplicate-key", f"duplicate key: also defined at line {lines.position(earlier.key_span.start)[0] + 1}; "
-                "the last definition is the one used", entry.key_span, entry.train_key))
+                "duplicate-key", f"duplicate key: also defined at line {parsed.line_of(parsed.spans(earlier).key)}; "
+                "the last definition is the one used", parsed.spans(entry).key, entry.train_key))
     return issues
+
+
+# Stand-ins for the unchanged entries on either side of an edited region, so that the region parses as an object.
+_BEFORE, _AFTER = '{"\\u0000":""', '"\\u0001":""}'
+
+
+def _reparse_edit(previous: ParsedMapping, path: str, text: str) -> ParsedMapping | None:
+    """The new parse from the previous one when the file was valid before and after a local edit: only the entries
+    the edit touches are parsed again; None when that cannot be decided locally (then the caller parses it all)."""
+    if (not previous.syntax_ok or not previous.entries or path != previous.path
+            or any(i.code != "duplicate-key" for i in previous.issues)):
+        return None
+    old = previous.text
+    if text == old:
+        return previous
+    start, old_end, new_end = edited_region(old, text)
+    entries, starts = previous.entries, previous.key_starts
+    first = bisect.bisect_right(starts, start) - 1  # entries before `first` end before the edit
+    if first < 0 or starts[first] + entries[first].value_extent[1] > start:
+        first = max(first, 0)
+    else:
+        first += 1
+    stop = max(first, bisect.bisect_left(starts, old_end))  # entries from `stop` on start after the edit
+    if first == 0 and stop == len(entries):
+        return None
+    left = starts[first - 1] + entries[first - 1].value_extent[1] if first > 0 else 0
+    right = starts[stop] + (new_end - old_end) if stop < len(entries) else len(text)
+    before, after = (_BEFORE if first > 0 else ""), (_AFTER if stop < len(entries) else "")
+    region = before + text[left:right] + after
+    try:
+        document = orjson.loads(region)
+    except orjson.JSONDecodeError:
+        return None
+    if not _is_flat_mapping(document):
+        return None
+    found = _entries_from_quotes(region, document)
+    if found is None:
+        return None
+    middle, middle_starts = found.entries, found.starts
+    if before:
+        middle, middle_starts = middle[1:], middle_starts[1:]
+    if after:
+        middle, middle_starts = middle[:-1], middle_starts[:-1]
+    shift, delta = left - len(before), new_end - old_end
+    return _valid_mapping(path, text, entries[:first] + middle + entries[stop:],
+                          starts[:first] + [s + shift for s in middle_starts] + [s + delta for s in starts[stop:]],
+                          LineIndex(text))
+
+
+def edited_region(old: str, new: str) -> tuple[int, int, int]:
+    """(start, old_end, new_end) such that new == old[:start] + new[start:new_end] + old[old_end:]."""
+    limit = min(len(old), len(new))
+    start = _common_length(lambda i, j: old[i:j] == new[i:j], limit)
+    end = _common_length(lambda i, j: old[len(old) - j:len(old) - i] == new[len(new) - j:len(new) - i], limit - start)
+    return start, len(old) - end, len(new) - end
+
+
+def _common_length(same: Callable[[int, int], bool], limit: int) -> int:
+    """Largest n <= limit with same(0, n), probing growing chunks then bisecting the first differing one."""
+    low, step = 0, 4096
+    while low < limit:
+        high = min(limit, low + step)
+        if not same(low, high):
+            while high - low > 1:
+                middle = (low + high) // 2
+                if same(low, middle):
+                    low = middle
+                else:
+                    high = middle
+            return low
+        low, step = high, step * 2
+    return limit

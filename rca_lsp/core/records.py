@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable
 
 from rca_lsp.core.dump import Dump
 from rca_lsp.core.keys import block_of, layer_index
 from rca_lsp.core.module import ModuleComparison, compare_module
 from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.core.validate import Suggestions
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +44,13 @@ class ModuleRecord:
 
     def contains(self, other: "ModuleRecord") -> bool:
         """`other` runs inside this module (its path is below ours on either side)."""
-        return (any(p.startswith(self.train_prefixes) for p in other.train_paths)
-                or any(p.startswith(self.rollout_prefixes) for p in other.rollout_paths))
+        for path in other.train_paths:
+            if path.startswith(self.train_prefixes):
+                return True
+        for path in other.rollout_paths:
+            if path.startswith(self.rollout_prefixes):
+                return True
+        return False
 
 
 def build_groups(mapping: dict[str, tuple[str, ...]], train: Dump, rollout: Dump) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
@@ -62,6 +69,53 @@ def build_groups(mapping: dict[str, tuple[str, ...]], train: Dump, rollout: Dump
     groups += _joined_groups(shared, train, rollout)
     groups.sort(key=lambda g: train.entries[g[0][-1]].position)
     return groups
+
+
+Owners = dict[str, list[str]]  # rollout key -> the train keys naming it; lists are never mutated once shared
+
+
+def owners_of(mapping: dict[str, tuple[str, ...]]) -> Owners:
+    owners: Owners = {}
+    for train_key, rollout_keys in mapping.items():
+        for rollout_key in rollout_keys:
+            owners.setdefault(rollout_key, []).append(train_key)
+    return owners
+
+
+def updated_owners(owners: Owners, old: dict[str, tuple[str, ...]], new: dict[str, tuple[str, ...]],
+                   changed: Iterable[str]) -> Owners:
+    """`owners` of `old` turned into those of `new`, which differ only at the `changed` train keys."""
+    updated = dict(owners)
+    for train_key in changed:
+        for rollout_key in old.get(train_key, ()):
+            rest = [k for k in updated[rollout_key] if k != train_key]
+            if rest:
+                updated[rollout_key] = rest
+            else:
+                del updated[rollout_key]
+        for rollout_key in new.get(train_key, ()):
+            updated[rollout_key] = updated.get(rollout_key, []) + [train_key]
+    return updated
+
+
+def regroup(changed: Iterable[str], mapping: dict[str, tuple[str, ...]], owners: Owners,
+            old_records: dict[str, "ModuleRecord"], train: Dump, rollout: Dump) -> tuple[
+        set[str], list[tuple[tuple[str, ...], tuple[str, ...]]]]:
+    """After the mapping changed at some train keys: the train keys whose group may differ (the changed ones, those
+    sharing a rollout key with them now, and the members of their old groups), and their new groups."""
+    dirty: set[str] = set()
+    pending = list(changed)
+    while pending:
+        key = pending.pop()
+        if key in dirty:
+            continue
+        dirty.add(key)
+        old = old_records.get(key)
+        if old is not None:
+            pending += old.comparison.train_keys
+        for rollout_key in mapping.get(key, ()):
+            pending += owners[rollout_key]
+    return dirty, build_groups({k: mapping[k] for k in dirty if k in mapping}, train, rollout)
 
 
 def _by_position(keys: Iterable[str], dump: Dump) -> tuple[str, ...]:
@@ -102,6 +156,16 @@ class Comparator:
         self.rollout = rollout
         self.tolerances = tolerances
         self._cache: dict[tuple[tuple[str, ...], tuple[str, ...]], ModuleRecord] = {}
+        self.suggestions: Suggestions = {}  # fuzzy lookups for unknown keys
+
+    @cached_property
+    def train_calls(self) -> dict[int, list[int]]:
+        """Dump positions of each call index's train keys, ascending."""
+        calls: dict[int, list[int]] = {}
+        entries = self.train.entries
+        for position, key in enumerate(self.train.keys):
+            calls.setdefault(entries[key].call_index, []).append(position)
+        return calls
 
     def record(self, train_keys: tuple[str, ...], rollout_keys: tuple[str, ...]) -> ModuleRecord:
         cached = self._cache.get((train_keys, rollout_keys))

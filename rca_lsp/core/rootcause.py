@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from functools import cached_property
+from operator import itemgetter
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from rca_lsp.core.dump import Dump
 from rca_lsp.core.keys import is_activation_like, is_descendant_path, parse_module_key
@@ -74,21 +78,28 @@ class _CallIndex:
 
     def __init__(self, records: list[ModuleRecord]) -> None:
         self.records = records
-        self.last_aligned: list[int] = []
-        self.last_comparable: list[int] = []
-        aligned = comparable = -1
-        for index, record in enumerate(records):
-            state = record.comparison.output_consistency
-            if state == "aligned":
-                aligned = index
-            if state in ("aligned", "mismatch"):
-                comparable = index
-            self.last_aligned.append(aligned)
-            self.last_comparable.append(comparable)
-        self.next_mismatch = [len(records)] * (len(records) + 1)
-        for index in range(len(records) - 1, -1, -1):
-            mismatch = records[index].comparison.output_consistency == "mismatch"
-            self.next_mismatch[index] = index if mismatch else self.next_mismatch[index + 1]
+
+    @cached_property
+    def _states(self) -> list[str]:
+        return [record.comparison.output_consistency for record in self.records]
+
+    @cached_property
+    def last_aligned(self) -> list[int]:
+        return list(itertools.accumulate((i if state == "aligned" else -1 for i, state in enumerate(self._states)),
+                                         max))
+
+    @cached_property
+    def last_comparable(self) -> list[int]:
+        return list(itertools.accumulate((i if state in ("aligned", "mismatch") else -1
+                                          for i, state in enumerate(self._states)), max))
+
+    @cached_property
+    def next_mismatch(self) -> list[int]:
+        count = len(self.records)
+        found = itertools.accumulate((i if state == "mismatch" else count
+                                      for i, state in zip(range(count - 1, -1, -1), reversed(self._states))),
+                                     min, initial=count)
+        return list(found)[::-1]
 
     def children_start(self, index: int) -> int:
         """Start of the run of records just before `index` that ran inside it (children complete first)."""
@@ -99,17 +110,133 @@ class _CallIndex:
         return start
 
 
+class _Basis(NamedTuple):
+    """What one suspect was derived from: indexes into its call's records, and the dump ranges its lists scanned."""
+
+    at: int  # index of the suspect's record in its call
+    start: int  # first of the records that ran inside it
+    previous: int  # last comparable record before those, or -1
+    boundary: int  # last aligned record before those, or -1
+    train_window: tuple[int, int]  # [low, high) dump positions; empty when nothing was scanned
+    rollout_window: tuple[int, int]
+
+    def saw_any(self, train_positions: Sequence[int], rollout_positions: Sequence[int]) -> bool:
+        return _in_window(self.train_window, train_positions) or _in_window(self.rollout_window, rollout_positions)
+
+
+def _in_window(window: tuple[int, int], positions: Sequence[int]) -> bool:
+    return any(window[0] <= p < window[1] for p in positions)
+
+
+NO_WINDOW = (0, 0)
+
+
+@dataclass
+class CallEvidence:
+    """The suspects of one call, what each was derived from, and the dump ranges their "between" lists scanned."""
+
+    records: list[ModuleRecord]  # the call's records in completion order
+    suspects: list[Suspect]
+    bases: list[_Basis]  # one per suspect, by ascending record index
+    structural: list[ModuleRecord]
+
+    @cached_property
+    def windowed(self) -> list[int]:
+        """Indexes of the bases that scanned the dumps."""
+        return [i for i, b in enumerate(self.bases) if b.train_window[1] > b.train_window[0]
+                or b.rollout_window[1] > b.rollout_window[0]]
+
+    def saw_any(self, train_positions: Sequence[int], rollout_positions: Sequence[int]) -> bool:
+        """Whether a change of matched keys at these positions could change this evidence."""
+        return any(self.bases[i].saw_any(train_positions, rollout_positions) for i in self.windowed)
+
+
+class _Reuse:
+    """What of an earlier evidence of the same call still holds for a new list of its records. The records before
+    and after the changed stretch are the same objects, and a suspect depends only on records before it (its
+    children, the previous comparable and the last aligned record) and on the matched keys in its windows."""
+
+    def __init__(self, earlier: CallEvidence, records: list[ModuleRecord], train_positions: Sequence[int],
+                 rollout_positions: Sequence[int]) -> None:
+        old = earlier.records
+        limit = min(len(old), len(records))
+        head = 0
+        while head < limit and old[head] is records[head]:
+            head += 1
+        tail = 0
+        while tail < limit - head and old[-1 - tail] is records[-1 - tail]:
+            tail += 1
+        self.earlier = earlier
+        self.head, self.old_tail, self.new_tail = head, len(old) - tail, len(records) - tail
+        self.shift = self.new_tail - self.old_tail
+        self.stale = {i for i in earlier.windowed if earlier.bases[i].saw_any(train_positions, rollout_positions)}
+
+    def evidence(self, analysis: "RootCauseAnalysis", call: "_CallIndex") -> tuple[list[Suspect], list[_Basis]]:
+        earlier, index_of = self.earlier, _BASIS_INDEX
+        before = bisect.bisect_left(earlier.bases, self.head, key=index_of)
+        after = bisect.bisect_left(earlier.bases, self.old_tail, key=index_of)
+        suspects, bases = earlier.suspects[:before], earlier.bases[:before]
+        for i in sorted(i for i in self.stale if i < before):
+            suspects[i], bases[i] = analysis.suspect(call, bases[i].at)
+        for index in range(self.head, self.new_tail):
+            record = call.records[index]
+            if record.comparison.module_priority_rank in (1, 2) and not _is_structural(record):
+                suspect, basis = analysis.suspect(call, index)
+                suspects.append(suspect)
+                bases.append(basis)
+        suspects += self._suffix(analysis, call, after, bases)
+        return suspects, bases
+
+    def _suffix(self, analysis: "RootCauseAnalysis", call: "_CallIndex", after: int,
+                bases: list[_Basis]) -> list[Suspect]:
+        """The suspects from earlier position `after` on (their records follow the changed stretch); appends their
+        bases. Most hold unchanged: only those reaching back into the stretch, or whose windows saw a change,
+        are looked at one by one."""
+        earlier, tail, shift = self.earlier, self.old_tail, self.shift
+        suspects, moved = earlier.suspects[after:], earlier.bases[after:]
+        recheck = [i for i, b in enumerate(moved) if b.start <= tail or b.previous < tail or b.boundary < tail]
+        recheck += [i - after for i in self.stale if i >= after]
+        if shift:
+            moved = [_Basis(b.at + shift, b.start + shift, b.previous + shift, b.boundary + shift, b.train_window,
+                            b.rollout_window) for b in moved]
+        for i in sorted(set(recheck)):
+            basis = None if i + after in self.stale else self._moved(earlier.bases[i + after], call)
+            if basis is None:
+                suspects[i], basis = analysis.suspect(call, earlier.bases[i + after].at + shift)
+            moved[i] = basis
+        bases += moved
+        return suspects
+
+    def _moved(self, basis: _Basis, call: "_CallIndex") -> _Basis | None:
+        """The basis of an unchanged suspect after the changed stretch, or None if it must be derived again."""
+        if basis.start <= self.old_tail:  # its children, or the record before them, changed
+            return None
+        start = basis.start + self.shift
+        previous, boundary = call.last_comparable[start - 1], call.last_aligned[start - 1]
+        if not (self._same(previous, basis.previous, call) and self._same(boundary, basis.boundary, call)):
+            return None
+        return _Basis(basis.at + self.shift, start, previous, boundary, basis.train_window, basis.rollout_window)
+
+    def _same(self, new_index: int, old_index: int, call: "_CallIndex") -> bool:
+        if new_index < 0 or old_index < 0:
+            return new_index == old_index
+        return call.records[new_index] is self.earlier.records[old_index]
+
+
+_BASIS_INDEX = itemgetter(0)
+
+
+def _is_structural(record: ModuleRecord) -> bool:
+    return record.comparison.module_bucket in STRUCTURAL_BUCKETS
+
+
 class RootCauseAnalysis:
-    def __init__(self, records: list[ModuleRecord], train: Dump, rollout: Dump, matched_train: set[str],
-                 matched_rollout: set[str]) -> None:
+    def __init__(self, train: Dump, rollout: Dump, matched_train: set[str], matched_rollout: set[str]) -> None:
         self.train = train
         self.rollout = rollout
         self.matched_train = matched_train
         self.matched_rollout = matched_rollout
-        by_call: dict[int, list[ModuleRecord]] = {}
-        for record in sorted(records, key=lambda r: r.train_position):
-            by_call.setdefault(record.call_index, []).append(record)
-        self.calls = {call: _CallIndex(rs) for call, rs in by_call.items()}
+        self._windows = (NO_WINDOW, NO_WINDOW)
 
     def _call_start(self, dump: Dump, record_position: int, call_index: int) -> int:
         """Position before the first key of this call (keys of earlier calls are not 'between')."""
@@ -132,13 +259,19 @@ class RootCauseAnalysis:
             train_bounds = rollout_bounds = ()
         train_start = max(train_start, record.train_position - MAX_SCAN)
         rollout_start = max(rollout_start, record.rollout_position - MAX_SCAN)
+        self._windows = ((train_start + 1, record.train_position), (rollout_start + 1, record.rollout_position))
         train_between, train_inside = _collect_between(self.train, self.matched_train, train_start,
                                                        record.train_position, train_bounds, record.train_paths)
         rollout_between, rollout_inside = _collect_between(self.rollout, self.matched_rollout, rollout_start,
                                                            record.rollout_position, rollout_bounds, record.rollout_paths)
         return Between(train_between, rollout_between, train_inside, rollout_inside)
 
-    def suspect(self, call: _CallIndex, index: int) -> Suspect:
+    def suspect(self, call: _CallIndex, index: int) -> tuple[Suspect, _Basis]:
+        self._windows = (NO_WINDOW, NO_WINDOW)
+        suspect, start, previous_index, boundary_index = self._suspect(call, index)
+        return suspect, _Basis(index, start, previous_index, boundary_index, *self._windows)
+
+    def _suspect(self, call: _CallIndex, index: int) -> tuple[Suspect, int, int, int]:
         record = call.records[index]
         comparison = record.comparison
         start = call.children_start(index)
@@ -150,8 +283,8 @@ class RootCauseAnalysis:
         child = call.records[child_index] if child_index < index else None
         inputs_differ = comparison.input_args_consistency == "mismatch" or comparison.kwargs_consistency == "mismatch"
         if inputs_differ:
-            return self._input_divergence(record, previous, boundary, child)
-        return self._inside_divergence(record, boundary, child)
+            return self._input_divergence(record, previous, boundary, child), start, previous_index, boundary_index
+        return self._inside_divergence(record, boundary, child), start, previous_index, boundary_index
 
     def _input_divergence(self, record: ModuleRecord, previous: ModuleRecord | None, boundary: ModuleRecord | None,
                           child: ModuleRecord | None) -> Suspect:
@@ -215,18 +348,30 @@ class RootCauseAnalysis:
         return Suspect(record, classification, rationale, boundary, between, child is None,
                        child.train_key if child else None)
 
-    def suspects(self) -> tuple[list[Suspect], list[ModuleRecord]]:
-        suspects: list[Suspect] = []
-        structural: list[ModuleRecord] = []
-        for call in self.calls.values():
-            for index, record in enumerate(call.records):
-                if record.comparison.module_bucket in STRUCTURAL_BUCKETS:
-                    structural.append(record)
-                elif record.comparison.module_priority_rank in (1, 2):
-                    suspects.append(self.suspect(call, index))
-        suspects.sort(key=lambda s: (0 if s.credible_origin else (1 if s.classification != UPSTREAM else 2),
-                                     s.record.call_index, s.record.train_position))
-        return suspects, structural
+    def call_evidence(self, records: list[ModuleRecord], earlier: CallEvidence | None = None,
+                      train_positions: Sequence[int] = (), rollout_positions: Sequence[int] = ()) -> CallEvidence:
+        """Suspects and structural pairs of one call (its records in train completion order). With `earlier`, the
+        evidence of an earlier list of this call's records, suspects that still hold are reused; the positions
+        are those of dump keys whose matched state changed since."""
+        call = _CallIndex(records)
+        if earlier is not None:
+            suspects, bases = _Reuse(earlier, records, train_positions, rollout_positions).evidence(self, call)
+        else:
+            suspects, bases = [], []
+            for index, record in enumerate(records):
+                if record.comparison.module_priority_rank in (1, 2) and not _is_structural(record):
+                    suspect, basis = self.suspect(call, index)
+                    suspects.append(suspect)
+                    bases.append(basis)
+        structural = [r for r in records if r.comparison.module_bucket in STRUCTURAL_BUCKETS]
+        return CallEvidence(records, suspects, bases, structural)
+
+
+def ranked_suspects(evidence: Iterable[CallEvidence]) -> list[Suspect]:
+    """Credible origins first, then other explanations, then propagation; each by call and train order."""
+    return sorted((s for e in evidence for s in e.suspects),
+                  key=lambda s: (0 if s.credible_origin else (1 if s.classification != UPSTREAM else 2),
+                                 s.record.call_index, s.record.train_position))
 
 
 def _short(key: str) -> str:

@@ -63,8 +63,9 @@ def _entry_for(ctx: ActionContext, diagnostic: types.Diagnostic) -> MappingEntry
 
 
 def _indent_of(ctx: ActionContext, entry: MappingEntry) -> str:
-    line_start = ctx.mapping.text.rfind("\n", 0, entry.key_span.start) + 1
-    prefix = ctx.mapping.text[line_start:entry.key_span.start]
+    key_start = ctx.mapping.spans(entry).key.start
+    line_start = ctx.mapping.text.rfind("\n", 0, key_start) + 1
+    prefix = ctx.mapping.text[line_start:key_start]
     return prefix if prefix.strip() == "" else "  "
 
 
@@ -78,7 +79,7 @@ def _add_unmapped(ctx: ActionContext, diagnostic: types.Diagnostic) -> list[type
         train_key, keys = item.get("train"), item.get("rollout")
         if not isinstance(train_key, str) or not isinstance(keys, list) or not keys:
             continue
-        insert_at = ctx.positions.position(entry.value_span.end)
+        insert_at = ctx.positions.position(ctx.mapping.spans(entry).value.end)
         edit = ctx.edit([types.TextEdit(range=types.Range(start=insert_at, end=insert_at),
                                         new_text=_entry_text(train_key, keys, _indent_of(ctx, entry)))])
         actions.append(_quick_fix(f"Add mapping {train_key} → {' + '.join(keys)} ({item.get('reason', '')})",
@@ -95,7 +96,7 @@ def _to_list(ctx: ActionContext, diagnostic: types.Diagnostic) -> list[types.Cod
     if split is None:
         return []
     new_value = "[" + ", ".join(map(_json_string, split.keys)) + "]"
-    edit = ctx.edit([types.TextEdit(range=ctx.positions.range(entry.value_span), new_text=new_value)])
+    edit = ctx.edit([types.TextEdit(range=ctx.positions.range(ctx.mapping.spans(entry).value), new_text=new_value)])
     return [_quick_fix(f"Map to the split modules ({len(split.keys)} parts): {split.reason}", diagnostic, edit, True)]
 
 
@@ -117,11 +118,12 @@ def _remove_duplicate(ctx: ActionContext, diagnostic: types.Diagnostic) -> list[
     if entry is None:
         return []
     text = ctx.mapping.text
-    start = text.rfind(",", 0, entry.key_span.start)
+    spans = ctx.mapping.spans(entry)
+    start = text.rfind(",", 0, spans.key.start)
     if start < 0:
         return []
     edit = ctx.edit([types.TextEdit(range=types.Range(start=ctx.positions.position(start),
-                                                      end=ctx.positions.position(entry.value_span.end)), new_text="")])
+                                                      end=ctx.positions.position(spans.value.end)), new_text="")])
     return [_quick_fix("Remove this duplicate entry (the earlier one is kept)", diagnostic, edit)]
 
 

@@ -30,12 +30,13 @@ from rca_lsp.server.navigation import definition, document_symbols
 from rca_lsp.server.pairing import CONFIG_NAME, MAPPING_GLOBS, Pair, Unpaired, find_pair, is_mapping_name
 from rca_lsp.server.positions import Positions, top_of_file
 from rca_lsp.server.settings import Settings
+from rca_lsp.server.timing import Laps
 from rca_lsp.server.watcher import DumpWatcher
 from rca_lsp.suggest import suggest_mapping
 
 log = logging.getLogger(__name__)
 
-SAVE_DELAY = 0.05  # seconds; repeated saves within it collapse into one run
+SAVE_DELAY = 0.02  # seconds; repeated saves within it collapse into one run
 CHANGE_DELAY = 0.4
 DUMP_DELAY = 0.5
 LIVE_EDIT_LIMIT = 2_000_000  # characters; larger files are re-analysed on save only
@@ -101,7 +102,8 @@ class RcaServer(LanguageServer):
         if opened is None:
             return
         text = opened.source
-        parsed = await asyncio.get_running_loop().run_in_executor(self.executor, parse_mapping, str(doc.path), text)
+        parsed = await asyncio.get_running_loop().run_in_executor(self.executor, parse_mapping, str(doc.path), text,
+                                                                  doc.latest_parse())
         current = self.workspace.text_documents.get(doc.uri)
         if current is not None and current.source == text:
             doc.unsaved_view = parsed
@@ -120,6 +122,7 @@ class RcaServer(LanguageServer):
             return None
 
     async def run_analysis(self, doc: MappingDocument, generation: int) -> None:
+        laps = Laps()
         current = self._text(doc)
         if current is None:
             self.clear(doc)
@@ -128,11 +131,13 @@ class RcaServer(LanguageServer):
         pair = find_pair(doc.path, self.settings.pairs, self.folders())
         doc.pair = pair
         loop = asyncio.get_running_loop()
-        parsed = doc.unsaved_view if doc.unsaved_view is not None and doc.unsaved_view.text == text else (
-            await loop.run_in_executor(self.executor, parse_mapping, str(doc.path), text))
+        parsed = await loop.run_in_executor(self.executor, parse_mapping, str(doc.path), text, doc.latest_parse())
+        laps.lap("parse")
         if generation != doc.generation:
             return
         doc.parsed, doc.problems = parsed, []
+        if doc.unsaved_view is not None and doc.unsaved_view.text == text:
+            doc.unsaved_view = None
         if isinstance(pair, Unpaired):
             if pair.problem:
                 doc.problems.append(pair.problem)
@@ -140,7 +145,8 @@ class RcaServer(LanguageServer):
             return
         self.watcher.watch([pair.train, pair.rollout], self.folders())
         try:
-            analysis = await self._analyse(pair, parsed, doc.uri)
+            analysis = await self._analyse(pair, parsed, doc.uri, doc.analysis)
+            laps.lap("analysis")
         except InputError as error:
             doc.problems.append(f"{error} — showing the last good analysis" if doc.last_good else str(error))
             self.notify_status("error", doc.uri, str(error))
@@ -152,6 +158,7 @@ class RcaServer(LanguageServer):
                 doc.last_good = analysis
                 doc.counterparts = await loop.run_in_executor(self.executor, self.engine.counterparts, analysis)
                 await loop.run_in_executor(self.executor, self.engine.prefetch_locations, analysis)
+                laps.lap("counterparts")
                 if generation != doc.generation:
                     return
             report = analysis.report
@@ -160,11 +167,14 @@ class RcaServer(LanguageServer):
         if generation == doc.generation:
             doc.analysed_version = version
             self.publish(doc, version)
+            laps.lap("publish")
+            log.info("analysed %s (version %s): %s", doc.path.name, version, laps)
 
-    async def _analyse(self, pair: Pair, parsed: ParsedMapping, uri: str) -> Analysis:
+    async def _analyse(self, pair: Pair, parsed: ParsedMapping, uri: str, previous: Analysis | None) -> Analysis:
         loop = asyncio.get_running_loop()
         if not self.engine.needs_loading(pair):
-            return await loop.run_in_executor(self.executor, self.engine.analyse, pair, parsed, self.settings.tolerances)
+            return await loop.run_in_executor(self.executor, self.engine.analyse, pair, parsed, self.settings.tolerances,
+                                              previous)
         token = str(uuid.uuid4())
         self.notify_status("loading", uri, f"loading dumps {pair.train.name}, {pair.rollout.name}")
         progress = await self._begin_progress(token, f"rca-lsp: loading {pair.train} and {pair.rollout}")
@@ -248,7 +258,7 @@ class RcaServer(LanguageServer):
         parsed = doc.parsed
         if opened is not None and (parsed is None or parsed.text != opened.source):
             if doc.unsaved_view is None or doc.unsaved_view.text != opened.source:
-                doc.unsaved_view = parse_mapping(str(doc.path), opened.source)  # once per edit, not per request
+                doc.unsaved_view = parse_mapping(str(doc.path), opened.source, doc.latest_parse())  # once per edit
             parsed = doc.unsaved_view
         if parsed is None:
             return None
@@ -362,15 +372,17 @@ def on_watched(ls: RcaServer, params: types.DidChangeWatchedFilesParams) -> None
 
 
 def entry_under_cursor(ls: RcaServer, uri: str, position: types.Position) -> tuple[
-        Positions, Analysis, MappingEntry, int | None] | None:
+        ParsedMapping, Positions, Analysis, MappingEntry, int | None] | None:
     """The analysed entry at a position, and which rollout value (None on the key)."""
     found = ls.analysis_at(uri)
-    if found is None or found[2] is None:
+    if found is None:
         return None
     _doc, parsed, analysis = found
+    if analysis is None:
+        return None
     positions = Positions(parsed, ls.workspace.position_codec)
     hit = parsed.entry_at(positions.offset(position))
-    return None if hit is None else (positions, analysis, *hit)
+    return None if hit is None else (parsed, positions, analysis, hit[0], hit[1])
 
 
 @server.feature(types.TEXT_DOCUMENT_HOVER)
@@ -378,11 +390,12 @@ def on_hover(ls: RcaServer, params: types.HoverParams) -> types.Hover | None:
     found = entry_under_cursor(ls, params.text_document.uri, params.position)
     if found is None:
         return None
-    positions, analysis, entry, index = found
+    parsed, positions, analysis, entry, index = found
     text = hover_markdown(analysis, entry.train_key, index)
     if text is None:
         return None
-    span = entry.value_spans[index] if index is not None else entry.key_span
+    spans = parsed.spans(entry)
+    span = spans.values[index] if index is not None else spans.key
     return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text),
                        range=positions.range(span))
 
@@ -403,9 +416,11 @@ def on_code_action(ls: RcaServer, params: types.CodeActionParams) -> list[types.
 @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=['"']))
 def on_completion(ls: RcaServer, params: types.CompletionParams) -> types.CompletionList | None:
     found = ls.analysis_at(params.text_document.uri)
-    if found is None or found[2] is None:
+    if found is None:
         return None
     _doc, parsed, analysis = found
+    if analysis is None:
+        return None
     positions = Positions(parsed, ls.workspace.position_codec)
     return complete(analysis, parsed, positions.offset(params.position), ls.engine.matchers,
                     lambda start, end: types.Range(start=positions.position(start), end=positions.position(end)))
@@ -416,7 +431,7 @@ def on_definition(ls: RcaServer, params: types.DefinitionParams) -> types.Locati
     found = entry_under_cursor(ls, params.text_document.uri, params.position)
     if found is None:
         return None
-    _positions, analysis, entry, index = found
+    _parsed, _positions, analysis, entry, index = found
     return definition(analysis, entry.train_key, entry.rollout_keys[index] if index is not None else None)
 
 

@@ -69,6 +69,7 @@ class FindingBuilder:
     def __init__(self, analysis: Analysis, current: ParsedMapping, positions: Positions, uri: str,
                  severity: SeverityOf) -> None:
         self.analysis = analysis
+        self.current = current
         self.entries = current.effective()
         self.positions = positions
         self.uri = uri
@@ -78,7 +79,7 @@ class FindingBuilder:
         return next((self.entries[k] for k in train_keys if k in self.entries), None)
 
     def _mapping_location(self, entry: MappingEntry) -> types.Location:
-        return types.Location(uri=self.uri, range=self.positions.range(entry.key_span))
+        return types.Location(uri=self.uri, range=self.positions.range(self.current.spans(entry).key))
 
     def suspect(self, suspect: Suspect) -> list[types.Diagnostic]:
         entry = self._entry(suspect.record.comparison.train_keys)
@@ -105,7 +106,7 @@ class FindingBuilder:
                     location=self._mapping_location(boundary_entry), message="last aligned boundary"))
                 found.append(_diagnostic(codes.BOUNDARY, f"last aligned boundary before the {side}-only op "
                                          f"{ops[0] if ops else ''}; the mismatch starts after it at {entry.train_key}",
-                                         self.positions.range(boundary_entry.key_span), self.severity,
+                                         self.positions.range(self.current.spans(boundary_entry).key), self.severity,
                                          related=[types.DiagnosticRelatedInformation(
                                              location=self._mapping_location(entry), message="first mismatch")]))
         else:
@@ -114,11 +115,12 @@ class FindingBuilder:
                 for key in (suspect.between.train + suspect.between.rollout)[:3]:
                     dump = self.analysis.train if key in self.analysis.train.entries else self.analysis.rollout
                     related += _related(_dump_location(dump, key), f"unmapped module {key}")
-        found.insert(0, _diagnostic(code, message, self.positions.range(entry.key_span), self.severity, default,
+        key_range = self.positions.range(self.current.spans(entry).key)
+        found.insert(0, _diagnostic(code, message, key_range, self.severity, default,
                                     related))
         output = suspect.record.comparison.output
         if output.nonfinite_one_side:
-            found.append(_diagnostic(codes.NAN_INF, output.reason, self.positions.range(entry.key_span), self.severity))
+            found.append(_diagnostic(codes.NAN_INF, output.reason, key_range, self.severity))
         return [d for d in found if d is not None]
 
     def structural(self) -> list[types.Diagnostic]:
@@ -127,7 +129,7 @@ class FindingBuilder:
             entry = self._entry(record.comparison.train_keys)
             if entry is not None:
                 diagnostic = _diagnostic(codes.FUSED_STRUCTURAL, f"fused/structural pair: {record.comparison.reasoning}",
-                                         self.positions.range(entry.value_span), self.severity)
+                                         self.positions.range(self.current.spans(entry).value), self.severity)
                 found += [diagnostic] if diagnostic else []
         return found
 
@@ -142,7 +144,8 @@ class FindingBuilder:
             data = {"unmapped": [{"train": key, "rollout": counterparts[key].keys, "reason": counterparts[key].reason}
                                  for key in mappable[:10]]}
             diagnostic = _diagnostic(codes.UNMAPPED_TRAIN, f"train modules next to this entry have no mapping, though "
-                                     f"a rollout counterpart exists: {names}", self.positions.range(entry.key_span),
+                                     f"a rollout counterpart exists: {names}",
+                                     self.positions.range(self.current.spans(entry).key),
                                      self.severity, data=data)
             found += [diagnostic] if diagnostic else []
         return found

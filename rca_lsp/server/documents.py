@@ -28,6 +28,10 @@ class MappingDocument:
     analysed_version: int | None = None
     problems: list[str] = field(default_factory=list)  # dump or pairing problems to show at the top
 
+    def latest_parse(self) -> ParsedMapping | None:
+        """The parse of the newest text seen: what the next parse can start from."""
+        return self.unsaved_view or self.parsed
+
     def next_generation(self) -> int:
         self.generation += 1
         return self.generation

@@ -24,6 +24,7 @@ class Engine:
         self._comparators: dict[tuple[Path, Path], Comparator] = {}
         self._lock = threading.Lock()
         self.matchers = MatcherCache()
+        self._best_of: tuple[object, dict[str, Candidate | None]] = (None, {})
 
     def needs_loading(self, pair: Pair) -> bool:
         return not (self.dumps.is_current(pair.train) and self.dumps.is_current(pair.rollout))
@@ -41,8 +42,10 @@ class Engine:
                 self._comparators[(pair.train, pair.rollout)] = current
             return current
 
-    def analyse(self, pair: Pair, mapping: ParsedMapping, tolerances: Tolerances) -> Analysis:
-        return analyze(mapping, self.comparator(pair, tolerances))
+    def analyse(self, pair: Pair, mapping: ParsedMapping, tolerances: Tolerances,
+                previous: Analysis | None = None) -> Analysis:
+        """`previous`: the last analysis of this mapping file; reused where the dumps and tolerances are the same."""
+        return analyze(mapping, self.comparator(pair, tolerances), previous)
 
     def forget_dump(self, path: Path) -> None:
         self.dumps.forget(path)
@@ -50,7 +53,10 @@ class Engine:
     def counterparts(self, analysis: Analysis) -> dict[str, Candidate]:
         """Unmapped train modules (between mapped neighbours) that have a confident, still unmapped counterpart."""
         matcher = self.matchers.get(analysis.train, analysis.rollout)
-        mapped_rollout = {k for r in analysis.records for k in r.comparison.rollout_keys}
+        if self._best_of[0] is not matcher:
+            self._best_of = (matcher, {})
+        best_of = self._best_of[1]  # the matcher's answer does not depend on the mapping: remember it
+        mapped_rollout = analysis.matched_rollout
         found: dict[str, Candidate] = {}
         lookups = 0
         for unmapped in analysis.unmapped_between.values():
@@ -58,9 +64,12 @@ class Engine:
                 if lookups >= MAX_COUNTERPART_LOOKUPS:
                     return found
                 lookups += 1
-                best = matcher.rank_rollout_candidates(key, limit=1)
-                if best and best[0].score >= COUNTERPART_MIN_SCORE and not mapped_rollout.intersection(best[0].keys):
-                    found[key] = best[0]
+                if key not in best_of:
+                    ranked = matcher.rank_rollout_candidates(key, limit=1)
+                    best_of[key] = ranked[0] if ranked and ranked[0].score >= COUNTERPART_MIN_SCORE else None
+                best = best_of[key]
+                if best is not None and mapped_rollout.isdisjoint(best.keys):
+                    found[key] = best
         return found
 
     def prefetch_locations(self, analysis: Analysis) -> None:

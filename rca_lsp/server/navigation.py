@@ -33,10 +33,10 @@ def document_symbols(mapping: ParsedMapping, positions: Positions) -> list[types
         children = []
         for index in members:
             entry = mapping.entries[index]
+            spans = mapping.spans(entry)
             children.append(types.DocumentSymbol(
                 name=entry.train_key, detail=" + ".join(entry.rollout_keys), kind=types.SymbolKind.Field,
-                range=positions.range(type(entry.key_span)(entry.key_span.start, entry.value_span.end)),
-                selection_range=positions.range(entry.key_span)))
+                range=positions.range(spans.whole), selection_range=positions.range(spans.key)))
         first, last = children[0], children[-1]
         symbols.append(types.DocumentSymbol(
             name=f"layer {layer}" if layer >= 0 else "outside layers", kind=types.SymbolKind.Namespace,
