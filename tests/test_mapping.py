@@ -62,8 +62,9 @@ def test_escaped_quotes_in_keys() -> None:
 def _layout(parsed: ParsedMapping) -> list[tuple[object, ...]]:
     """Everything a parse says about the text, positions included."""
     entries = [(e.train_key, e.rollout_keys, e.is_list, parsed.spans(e)) for e in parsed.entries]
+    effective = {k: parsed.spans(e) for k, e in parsed.effective().items()}
     return [parsed.syntax_ok, entries, [(i.code, i.span, i.message) for i in parsed.issues],
-            [parsed.lines.position(o) for o in range(0, len(parsed.text) + 1, 7)]]
+            [parsed.lines.position(o) for o in range(0, len(parsed.text) + 1, 7)], effective]
 
 
 BASE = {f"t.{i}": (f"r.{i}" if i % 3 else [f"r.{i}.a", f"r.{i}.b"]) for i in range(12)}

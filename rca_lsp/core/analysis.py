@@ -78,6 +78,10 @@ class Analysis:
     def suspect_by_train_key(self) -> dict[str, Suspect]:
         return {k: s for s in reversed(self.suspects) for k in s.record.comparison.train_keys}
 
+    @property
+    def top_hypothesis(self) -> str:
+        return hypothesis(self.suspects[0] if self.suspects else None)[0]
+
     @cached_property
     def report(self) -> dict[str, Any]:
         """output_5, built when asked for."""
@@ -159,14 +163,20 @@ def _issues(mapping: ParsedMapping, flagged: list[MappingEntry], comparator: Com
 def _flagged_after_edit(mapping: ParsedMapping, previous: Analysis) -> list[MappingEntry]:
     """Entries with unknown keys: those of the previous parse still present, and those new to this parse."""
     kept = [e for e in previous.flagged if mapping.index_of(e) is not None]
-    new = unknown_entries(mapping.entries_not_in(previous.mapping), previous.train, previous.rollout)
+    added = mapping.edit.added if mapping.edit and mapping.edit.derives(previous.mapping) else (
+        mapping.entries_not_in(previous.mapping))
+    new = unknown_entries(added, previous.train, previous.rollout)
     return sorted(kept + new, key=mapping.index_of) if new else kept  # type: ignore[arg-type]
 
 
 def _usable_after_edit(mapping: ParsedMapping, previous: Analysis) -> tuple[Usable, list[str]]:
     """The usable mapping, updated at the train keys whose entry changed; and the keys whose usable value did."""
     effective, old = mapping.effective(), previous.mapping.effective()
-    edited = [k for k, e in effective.items() if old.get(k) is not e] + [k for k in old if k not in effective]
+    if mapping.edit and mapping.edit.derives(previous.mapping):
+        keys = {e.train_key for e in mapping.edit.removed + mapping.edit.added}
+        edited = [k for k in keys if old.get(k) is not effective.get(k)]
+    else:
+        edited = [k for k, e in effective.items() if old.get(k) is not e] + [k for k in old if k not in effective]
     usable = dict(previous.usable)
     for key in edited:
         usable.pop(key, None)
@@ -245,9 +255,13 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
     for call in dict.fromkeys(r.call_index for r in _call_heads(previous, call_records)):
         evidence = previous.calls.get(call)
         if call in call_records:
-            calls[call] = root_cause.call_evidence(call_records[call], evidence, train_positions, rollout_positions)
+            changed_positions = [r.train_position for r in removed + added if r.call_index == call]
+            calls[call] = root_cause.call_evidence(call_records[call], evidence,
+                                                   (min(changed_positions), max(changed_positions)),
+                                                   train_positions, rollout_positions)
         elif evidence is not None and evidence.saw_any(train_positions, rollout_positions):
-            calls[call] = root_cause.call_evidence(evidence.records, evidence, train_positions, rollout_positions)
+            calls[call] = root_cause.call_evidence(evidence.records, evidence, None, train_positions,
+                                                   rollout_positions)
         elif evidence is not None:
             calls[call] = evidence
     unmapped = dict(previous.unmapped_by_call)

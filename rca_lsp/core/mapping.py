@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, NamedTuple
 
@@ -88,6 +88,21 @@ class _EntryList:
         self.starts.append(start)
 
 
+@dataclass(frozen=True)
+class MappingEdit:
+    """How a parse differs from the earlier parse it was derived from (by its token): entries replaced."""
+
+    base: int
+    removed: list[MappingEntry]
+    added: list[MappingEntry]
+
+    def derives(self, earlier: ParsedMapping) -> bool:
+        return self.base == earlier.token
+
+
+_TOKENS = itertools.count()
+
+
 class LineIndex:
     """Offset <-> (0-based line, column in characters)."""
 
@@ -113,14 +128,15 @@ class ParsedMapping:
     issues: list[MappingIssue]
     syntax_ok: bool
     lines: LineIndex
+    edit: MappingEdit | None = None  # set when this parse was derived from an earlier one
+    token: int = field(default_factory=lambda: next(_TOKENS))  # identifies this parse in a later one's `edit`
+    _effective: dict[str, MappingEntry] | None = field(default=None, repr=False)
 
     def effective(self) -> dict[str, MappingEntry]:
         """Train key -> entry, the last definition winning (as every JSON reader does)."""
+        if self._effective is None:
+            self._effective = {entry.train_key: entry for entry in self.entries}
         return self._effective
-
-    @cached_property
-    def _effective(self) -> dict[str, MappingEntry]:
-        return {entry.train_key: entry for entry in self.entries}
 
     @cached_property
     def _index(self) -> dict[MappingEntry, int]:
@@ -445,9 +461,18 @@ def _reparse_edit(previous: ParsedMapping, path: str, text: str) -> ParsedMappin
     if after:
         middle, middle_starts = middle[:-1], middle_starts[:-1]
     shift, delta = left - len(before), new_end - old_end
-    return _valid_mapping(path, text, entries[:first] + middle + entries[stop:],
-                          starts[:first] + [s + shift for s in middle_starts] + [s + delta for s in starts[stop:]],
-                          LineIndex(text))
+    parsed = ParsedMapping(path, text, entries[:first] + middle + entries[stop:],
+                           starts[:first] + [s + shift for s in middle_starts] + [s + delta for s in starts[stop:]],
+                           [], True, LineIndex(text), MappingEdit(previous.token, entries[first:stop], middle))
+    if len(previous.effective()) == len(previous.entries):  # no duplicates before: update the lookup
+        effective = dict(previous.effective())
+        for entry in entries[first:stop]:
+            del effective[entry.train_key]
+        effective.update((entry.train_key, entry) for entry in middle)
+        if len(effective) == len(parsed.entries):
+            parsed._effective = effective
+    parsed.issues = _duplicate_issues(parsed)
+    return parsed
 
 
 def edited_region(old: str, new: str) -> tuple[int, int, int]:

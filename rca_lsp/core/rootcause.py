@@ -6,7 +6,7 @@ import bisect
 import itertools
 from dataclasses import dataclass, field
 from functools import cached_property
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Iterable, NamedTuple, Sequence
 
 from rca_lsp.core.dump import Dump
@@ -141,6 +141,19 @@ class CallEvidence:
     structural: list[ModuleRecord]
 
     @cached_property
+    def ranked(self) -> tuple[list[Suspect], list[Suspect], list[Suspect]]:
+        """The suspects in the three ranks of `ranked_suspects`."""
+        origins: list[Suspect] = []
+        explained: list[Suspect] = []
+        propagated: list[Suspect] = []
+        for suspect in self.suspects:
+            if suspect.credible_origin:
+                origins.append(suspect)
+            else:
+                (explained if suspect.classification != UPSTREAM else propagated).append(suspect)
+        return origins, explained, propagated
+
+    @cached_property
     def windowed(self) -> list[int]:
         """Indexes of the bases that scanned the dumps."""
         return [i for i, b in enumerate(self.bases) if b.train_window[1] > b.train_window[0]
@@ -156,18 +169,18 @@ class _Reuse:
     and after the changed stretch are the same objects, and a suspect depends only on records before it (its
     children, the previous comparable and the last aligned record) and on the matched keys in its windows."""
 
-    def __init__(self, earlier: CallEvidence, records: list[ModuleRecord], train_positions: Sequence[int],
-                 rollout_positions: Sequence[int]) -> None:
+    def __init__(self, earlier: CallEvidence, records: list[ModuleRecord], changed: tuple[int, int] | None,
+                 train_positions: Sequence[int], rollout_positions: Sequence[int]) -> None:
+        """`changed`: the train positions of the first and last record removed or added, None if none was."""
         old = earlier.records
-        limit = min(len(old), len(records))
-        head = 0
-        while head < limit and old[head] is records[head]:
-            head += 1
-        tail = 0
-        while tail < limit - head and old[-1 - tail] is records[-1 - tail]:
-            tail += 1
+        if changed is None:
+            self.head = self.old_tail = self.new_tail = len(old)
+        else:
+            self.head = bisect.bisect_left(old, changed[0], key=_TRAIN_POSITION)
+            self.old_tail = bisect.bisect_right(old, changed[1], key=_TRAIN_POSITION)
+            self.new_tail = bisect.bisect_right(records, changed[1], key=_TRAIN_POSITION)
         self.earlier = earlier
-        self.head, self.old_tail, self.new_tail = head, len(old) - tail, len(records) - tail
+        self.changed = changed
         self.shift = self.new_tail - self.old_tail
         self.stale = {i for i in earlier.windowed if earlier.bases[i].saw_any(train_positions, rollout_positions)}
 
@@ -207,6 +220,15 @@ class _Reuse:
         bases += moved
         return suspects
 
+    def structural(self, records: list[ModuleRecord]) -> list[ModuleRecord]:
+        earlier = self.earlier.structural
+        if self.changed is None:
+            return earlier
+        low, high = self.changed
+        before = bisect.bisect_left(earlier, low, key=_TRAIN_POSITION)
+        after = bisect.bisect_right(earlier, high, key=_TRAIN_POSITION)
+        return earlier[:before] + [r for r in records[self.head:self.new_tail] if _is_structural(r)] + earlier[after:]
+
     def _moved(self, basis: _Basis, call: "_CallIndex") -> _Basis | None:
         """The basis of an unchanged suspect after the changed stretch, or None if it must be derived again."""
         if basis.start <= self.old_tail:  # its children, or the record before them, changed
@@ -224,6 +246,7 @@ class _Reuse:
 
 
 _BASIS_INDEX = itemgetter(0)
+_TRAIN_POSITION = attrgetter("train_position")
 
 
 def _is_structural(record: ModuleRecord) -> bool:
@@ -349,13 +372,17 @@ class RootCauseAnalysis:
                        child.train_key if child else None)
 
     def call_evidence(self, records: list[ModuleRecord], earlier: CallEvidence | None = None,
-                      train_positions: Sequence[int] = (), rollout_positions: Sequence[int] = ()) -> CallEvidence:
+                      changed: tuple[int, int] | None = None, train_positions: Sequence[int] = (),
+                      rollout_positions: Sequence[int] = ()) -> CallEvidence:
         """Suspects and structural pairs of one call (its records in train completion order). With `earlier`, the
-        evidence of an earlier list of this call's records, suspects that still hold are reused; the positions
-        are those of dump keys whose matched state changed since."""
+        evidence of an earlier list of this call's records, what still holds is reused: `changed` gives the train
+        positions of the first and last record removed or added since; the positions are those of dump keys whose
+        matched state changed."""
         call = _CallIndex(records)
         if earlier is not None:
-            suspects, bases = _Reuse(earlier, records, train_positions, rollout_positions).evidence(self, call)
+            reuse = _Reuse(earlier, records, changed, train_positions, rollout_positions)
+            suspects, bases = reuse.evidence(self, call)
+            return CallEvidence(records, suspects, bases, reuse.structural(records))
         else:
             suspects, bases = [], []
             for index, record in enumerate(records):
@@ -369,9 +396,8 @@ class RootCauseAnalysis:
 
 def ranked_suspects(evidence: Iterable[CallEvidence]) -> list[Suspect]:
     """Credible origins first, then other explanations, then propagation; each by call and train order."""
-    return sorted((s for e in evidence for s in e.suspects),
-                  key=lambda s: (0 if s.credible_origin else (1 if s.classification != UPSTREAM else 2),
-                                 s.record.call_index, s.record.train_position))
+    calls = sorted((e for e in evidence if e.records), key=lambda e: e.records[0].call_index)
+    return [suspect for rank in range(3) for e in calls for suspect in e.ranked[rank]]
 
 
 def _short(key: str) -> str:

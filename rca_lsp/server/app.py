@@ -22,7 +22,7 @@ from rca_lsp.core.outputs import write_outputs
 from rca_lsp.server import codes
 from rca_lsp.server.actions import ActionContext, code_actions
 from rca_lsp.server.completion import complete
-from rca_lsp.server.diagnostics import FindingBuilder, issue_diagnostics, severity_resolver
+from rca_lsp.server.diagnostics import FindingBuilder, FindingMemo, issue_diagnostics, severity_resolver
 from rca_lsp.server.documents import MappingDocument
 from rca_lsp.server.engine import Engine
 from rca_lsp.server.hover import hover_markdown
@@ -161,9 +161,9 @@ class RcaServer(LanguageServer):
                 laps.lap("counterparts")
                 if generation != doc.generation:
                     return
-            report = analysis.report
-            self.notify_status("analysed", doc.uri, report["top_hypothesis"] or "no divergence found",
-                               top=report["top_hypothesis"], suspects=len(analysis.suspects))
+            top = analysis.top_hypothesis
+            self.notify_status("analysed", doc.uri, top or "no divergence found", top=top,
+                               suspects=len(analysis.suspects))
         if generation == doc.generation:
             doc.analysed_version = version
             self.publish(doc, version)
@@ -223,8 +223,11 @@ class RcaServer(LanguageServer):
         issues = analysis.issues if analysis is not None else parsed.issues
         found += issue_diagnostics(issues, positions, severity)
         if doc.last_good is not None and not isinstance(doc.pair, Unpaired):
-            builder = FindingBuilder(doc.last_good, parsed, positions, doc.uri, severity)
+            if doc.findings.settings is not self.settings:
+                doc.findings = FindingMemo(self.settings)
+            builder = FindingBuilder(doc.last_good, parsed, positions, doc.uri, severity, doc.findings)
             found += builder.all(self.settings.max_findings, doc.counterparts)
+            doc.findings.published()
         return [d for d in found if d.severity is not None]
 
     def clear(self, doc: MappingDocument) -> None:

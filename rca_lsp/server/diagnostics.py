@@ -63,17 +63,52 @@ def _related(location: types.Location | None, message: str) -> list[types.Diagno
     return [types.DiagnosticRelatedInformation(location=location, message=message)] if location else []
 
 
+Place = tuple[tuple[int, int], ...]  # (line, column) of the entry keys a finding is drawn on
+
+
+class FindingMemo:
+    """The diagnostics of each suspect at the last publish: a suspect that an edit left unchanged (the analysis
+    reuses the object) and whose entries did not move gets the same diagnostics without building them again."""
+
+    def __init__(self, settings: object = None) -> None:
+        self.settings = settings  # the diagnostics depend on the severities in force
+        self._previous: dict[int, tuple[Suspect, Place, list[types.Diagnostic]]] = {}
+        self._current: dict[int, tuple[Suspect, Place, list[types.Diagnostic]]] = {}
+
+    def get(self, suspect: Suspect, place: Place) -> list[types.Diagnostic] | None:
+        found = self._previous.get(id(suspect))
+        if found is None or found[0] is not suspect or found[1] != place:
+            return None
+        self._current[id(suspect)] = found
+        return found[2]
+
+    def put(self, suspect: Suspect, place: Place, diagnostics: list[types.Diagnostic]) -> None:
+        self._current[id(suspect)] = (suspect, place, diagnostics)
+
+    def published(self) -> None:
+        """Keep what this publish used; forget the rest."""
+        self._previous, self._current = self._current, {}
+
+
 class FindingBuilder:
     """Findings of one analysis placed on the entries of the current text (which may be newer than the analysis)."""
 
     def __init__(self, analysis: Analysis, current: ParsedMapping, positions: Positions, uri: str,
-                 severity: SeverityOf) -> None:
+                 severity: SeverityOf, memo: FindingMemo | None = None) -> None:
         self.analysis = analysis
         self.current = current
         self.entries = current.effective()
         self.positions = positions
         self.uri = uri
         self.severity = severity
+        self.memo = memo if memo is not None and positions.char_columns else FindingMemo()
+
+    def _place(self, *entries: MappingEntry | None) -> Place:
+        lines, place = self.current.lines, []
+        for entry in entries:
+            key = self.current.spans(entry).key if entry is not None else None
+            place += [lines.position(key.start), lines.position(key.end)] if key is not None else [(-1, -1)]
+        return tuple(place)
 
     def _entry(self, train_keys: tuple[str, ...]) -> MappingEntry | None:
         return next((self.entries[k] for k in train_keys if k in self.entries), None)
@@ -85,6 +120,16 @@ class FindingBuilder:
         entry = self._entry(suspect.record.comparison.train_keys)
         if entry is None:
             return []
+        boundary_entry = self._entry(suspect.boundary.comparison.train_keys) if suspect.boundary else None
+        place = self._place(entry, boundary_entry)
+        found = self.memo.get(suspect, place)
+        if found is None:
+            found = self._suspect(suspect, entry, boundary_entry)
+            self.memo.put(suspect, place, found)
+        return found
+
+    def _suspect(self, suspect: Suspect, entry: MappingEntry, boundary_entry: MappingEntry | None) -> list[
+            types.Diagnostic]:
         code = codes.CLASSIFICATION_CODES[suspect.classification]
         # Findings that follow from an earlier divergence are hints: the origin must stand out, not drown.
         default = None if suspect.credible_origin else types.DiagnosticSeverity.Hint
@@ -100,7 +145,6 @@ class FindingBuilder:
             other = "train" if side == "rollout" else "rollout"
             message = (f"{prefix}missing/extra op: {side} runs {', '.join(ops[:3])} between the last aligned boundary "
                        f"and this module, {other} does not; this module's input differs from here on")
-            boundary_entry = self._entry(suspect.boundary.comparison.train_keys) if suspect.boundary else None
             if boundary_entry is not None:
                 related.append(types.DiagnosticRelatedInformation(
                     location=self._mapping_location(boundary_entry), message="last aligned boundary"))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.mapping import ParsedMapping
+from rca_lsp.server.diagnostics import FindingMemo
 from rca_lsp.server.pairing import Pair, Unpaired
 from rca_lsp.suggest import Candidate
 
@@ -24,6 +25,7 @@ class MappingDocument:
     analysis: Analysis | None = None  # newest analysis, possibly of a file with syntax errors
     last_good: Analysis | None = None  # newest analysis of a syntactically valid file: its findings keep showing
     counterparts: dict[str, Candidate] = field(default_factory=dict)  # unmapped train key -> suggested rollout keys
+    findings: FindingMemo = field(default_factory=FindingMemo)  # diagnostics of the last publish, for reuse
     pair: Pair | Unpaired | None = None
     analysed_version: int | None = None
     problems: list[str] = field(default_factory=list)  # dump or pairing problems to show at the top

@@ -14,6 +14,11 @@ class Positions:
         self._codec = codec
         self._lines = None if mapping.text.isascii() else mapping.text.splitlines(keepends=True)
 
+    @property
+    def char_columns(self) -> bool:
+        """Whether client columns equal character columns (an ASCII text), so (line, column) pairs identify ranges."""
+        return self._lines is None
+
     def position(self, offset: int) -> types.Position:
         line, column = self._mapping.lines.position(offset)
         position = types.Position(line=line, character=column)
