@@ -7,7 +7,7 @@ import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Coroutine
+from typing import Any, Callable, ContextManager, Coroutine
 
 import orjson
 from lsprotocol import types
@@ -16,11 +16,13 @@ from pygls.uris import to_fs_path
 
 from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
+from rca_lsp.core.cancel import Cancelled, ShouldStop
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.mapping import MappingEntry, ParsedMapping, parse_mapping
 from rca_lsp.core.outputs import write_outputs
 from rca_lsp.server import codes
 from rca_lsp.server.actions import ActionContext, code_actions
+from rca_lsp.server.cancellation import CancellingProtocol
 from rca_lsp.server.completion import complete
 from rca_lsp.server.diagnostics import FindingBuilder, FindingMemo, issue_diagnostics, severity_resolver
 from rca_lsp.server.documents import MappingDocument
@@ -32,7 +34,6 @@ from rca_lsp.server.positions import Positions, top_of_file
 from rca_lsp.server.settings import Settings
 from rca_lsp.server.timing import Laps
 from rca_lsp.server.watcher import DumpWatcher
-from rca_lsp.suggest import suggest_mapping
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +49,19 @@ SKIP_DIRS = {".git", "node_modules", ".venv", "__pycache__", ".mypy_cache"}
 
 class RcaServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__("rca-lsp", __version__)
+        super().__init__("rca-lsp", __version__, protocol_cls=CancellingProtocol)
         self.engine = Engine()
         self.settings = Settings()
         self.documents: dict[str, MappingDocument] = {}
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rca-analysis")
         self.watcher = DumpWatcher(self._dump_changed_threadsafe)
         self.loop: asyncio.AbstractEventLoop | None = None
+
+    def cancellable(self) -> ContextManager[ShouldStop]:
+        """The should-stop check of the request being handled: true once the client cancels it."""
+        protocol = self.protocol
+        assert isinstance(protocol, CancellingProtocol)
+        return protocol.cancellations.track(protocol.msg_id)
 
     # --- which files -------------------------------------------------------------------------------------------
     def folders(self) -> list[Path]:
@@ -439,11 +446,22 @@ def on_definition(ls: RcaServer, params: types.DefinitionParams) -> types.Locati
 
 
 @server.feature(types.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
-def on_symbols(ls: RcaServer, params: types.DocumentSymbolParams) -> list[types.DocumentSymbol] | None:
+async def on_symbols(ls: RcaServer, params: types.DocumentSymbolParams) -> list[types.DocumentSymbol] | None:
     found = ls.analysis_at(params.text_document.uri)
     if found is None or not found[1].entries:
         return None
-    return document_symbols(found[1], Positions(found[1], ls.workspace.position_codec))
+    doc, parsed, _analysis = found
+    if doc.symbols is not None and doc.symbols[0] is parsed:
+        return doc.symbols[1]
+    positions = Positions(parsed, ls.workspace.position_codec)
+    with ls.cancellable() as should_stop:
+        try:
+            symbols = await asyncio.get_running_loop().run_in_executor(ls.executor, document_symbols, parsed,
+                                                                      positions, should_stop)
+        except Cancelled:
+            return None
+    doc.symbols = (parsed, symbols)
+    return symbols
 
 
 def _document_for_command(ls: RcaServer, uri: str) -> MappingDocument:
@@ -466,17 +484,21 @@ async def cmd_write_outputs(ls: RcaServer, uri: str) -> dict[str, str]:
 
 
 @server.command(SUGGEST_MAPPING)
-async def cmd_suggest_mapping(ls: RcaServer, uri: str) -> dict[str, str]:
+async def cmd_suggest_mapping(ls: RcaServer, uri: str) -> dict[str, str] | None:
     doc = _document_for_command(ls, uri)
     if not isinstance(doc.pair, Pair):
         raise ValueError(f"{doc.path} is not paired with dumps")
     existing = doc.parsed.as_dict() if doc.parsed is not None else None
     pair = doc.pair
 
-    def run() -> dict[str, str]:
+    def run(should_stop: ShouldStop) -> dict[str, str]:
         train, rollout = ls.engine.load(pair)
-        result = suggest_mapping(train, rollout, existing)
+        result = ls.engine.matchers.get(train, rollout).suggest(existing, should_stop)
         return {"content": orjson.dumps(result.mapping, option=orjson.OPT_INDENT_2).decode(),
                 "coverage": result.coverage_text()}
 
-    return await asyncio.get_running_loop().run_in_executor(ls.executor, run)
+    with ls.cancellable() as should_stop:
+        try:
+            return await asyncio.get_running_loop().run_in_executor(ls.executor, run, should_stop)
+        except Cancelled:
+            return None  # the client has its answer (request cancelled) already

@@ -6,6 +6,8 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lsprotocol import types
+
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.mapping import ParsedMapping
 from rca_lsp.server.diagnostics import FindingMemo
@@ -26,6 +28,7 @@ class MappingDocument:
     last_good: Analysis | None = None  # newest analysis of a syntactically valid file: its findings keep showing
     counterparts: dict[str, Candidate] = field(default_factory=dict)  # unmapped train key -> suggested rollout keys
     findings: FindingMemo = field(default_factory=FindingMemo)  # diagnostics of the last publish, for reuse
+    symbols: tuple[ParsedMapping, list[types.DocumentSymbol]] | None = None  # of the parse they were built from
     pair: Pair | Unpaired | None = None
     analysed_version: int | None = None
     problems: list[str] = field(default_factory=list)  # dump or pairing problems to show at the top

@@ -9,8 +9,11 @@ from lsprotocol import types
 
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.keys import layer_index
-from rca_lsp.core.mapping import ParsedMapping
+from rca_lsp.core.cancel import ShouldStop, never, stop_if
+from rca_lsp.core.mapping import MappingEntry, ParsedMapping, Span
 from rca_lsp.server.positions import Positions
+
+MAX_SYMBOL_ENTRIES = 5000
 
 
 def definition(analysis: Analysis, train_key: str, rollout_key: str | None) -> types.Location | None:
@@ -22,25 +25,32 @@ def definition(analysis: Analysis, train_key: str, rollout_key: str | None) -> t
     return types.Location(uri=Path(dump.path).as_uri(), range=types.Range(start=position, end=position))
 
 
-def document_symbols(mapping: ParsedMapping, positions: Positions) -> list[types.DocumentSymbol]:
+def document_symbols(mapping: ParsedMapping, positions: Positions,
+                     should_stop: ShouldStop = never) -> list[types.DocumentSymbol]:
+    """One namespace per layer holding its entries; above MAX_SYMBOL_ENTRIES entries the namespaces alone (an
+    outline of 10^5 entries helps nobody, and building it would take seconds). Raises Cancelled on request."""
     def layer_of(entry_index: int) -> int:
         layer = layer_index(mapping.entries[entry_index].train_key)
         return -1 if layer is None else layer
 
+    with_children = len(mapping.entries) <= MAX_SYMBOL_ENTRIES
     symbols = []
     ordered = sorted(range(len(mapping.entries)), key=lambda i: (layer_of(i), i))
     for layer, members in groupby(ordered, key=layer_of):
-        children = []
-        for index in members:
-            entry = mapping.entries[index]
-            spans = mapping.spans(entry)
-            children.append(types.DocumentSymbol(
-                name=entry.train_key, detail=" + ".join(entry.rollout_keys), kind=types.SymbolKind.Field,
-                range=positions.range(spans.whole), selection_range=positions.range(spans.key)))
-        first, last = children[0], children[-1]
+        stop_if(should_stop)
+        indexes = list(members)
+        children = [_entry_symbol(mapping, positions, mapping.entries[i]) for i in indexes] if with_children else []
+        first, last = mapping.spans(mapping.entries[indexes[0]]), mapping.spans(mapping.entries[indexes[-1]])
+        name = f"layer {layer}" if layer >= 0 else "outside layers"
         symbols.append(types.DocumentSymbol(
-            name=f"layer {layer}" if layer >= 0 else "outside layers", kind=types.SymbolKind.Namespace,
-            range=types.Range(start=first.range.start, end=last.range.end), selection_range=first.selection_range,
-            children=children))
+            name=name, kind=types.SymbolKind.Namespace, detail=f"{len(indexes)} entries",
+            range=positions.range(Span(first.key.start, last.value.end)), selection_range=positions.range(first.key),
+            children=children or None))
     symbols.sort(key=lambda s: (s.range.start.line, s.range.start.character))
     return symbols
+
+
+def _entry_symbol(mapping: ParsedMapping, positions: Positions, entry: MappingEntry) -> types.DocumentSymbol:
+    spans = mapping.spans(entry)
+    return types.DocumentSymbol(name=entry.train_key, detail=" + ".join(entry.rollout_keys), kind=types.SymbolKind.Field,
+                                range=positions.range(spans.whole), selection_range=positions.range(spans.key))

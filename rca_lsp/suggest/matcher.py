@@ -6,6 +6,7 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from rca_lsp.core.cancel import ShouldStop, never, stop_if
 from rca_lsp.core.dump import Dump
 from rca_lsp.suggest.align import align_leftovers
 from rca_lsp.suggest.canonical import Canonicalizer
@@ -15,6 +16,8 @@ from rca_lsp.suggest.ranking import rank_rollout, rank_train
 from rca_lsp.suggest.resolve import build_result
 from rca_lsp.suggest.result import Candidate, MappingValue, SuggestionResult, mapping_keys
 from rca_lsp.suggest.rules import NamingRules
+
+STOP_CHECK_EVERY = 1024  # train keys between two looks at should_stop
 
 
 class Matcher:
@@ -46,16 +49,20 @@ class Matcher:
         proposals.sort(key=lambda proposal: -proposal.confidence)
         return proposals
 
-    def suggest(self, existing: dict[str, MappingValue] | None = None) -> SuggestionResult:
+    def suggest(self, existing: dict[str, MappingValue] | None = None,
+                should_stop: ShouldStop = never) -> SuggestionResult:
+        """Raises Cancelled once `should_stop` says so."""
         with _gc_paused():
-            return self._suggest(dict(existing or {}))
+            return self._suggest(dict(existing or {}), should_stop)
 
-    def _suggest(self, existing: dict[str, MappingValue]) -> SuggestionResult:
+    def _suggest(self, existing: dict[str, MappingValue], should_stop: ShouldStop) -> SuggestionResult:
         claimed_train = set(existing)
         claimed_rollout = {key for value in existing.values() for key in mapping_keys(value)}
         seen: set[tuple[tuple[str, ...], tuple[str, ...]]] = set()
         proposals: list[Proposal] = []
-        for key in self.train.dump.keys:
+        for index, key in enumerate(self.train.dump.keys):
+            if index % STOP_CHECK_EVERY == 0:
+                stop_if(should_stop)
             if key in claimed_train:
                 continue
             for proposal in self.name_proposals(key):
@@ -63,6 +70,7 @@ class Matcher:
                 if identity not in seen:
                     seen.add(identity)
                     proposals.append(proposal)
+        stop_if(should_stop)
         accepted, rejected = _claim(proposals, claimed_train, claimed_rollout, self.train)
         aligned = align_leftovers(self.assessor, accepted, claimed_train, claimed_rollout)
         accepted += aligned.accepted

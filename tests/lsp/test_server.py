@@ -196,3 +196,23 @@ async def test_commands_write_the_report_and_suggest_a_mapping(client: LanguageC
         command="rcaLsp.server.suggestMapping", arguments=[uri]))
     assert json.loads(suggested["content"]) == json.loads(mapping.read_text())
     assert "matched" in suggested["coverage"]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_cancelled_command_gets_an_answer_and_the_server_keeps_serving(client: LanguageClient) -> None:
+    mapping = copy_variant(client, "missing_activation")
+    uri = open_document(client, mapping)
+    await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    answer = client.protocol.send_request_async(types.WORKSPACE_EXECUTE_COMMAND, types.ExecuteCommandParams(
+        command="rcaLsp.server.suggestMapping", arguments=[uri]), msg_id="suggest-1")
+    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="suggest-1"))
+    try:
+        result = await asyncio.wait_for(answer, TIMEOUT)
+    except Exception as error:  # the usual outcome: the request was cancelled
+        assert "cancel" in str(error).lower()
+    else:  # it finished before the cancellation arrived
+        assert "content" in result
+    line = line_of(mapping, expected("missing_activation")["root_cause"]["train_key"])
+    hover = await client.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=6)))
+    assert hover is not None

@@ -1,0 +1,61 @@
+"""Work stops when its caller says so: the flag registry and the long-running functions that poll it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from lsprotocol import types
+from pygls.workspace import PositionCodec
+
+from conftest import FIXTURES
+from rca_lsp.core.cancel import Cancelled
+from rca_lsp.core.dump import DumpCache
+from rca_lsp.core.mapping import parse_mapping
+from rca_lsp.server.cancellation import Cancellations
+from rca_lsp.server.navigation import document_symbols
+from rca_lsp.server.positions import Positions
+from rca_lsp.suggest import Matcher
+
+
+def test_a_cancelled_request_flag_is_raised_and_forgotten_after() -> None:
+    cancellations = Cancellations()
+    with cancellations.track(7) as should_stop, cancellations.track(8) as other:
+        assert not should_stop()
+        cancellations.cancel(7)
+        cancellations.cancel(99)  # not running: ignored
+        assert should_stop() and not other()
+    cancellations.cancel(8)  # finished: nothing to stop
+    assert not other()
+    with cancellations.track(None) as without_id:
+        assert not without_id()
+
+
+def test_suggestion_stops() -> None:
+    dumps = DumpCache()
+    train = dumps.get(FIXTURES / "missing_activation" / "train")
+    rollout = dumps.get(FIXTURES / "missing_activation" / "rollout")
+    matcher = Matcher(train, rollout)
+    with pytest.raises(Cancelled):
+        matcher.suggest(None, lambda: True)
+    assert matcher.suggest(None, lambda: False).mapping
+
+
+def test_symbols_stop() -> None:
+    text = (FIXTURES / "missing_activation" / "mapping_key.json").read_text()
+    parsed = parse_mapping("m.json", text)
+    positions = Positions(parsed, PositionCodec(types.PositionEncodingKind.Utf16))
+    with pytest.raises(Cancelled):
+        document_symbols(parsed, positions, lambda: True)
+    symbols = document_symbols(parsed, positions)
+    assert sum(len(s.children or []) for s in symbols) == len(json.loads(text))
+
+
+def test_the_servers_protocol_raises_the_flag_of_a_cancelled_request() -> None:
+    from rca_lsp.server.app import RcaServer
+
+    server = RcaServer()
+    protocol = server.protocol
+    with protocol.cancellations.track("request-1") as should_stop:  # type: ignore[attr-defined]
+        protocol._handle_cancel_notification("request-1")  # what pygls calls on $/cancelRequest
+        assert should_stop()
