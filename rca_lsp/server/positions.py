@@ -28,9 +28,10 @@ class Positions:
         return types.Range(start=self.position(span.start), end=self.position(span.end))
 
     def offset(self, position: types.Position) -> int:
-        if self._lines is not None:
-            position = self._codec.position_from_client_units(self._lines, position)
-        return self._mapping.lines.offset(position.line, position.character)
+        if self._lines is None:
+            return self._mapping.lines.offset(position.line, position.character)
+        in_characters = self._codec.position_from_client_units(self._lines, position)
+        return self._mapping.lines.offset(in_characters.line, in_characters.character)
 
 
 def top_of_file() -> types.Range:

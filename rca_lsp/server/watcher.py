@@ -8,6 +8,7 @@ from typing import Callable, Iterable
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
 
 
 class _Handler(FileSystemEventHandler):
@@ -26,7 +27,7 @@ class DumpWatcher:
         self._on_change = on_change
         self._files: set[Path] = set()
         self._folders: set[Path] = set()
-        self._observer: Observer | None = None
+        self._observer: BaseObserver | None = None
         self._lock = threading.Lock()
 
     def watch(self, dumps: Iterable[Path], workspace_folders: Iterable[Path]) -> None:
