@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from lsprotocol import types
@@ -39,13 +40,13 @@ def completion_context(text: str, offset: int) -> tuple[str, str, int] | None:
 
 
 def _train_candidates(analysis: Analysis, mapping: ParsedMapping, offset: int, prefix: str) -> list[str]:
-    mapped = set(mapping.effective())
+    mapped = mapping.effective()
     previous = mapping.entry_before(offset)
     known = previous is not None and previous.train_key in analysis.train.entries
     start = analysis.train.entries[previous.train_key].position + 1 if known else 0  # type: ignore[union-attr]
     keys = analysis.train.keys
-    ordered = keys[start:] + keys[:start]  # the modules right after the previous entry come first
-    return [k for k in ordered if k not in mapped and prefix in k][:MAX_ITEMS]
+    ordered = itertools.chain(keys[start:], keys[:start])  # the modules right after the previous entry come first
+    return list(itertools.islice((k for k in ordered if k not in mapped and prefix in k), MAX_ITEMS))
 
 
 def _rollout_candidates(analysis: Analysis, mapping: ParsedMapping, offset: int, prefix: str,
@@ -56,8 +57,8 @@ def _rollout_candidates(analysis: Analysis, mapping: ParsedMapping, offset: int,
         matcher = matchers.get(analysis.train, analysis.rollout)
         for candidate in matcher.rank_rollout_candidates(found[0].train_key, limit=10, text_hint=prefix or None):
             ranked += [k for k in candidate.keys if k not in ranked]
-    rest = [k for k in analysis.rollout.keys if prefix in k and k not in ranked]
-    return (ranked + rest)[:MAX_ITEMS]
+    rest = (k for k in analysis.rollout.keys if prefix in k and k not in ranked)
+    return ranked[:MAX_ITEMS] + list(itertools.islice(rest, max(0, MAX_ITEMS - len(ranked))))
 
 
 def complete(analysis: Analysis, mapping: ParsedMapping, offset: int, matchers: MatcherCache,

@@ -216,3 +216,29 @@ async def test_cancelled_command_gets_an_answer_and_the_server_keeps_serving(cli
     hover = await client.text_document_hover_async(types.HoverParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=6)))
     assert hover is not None
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_completion_offers_unmapped_train_keys_and_ranked_rollout_keys(client: LanguageClient) -> None:
+    mapping = copy_variant(client, "missing_activation")
+    entries = json.loads(mapping.read_text())
+    train_key, rollout_key = next((k, v) for k, v in entries.items() if isinstance(v, str) and ".mlp." in k)
+    del entries[train_key]
+    text = json.dumps(entries, indent=2).replace("\n}", ',\n  "\n}')  # a new key being typed on the last line
+    uri = open_document(client, mapping, text)
+    await wait_for(client, uri, lambda ds: any(d.code == "json-syntax" for d in ds))
+    last = text.split("\n")
+    keys = await client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=len(last) - 2, character=3)))
+    labels = [item.label for item in keys.items]
+    assert train_key in labels and not set(labels) & set(entries)
+
+    complete_text = json.dumps({**entries, train_key: rollout_key}, indent=2)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=complete_text)]))
+    line = complete_text.split("\n").index(next(l for l in complete_text.split("\n") if f'"{train_key}"' in l))
+    column = complete_text.split("\n")[line].index(f'"{rollout_key}"') + 1
+    values = await client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=column)))
+    assert values.items[0].label == rollout_key
