@@ -106,8 +106,18 @@ _TOKENS = itertools.count()
 class LineIndex:
     """Offset <-> (0-based line, column in characters)."""
 
-    def __init__(self, text: str) -> None:
-        self._starts = list(itertools.accumulate(map((1).__add__, map(len, text.split("\n"))), initial=0))[:-1]
+    def __init__(self, text: str, starts: list[int] | None = None) -> None:
+        self._starts = starts if starts is not None else list(
+            itertools.accumulate(map((1).__add__, map(len, text.split("\n"))), initial=0))[:-1]
+
+    def after_edit(self, text: str, start: int, old_end: int, new_end: int) -> LineIndex:
+        """The index of `text`, made from the old text's by replacing old[start:old_end] with text[start:new_end]."""
+        starts = self._starts
+        kept = bisect.bisect_right(starts, start)  # lines starting at or before the edit
+        moved = bisect.bisect_right(starts, old_end)  # lines starting after the edit's last character
+        inside = [start + found.end() for found in re.finditer("\n", text[start:new_end])]
+        delta = new_end - old_end
+        return LineIndex(text, starts[:kept] + inside + [s + delta for s in starts[moved:]])
 
     def position(self, offset: int) -> tuple[int, int]:
         line = bisect.bisect_right(self._starts, offset) - 1
@@ -463,7 +473,8 @@ def _reparse_edit(previous: ParsedMapping, path: str, text: str) -> ParsedMappin
     shift, delta = left - len(before), new_end - old_end
     parsed = ParsedMapping(path, text, entries[:first] + middle + entries[stop:],
                            starts[:first] + [s + shift for s in middle_starts] + [s + delta for s in starts[stop:]],
-                           [], True, LineIndex(text), MappingEdit(previous.token, entries[first:stop], middle))
+                           [], True, previous.lines.after_edit(text, start, old_end, new_end),
+                           MappingEdit(previous.token, entries[first:stop], middle))
     if len(previous.effective()) == len(previous.entries):  # no duplicates before: update the lookup
         effective = dict(previous.effective())
         for entry in entries[first:stop]:
