@@ -214,12 +214,11 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
     flagged = _flagged_after_edit(mapping, previous)
     issues = _issues(mapping, flagged, comparator)
     usable, changed = _usable_after_edit(mapping, previous)
-    old_usable = previous.usable
     if not changed:
         return Analysis(comparator, mapping, flagged, issues, usable, previous.owners, previous.records,
                         previous.by_train_key, previous.matched_train, previous.matched_rollout, previous.calls,
                         previous.unmapped_by_call, previous.suspects)
-    owners = updated_owners(previous.owners, old_usable, usable, changed)
+    owners = updated_owners(previous.owners, previous.usable, usable, changed)
     dirty, groups = regroup(changed, usable, owners, previous.by_train_key, train, rollout)
     old = {id(r): r for k in dirty if (r := previous.by_train_key.get(k)) is not None}
     new = {id(r): r for r in comparator.records(groups)}
@@ -237,38 +236,45 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
         by_train_key.update(dict.fromkeys(record.comparison.train_keys, record))
         matched_train.update(record.comparison.train_keys)
         matched_rollout.update(record.comparison.rollout_keys)
-    train_changes = {k for r in removed + added for k in r.comparison.train_keys}
-    rollout_changes = {k for r in removed + added for k in r.comparison.rollout_keys}
-    train_changes = {k for k in train_changes if (k in matched_train) != (k in previous.matched_train)}
-    rollout_changes = {k for k in rollout_changes if (k in matched_rollout) != (k in previous.matched_rollout)}
-
-    records = _replaced(previous.records, removed, added)
-    touched = {r.call_index for r in removed + added}
-    call_records = {call: (_replaced(previous.calls[call].records if call in previous.calls else [],
-                                     [r for r in removed if r.call_index == call],
-                                     [r for r in added if r.call_index == call]))
-                    for call in touched}
-    train_positions = [train.entries[k].position for k in train_changes]
-    rollout_positions = [rollout.entries[k].position for k in rollout_changes]
+    # dump keys that became matched or unmatched: the "between" lists that scanned them must be derived again
+    flipped_train = {k for r in removed + added for k in r.comparison.train_keys
+                     if (k in matched_train) != (k in previous.matched_train)}
+    flipped_rollout = [rollout.entries[k].position for r in removed + added for k in r.comparison.rollout_keys
+                       if (k in matched_rollout) != (k in previous.matched_rollout)]
     root_cause = RootCauseAnalysis(train, rollout, matched_train, matched_rollout)
+    calls = _calls_after(previous, removed, added, root_cause, [train.entries[k].position for k in flipped_train],
+                         flipped_rollout)
+    unmapped = dict(previous.unmapped_by_call)
+    for call in {train.entries[k].call_index for k in flipped_train}:
+        unmapped[call] = _unmapped_between(train, comparator.train_calls[call], matched_train)
+    return Analysis(comparator, mapping, flagged, issues, usable, owners, _replaced(previous.records, removed, added),
+                    by_train_key, matched_train, matched_rollout, calls, unmapped, ranked_suspects(calls.values()))
+
+
+def _calls_after(previous: Analysis, removed: list[ModuleRecord], added: list[ModuleRecord],
+                 root_cause: RootCauseAnalysis, train_positions: list[int],
+                 rollout_positions: list[int]) -> dict[int, CallEvidence]:
+    """The evidence per call after records were removed and added: reused, updated, or new."""
+    call_records: dict[int, list[ModuleRecord]] = {}
+    changed_positions: dict[int, list[int]] = {}
+    for call in {r.call_index for r in removed + added}:
+        earlier = previous.calls[call].records if call in previous.calls else []
+        call_records[call] = _replaced(earlier, [r for r in removed if r.call_index == call],
+                                       [r for r in added if r.call_index == call])
+        changed_positions[call] = [r.train_position for r in removed + added if r.call_index == call]
     calls: dict[int, CallEvidence] = {}
     for call in dict.fromkeys(r.call_index for r in _call_heads(previous, call_records)):
         evidence = previous.calls.get(call)
         if call in call_records:
-            changed_positions = [r.train_position for r in removed + added if r.call_index == call]
-            calls[call] = root_cause.call_evidence(call_records[call], evidence,
-                                                   (min(changed_positions), max(changed_positions)),
-                                                   train_positions, rollout_positions)
+            span = (min(changed_positions[call]), max(changed_positions[call]))
+            calls[call] = root_cause.call_evidence(call_records[call], evidence, span, train_positions,
+                                                   rollout_positions)
         elif evidence is not None and evidence.saw_any(train_positions, rollout_positions):
             calls[call] = root_cause.call_evidence(evidence.records, evidence, None, train_positions,
                                                    rollout_positions)
         elif evidence is not None:
             calls[call] = evidence
-    unmapped = dict(previous.unmapped_by_call)
-    for call in {train.entries[k].call_index for k in train_changes}:
-        unmapped[call] = _unmapped_between(train, comparator.train_calls[call], matched_train)
-    return Analysis(comparator, mapping, flagged, issues, usable, owners, records, by_train_key,
-                    matched_train, matched_rollout, calls, unmapped, ranked_suspects(calls.values()))
+    return calls
 
 
 def _replaced(records: list[ModuleRecord], removed: list[ModuleRecord], added: list[ModuleRecord]) -> list[ModuleRecord]:
