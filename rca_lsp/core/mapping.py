@@ -330,50 +330,49 @@ def _is_flat_mapping(document: object) -> bool:
 def _entries_from_quotes(text: str, document: dict[str, str | list[str]]) -> _EntryList | None:
     """Entries of a valid flat mapping, with offsets from splitting the text on quotes; None if unsure."""
     pieces = text.split('"')
-    for i in range(len(pieces) - 1, 0, -1):  # rejoin quotes that were escaped inside a string
-        piece = pieces[i - 1]
-        if piece.endswith("\\") and (len(piece) - len(piece.rstrip("\\"))) % 2 == 1:
-            pieces[i - 1 : i + 1] = [piece + '"' + pieces[i]]
-    offsets = list(itertools.accumulate((len(p) + 1 for p in pieces), initial=0))
-    found = _EntryList()
-    key: str | None = None
-    key_span = Span(0, 0)
-    opening = -1  # offset of the list's "[", or -1 for a string value
-    values: list[str] = []
-    spans: list[Span] = []
-
-    def close() -> None:
-        if key is None or not spans:
-            return
-        if opening < 0:
-            found.add(key, key_span, tuple(values), tuple(spans), spans[0], False)
-        else:  # the value spans its brackets, so that an edit of one of them is an edit of this entry
-            found.add(key, key_span, tuple(values), tuple(spans), Span(opening, text.find("]", spans[-1].end) + 1), True)
-
-    for i in range(1, len(pieces) - 1, 2):
-        span = Span(offsets[i] - 1, offsets[i + 1])
-        raw = pieces[i]
-        value = _unquote('"' + raw + '"') if "\\" in raw else raw
-        after = pieces[i + 1]
-        if after.lstrip()[:1] == ":":
-            close()
-            key, key_span, values, spans = value, span, [], []
-            bracket = after.find("[")
-            opening = span.end + bracket if bracket >= 0 else -1
-        else:
-            values.append(value)
-            spans.append(span)
-    close()
-    entries = found.entries
-    if len(entries) < len(document) or any(not e.rollout_keys for e in entries):
+    if '\\"' in text:
+        for i in range(len(pieces) - 1, 0, -1):  # rejoin quotes that were escaped inside a string
+            piece = pieces[i - 1]
+            if piece.endswith("\\") and (len(piece) - len(piece.rstrip("\\"))) % 2 == 1:
+                pieces[i - 1 : i + 1] = [piece + '"' + pieces[i]]
+    if len(pieces) % 2 == 0:
         return None
-    last = {e.train_key: e for e in entries}
-    if last.keys() != document.keys() or any(
-            e.is_list != (type(document[k]) is list)
-            or list(e.rollout_keys) != ([document[k]] if type(document[k]) is str else document[k])
-            for k, e in last.items()):
+    # string i is pieces[2i + 1]: its opening quote is at bounds[2i + 1] - 1, its closing quote ends at bounds[2i + 2]
+    bounds = list(itertools.accumulate(map((1).__add__, map(len, pieces)), initial=0))
+    raw, following = pieces[1::2], pieces[2::2]
+    strings = [_unquote('"' + r + '"') if "\\" in r else r for r in raw] if "\\" in text else raw
+    keys = [i for i, after in enumerate(following) if after.lstrip()[:1] == ":"]
+    found = _EntryList()
+    entries, starts = found.entries, found.starts
+    for number, key in enumerate(keys):
+        end = keys[number + 1] if number + 1 < len(keys) else len(raw)
+        if end == key + 1:
+            return None
+        start = bounds[2 * key + 1] - 1
+        values = tuple((bounds[2 * v + 1] - 1 - start, bounds[2 * v + 2] - start) for v in range(key + 1, end))
+        bracket = following[key].find("[")
+        if bracket < 0:
+            extent = values[0]
+        else:  # the value spans its brackets, so that an edit of one of them is an edit of this entry
+            extent = (bounds[2 * key + 2] + bracket - start, text.find("]", values[-1][1] + start) + 1 - start)
+        entries.append(MappingEntry(strings[key], tuple(strings[key + 1:end]), bracket >= 0,
+                                    bounds[2 * key + 2] - start, values, extent))
+        starts.append(start)
+    if not _agrees(entries, document):
         return None
     return found
+
+
+def _agrees(entries: list[MappingEntry], document: dict[str, str | list[str]]) -> bool:
+    """Whether the entries read from the text say what the JSON parser read (the last definition of each key)."""
+    if len(entries) == len(document):  # no duplicates: compare in order
+        return [e.train_key for e in entries] == list(document) and [
+            list(e.rollout_keys) if e.is_list else e.rollout_keys[0] for e in entries] == list(document.values())
+    last = {e.train_key: e for e in entries}
+    return last.keys() == document.keys() and all(
+        e.is_list == (type(document[k]) is list)
+        and list(e.rollout_keys) == ([document[k]] if type(document[k]) is str else document[k])
+        for k, e in last.items())
 
 
 def parse_mapping(path: str, text: str, previous: ParsedMapping | None = None) -> ParsedMapping:
