@@ -56,6 +56,13 @@ class RcaServer(LanguageServer):
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rca-analysis")
         self.watcher = DumpWatcher(self._dump_changed_threadsafe)
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.background: set[asyncio.Task[None]] = set()
+
+    def loop_task(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` on the event loop without waiting for it (kept referenced until it ends)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
 
     def cancellable(self) -> ContextManager[ShouldStop]:
         """The should-stop check of the request being handled: true once the client cancels it."""
@@ -161,21 +168,36 @@ class RcaServer(LanguageServer):
             if generation != doc.generation:
                 return  # a newer edit or save superseded this run
             doc.analysis = analysis
+            later_counterparts = False
             if parsed.syntax_ok:
                 doc.last_good = analysis
-                doc.counterparts = await loop.run_in_executor(self.executor, self.engine.counterparts, analysis)
                 await loop.run_in_executor(self.executor, self.engine.prefetch_locations, analysis)
+                # Building the matcher takes seconds on large dumps: the first findings do not wait for it.
+                later_counterparts = not self.engine.has_matcher(analysis)
+                if not later_counterparts:
+                    doc.counterparts = await loop.run_in_executor(self.executor, self.engine.counterparts, analysis)
                 laps.lap("counterparts")
                 if generation != doc.generation:
                     return
             top = analysis.top_hypothesis
             self.notify_status("analysed", doc.uri, top or "no divergence found", top=top,
                                suspects=len(analysis.suspects))
+            if later_counterparts:
+                self.loop_task(self.publish_counterparts(doc, generation, analysis, version))
         if generation == doc.generation:
             doc.analysed_version = version
             self.publish(doc, version)
             laps.lap("publish")
             log.info("analysed %s (version %s): %s", doc.path.name, version, laps)
+
+    async def publish_counterparts(self, doc: MappingDocument, generation: int, analysis: Analysis,
+                                   version: int | None) -> None:
+        """The unmapped-train-module hints, published once the matcher is built (after the first findings)."""
+        counterparts = await asyncio.get_running_loop().run_in_executor(self.executor, self.engine.counterparts,
+                                                                        analysis)
+        if generation == doc.generation and counterparts:
+            doc.counterparts = counterparts
+            self.publish(doc, version)
 
     async def _analyse(self, pair: Pair, parsed: ParsedMapping, uri: str, previous: Analysis | None) -> Analysis:
         loop = asyncio.get_running_loop()

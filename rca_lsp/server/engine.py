@@ -50,6 +50,9 @@ class Engine:
     def forget_dump(self, path: Path) -> None:
         self.dumps.forget(path)
 
+    def has_matcher(self, analysis: Analysis) -> bool:
+        return self.matchers.has(analysis.train, analysis.rollout)
+
     def counterparts(self, analysis: Analysis) -> dict[str, Candidate]:
         """Unmapped train modules (between mapped neighbours) that have a confident, still unmapped counterpart."""
         matcher = self.matchers.get(analysis.train, analysis.rollout)

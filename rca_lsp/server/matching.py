@@ -13,6 +13,10 @@ class MatcherCache:
         self._current: tuple[Dump, Dump, Matcher] | None = None
         self._lock = threading.Lock()
 
+    def has(self, train: Dump, rollout: Dump) -> bool:
+        current = self._current
+        return current is not None and current[0] is train and current[1] is rollout
+
     def get(self, train: Dump, rollout: Dump) -> Matcher:
         with self._lock:
             current = self._current

@@ -242,3 +242,28 @@ async def test_completion_offers_unmapped_train_keys_and_ranked_rollout_keys(cli
     values = await client.text_document_completion_async(types.CompletionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=column)))
     assert values.items[0].label == rollout_key
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_unmapped_train_module_hint_and_its_quick_fix(client: LanguageClient) -> None:
+    mapping = copy_variant(client, "healthy_fp32")
+    entries = json.loads(mapping.read_text())
+    keys = list(entries)
+    train_key = next(k for k in keys[len(keys) // 3:] if ".linear_fc2." in k)
+    rollout_value = entries.pop(train_key)
+    text = json.dumps(entries, indent=2)
+    uri = open_document(client, mapping, text)
+    diagnostics = await wait_for(client, uri, lambda ds: any(d.code == "unmapped-train-module" for d in ds))
+    hint = next(d for d in diagnostics if d.code == "unmapped-train-module")
+    assert train_key in hint.message
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=hint.range,
+        context=types.CodeActionContext(diagnostics=[hint])))
+    fix = next(a for a in actions if train_key in a.title)
+    edit = fix.edit.document_changes[0].edits[0]
+    assert f"{json.dumps(train_key)}: {json.dumps(rollout_value)}" in edit.new_text
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(range=edit.range, text=edit.new_text)]))
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    await wait_for(client, uri, lambda ds: ds == [])
