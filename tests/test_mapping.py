@@ -129,3 +129,17 @@ def test_edited_region(old: str, new: str) -> None:
     start, old_end, new_end = edited_region(old, new)
     assert new == old[:start] + new[start:new_end] + old[old_end:]
     assert old_end - start == len(old) - len(new) + (new_end - start) and start <= old_end and start <= new_end
+
+
+@pytest.mark.parametrize("shadowed", ['["x", 1]', '[["x"]]', '{"x": "y"}', "[]"])
+def test_a_bad_value_shadowed_by_a_later_definition_is_still_reported(shadowed: str) -> None:
+    text = '{\n "a": ' + shadowed + ',\n "b": "z",\n "a": "y"\n}'
+    assert (2, "invalid-value") in codes_by_line(text)
+
+
+def test_typing_inside_a_valid_file_reuses_the_entries_around_the_error() -> None:
+    text = json.dumps(BASE, indent=2)
+    previous = parse_mapping("m.json", text)
+    broken = parse_mapping("m.json", text.replace('"r.5"', '"r.5'), previous)
+    assert not broken.syntax_ok and any(i.code == "json-syntax" for i in broken.issues)
+    assert len({id(e) for e in previous.entries} & {id(e) for e in broken.entries}) == len(BASE) - 1

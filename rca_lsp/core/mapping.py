@@ -152,6 +152,11 @@ class ParsedMapping:
     def _index(self) -> dict[MappingEntry, int]:
         return dict(zip(self.entries, range(len(self.entries))))
 
+    @property
+    def reusable(self) -> bool:
+        """Whether a parse of an edited version can start from this one (valid, every value well formed)."""
+        return self.syntax_ok and all(i.code == "duplicate-key" for i in self.issues)
+
     def index_of(self, entry: MappingEntry) -> int | None:
         """Where an entry is in this parse's file order, None if it is not one of this parse's entries."""
         return self._index.get(entry)
@@ -340,6 +345,8 @@ def _entries_from_quotes(text: str, document: dict[str, str | list[str]]) -> _En
     # string i is pieces[2i + 1]: its opening quote is at bounds[2i + 1] - 1, its closing quote ends at bounds[2i + 2]
     bounds = list(itertools.accumulate(map((1).__add__, map(len, pieces)), initial=0))
     raw, following = pieces[1::2], pieces[2::2]
+    if not _only_flat_punctuation(pieces[0], following):
+        return None
     strings = [_unquote('"' + r + '"') if "\\" in r else r for r in raw] if "\\" in text else raw
     keys = [i for i, after in enumerate(following) if after.lstrip()[:1] == ":"]
     found = _EntryList()
@@ -361,6 +368,17 @@ def _entries_from_quotes(text: str, document: dict[str, str | list[str]]) -> _En
     if not _agrees(entries, document):
         return None
     return found
+
+
+_WHITESPACE = str.maketrans("", "", " \t\r\n")
+_FLAT_SEPARATORS = {":", ":[", ",", "],", "}", "]}"}  # between the strings of a flat mapping, whitespace removed
+
+
+def _only_flat_punctuation(opening: str, separators: list[str]) -> bool:
+    """Whether nothing but the punctuation of a flat mapping lies between its strings (orjson accepted the text,
+    but a number, a nested list or an object in a shadowed duplicate entry would slip past the comparison)."""
+    compact = "\x00".join(separators).translate(_WHITESPACE).split("\x00")
+    return opening.translate(_WHITESPACE) == "{" and _FLAT_SEPARATORS.issuperset(compact)
 
 
 def _agrees(entries: list[MappingEntry], document: dict[str, str | list[str]]) -> bool:
@@ -396,11 +414,7 @@ def _parse_mapping(path: str, text: str) -> ParsedMapping:
     reader = _Reader(text)
     reader.read()
     syntax_error = _orjson_error(text)
-    issues = reader.issues
-    if syntax_error is not None:
-        error_line = lines.position(syntax_error.span.start)[0]
-        issues = [i for i in issues if i.code != "json-syntax" or lines.position(i.span.start)[0] != error_line]
-        issues.append(syntax_error)
+    issues = _located(reader.issues + ([syntax_error] if syntax_error else []), lines)
     parsed = ParsedMapping(path, text, reader.entries.entries, reader.entries.starts, issues, syntax_error is None,
                            lines)
     parsed.issues = sorted(issues + _duplicate_issues(parsed), key=lambda i: i.span.start)
@@ -435,8 +449,7 @@ _BEFORE, _AFTER = '{"\\u0000":""', '"\\u0001":""}'
 def _reparse_edit(previous: ParsedMapping, path: str, text: str) -> ParsedMapping | None:
     """The new parse from the previous one when the file was valid before and after a local edit: only the entries
     the edit touches are parsed again; None when that cannot be decided locally (then the caller parses it all)."""
-    if (not previous.syntax_ok or not previous.entries or path != previous.path
-            or any(i.code != "duplicate-key" for i in previous.issues)):
+    if not previous.reusable or not previous.entries or path != previous.path:
         return None
     old = previous.text
     if text == old:
@@ -455,24 +468,29 @@ def _reparse_edit(previous: ParsedMapping, path: str, text: str) -> ParsedMappin
     right = starts[stop] + (new_end - old_end) if stop < len(entries) else len(text)
     before, after = (_BEFORE if first > 0 else ""), (_AFTER if stop < len(entries) else "")
     region = before + text[left:right] + after
-    try:
-        document = orjson.loads(region)
-    except orjson.JSONDecodeError:
+    local = _region_entries(region, len(before), len(region) - len(after))
+    if local is None:
         return None
-    if not _is_flat_mapping(document):
-        return None
-    found = _entries_from_quotes(region, document)
-    if found is None:
-        return None
+    found, issues, syntax_ok = local
     middle, middle_starts = found.entries, found.starts
     if before:
         middle, middle_starts = middle[1:], middle_starts[1:]
     if after:
         middle, middle_starts = middle[:-1], middle_starts[:-1]
     shift, delta = left - len(before), new_end - old_end
+    lines = previous.lines.after_edit(text, start, old_end, new_end)
+    next_key_end = right + entries[stop].key_length if stop < len(entries) else right
+
+    def located(issue: MappingIssue) -> MappingIssue:
+        start, end = issue.span.start + shift, issue.span.end + shift
+        if start == right and end > right + 1:  # drawn on the right stand-in's key: on the next entry's key instead
+            end = next_key_end
+        return MappingIssue(issue.code, issue.message, Span(start, end), issue.key, issue.suggestions)
+
+    issues = [located(i) for i in issues]
     parsed = ParsedMapping(path, text, entries[:first] + middle + entries[stop:],
                            starts[:first] + [s + shift for s in middle_starts] + [s + delta for s in starts[stop:]],
-                           [], True, previous.lines.after_edit(text, start, old_end, new_end),
+                           [], syntax_ok, lines,
                            MappingEdit(previous.token, entries[first:stop], middle))
     if len(previous.effective()) == len(previous.entries):  # no duplicates before: update the lookup
         effective = dict(previous.effective())
@@ -481,8 +499,43 @@ def _reparse_edit(previous: ParsedMapping, path: str, text: str) -> ParsedMappin
         effective.update((entry.train_key, entry) for entry in middle)
         if len(effective) == len(parsed.entries):
             parsed._effective = effective
-    parsed.issues = _duplicate_issues(parsed)
+    parsed.issues = _located(issues, lines) + _duplicate_issues(parsed) if issues else _duplicate_issues(parsed)
+    if issues:
+        parsed.issues.sort(key=lambda i: i.span.start)
     return parsed
+
+
+def _region_entries(region: str, low: int, high: int) -> tuple[_EntryList, list[MappingIssue], bool] | None:
+    """Entries, issues and JSON validity of the edited region region[low:high], framed by stand-ins as an object;
+    None when what it says could depend on the rest of the file (a problem reaching into the stand-ins)."""
+    try:
+        document = orjson.loads(region)
+    except orjson.JSONDecodeError:
+        document = None
+    if _is_flat_mapping(document):
+        found = _entries_from_quotes(region, document)  # type: ignore[arg-type]
+        return None if found is None else (found, [], True)
+    reader = _Reader(region)
+    reader.read()
+    issues = reader.issues
+    syntax_error = _orjson_error(region)
+    if syntax_error is not None:
+        issues = issues + [syntax_error]
+    if any(i.span.start < low or i.span.start > high for i in issues):
+        return None
+    stand_ins = [(e.train_key, start) for e, start in zip(reader.entries.entries, reader.entries.starts)
+                 if start < low or start >= high]
+    expected = ([("\x00", 1)] if low else []) + ([("\x01", high)] if high < len(region) else [])
+    return (reader.entries, issues, syntax_error is None) if stand_ins == expected else None
+
+
+def _located(issues: list[MappingIssue], lines: LineIndex) -> list[MappingIssue]:
+    """A JSON parser's syntax error replaces the reader's syntax issues on its line (they say the same, less well)."""
+    error = next((i for i in issues if i.code == "json-syntax" and i.message.startswith("JSON syntax error")), None)
+    if error is None:
+        return list(issues)
+    error_line = lines.position(error.span.start)[0]
+    return [i for i in issues if i is error or i.code != "json-syntax" or lines.position(i.span.start)[0] != error_line]
 
 
 def edited_region(old: str, new: str) -> tuple[int, int, int]:

@@ -119,6 +119,7 @@ class RcaServer(LanguageServer):
         parsed = await asyncio.get_running_loop().run_in_executor(self.executor, parse_mapping, str(doc.path), text,
                                                                   doc.latest_parse())
         current = self.workspace.text_documents.get(doc.uri)
+        doc.remember(parsed)
         if current is not None and current.source == text:
             doc.unsaved_view = parsed
 
@@ -150,6 +151,7 @@ class RcaServer(LanguageServer):
         if generation != doc.generation:
             return
         doc.parsed, doc.problems = parsed, []
+        doc.remember(parsed)
         if doc.unsaved_view is not None and doc.unsaved_view.text == text:
             doc.unsaved_view = None
         if isinstance(pair, Unpaired):
@@ -291,6 +293,7 @@ class RcaServer(LanguageServer):
         if opened is not None and (parsed is None or parsed.text != opened.source):
             if doc.unsaved_view is None or doc.unsaved_view.text != opened.source:
                 doc.unsaved_view = parse_mapping(str(doc.path), opened.source, doc.latest_parse())  # once per edit
+                doc.remember(doc.unsaved_view)
             parsed = doc.unsaved_view
         if parsed is None:
             return None

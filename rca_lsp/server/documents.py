@@ -24,6 +24,7 @@ class MappingDocument:
     pending_parse: asyncio.TimerHandle | None = None
     parsed: ParsedMapping | None = None
     unsaved_view: ParsedMapping | None = None  # parse of edits not analysed yet, for positions in requests
+    last_reusable: ParsedMapping | None = None  # the newest parse of a valid text
     analysis: Analysis | None = None  # newest analysis, possibly of a file with syntax errors
     last_good: Analysis | None = None  # newest analysis of a syntactically valid file: its findings keep showing
     counterparts: dict[str, Candidate] = field(default_factory=dict)  # unmapped train key -> suggested rollout keys
@@ -34,8 +35,14 @@ class MappingDocument:
     problems: list[str] = field(default_factory=list)  # dump or pairing problems to show at the top
 
     def latest_parse(self) -> ParsedMapping | None:
-        """The parse of the newest text seen: what the next parse can start from."""
-        return self.unsaved_view or self.parsed
+        """The newest parse the next parse can start from (a parse of a broken text cannot: then the last one of a
+        valid text, so that typing through an error re-reads only the entries typed in)."""
+        return next((p for p in (self.unsaved_view, self.parsed, self.last_reusable) if p is not None and p.reusable),
+                    None)
+
+    def remember(self, parsed: ParsedMapping) -> None:
+        if parsed.reusable:
+            self.last_reusable = parsed
 
     def next_generation(self) -> int:
         self.generation += 1
