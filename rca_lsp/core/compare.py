@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from math import isfinite, isnan
 from functools import lru_cache
 from typing import NamedTuple, Sequence
 
@@ -111,10 +112,13 @@ def _stat_error(name: str, t: float, r: float, scale: float) -> float:
 def _compare_stat(name: str, t: float | None, r: float | None, scale: float, tol: float) -> StatComparison:
     if t is None or r is None:
         return StatComparison(name, t, r, None, "missing")
-    if not (math.isfinite(t) and math.isfinite(r)):
-        same = (math.isnan(t) and math.isnan(r)) or t == r
+    if t == r and isfinite(t):
+        err = 0.0  # what _stat_error gives; identical statistics are the common case
+    elif not (isfinite(t) and isfinite(r)):
+        same = (isnan(t) and isnan(r)) or t == r
         return StatComparison(name, t, r, 0.0 if same else math.inf, "nonfinite_both" if same else "alert")
-    err = _stat_error(name, t, r, scale)
+    else:
+        err = _stat_error(name, t, r, scale)
     status = "ok" if err <= tol else ("warn" if err <= tol * WARN_FACTOR else "alert")
     return StatComparison(name, t, r, err, status)
 
@@ -164,23 +168,34 @@ def compare_target(target: str, train_key: str, rollout_key: str, train: TensorS
         return TargetComparison(target, train_key, rollout_key, train, rollout, aggregated, (), 0.0,
                                 "unknown", "unknown", "missing", f"missing_on_{side}", f"{target} {what} on {side}")
     tol = tolerances.for_dtypes(train.dtype, rollout.dtype)
-    dtype_match = "unknown" if train.dtype is None or rollout.dtype is None else (
-        "match" if normalise_dtype(train.dtype) == normalise_dtype(rollout.dtype) else "mismatch")
+    dtype_match, same_form = _dtype_pair(train.dtype, rollout.dtype)
     relation = shape_relation(train, rollout)
-    if _is_integer_kind(train.dtype) != _is_integer_kind(rollout.dtype):
+    if not same_form:
         return TargetComparison(target, train_key, rollout_key, train, rollout, aggregated, (), tol, dtype_match,
                                 relation, "missing", "not_comparable",
                                 f"{target} is {train.dtype} on train and {rollout.dtype} on rollout: not the same tensor form")
     scale = max(_scale(rollout), _scale(train)) if dtype_match == "mismatch" else _scale(rollout)
-    stats = tuple(_compare_stat(n, t, r, scale, tol) for n, t, r in (
-        ("Max", train.max, rollout.max), ("Min", train.min, rollout.min),
-        ("Mean", train.mean, rollout.mean), ("Norm", train.norm, rollout.norm)))
+    stats = (_compare_stat("Max", train.max, rollout.max, scale, tol),
+             _compare_stat("Min", train.min, rollout.min, scale, tol),
+             _compare_stat("Mean", train.mean, rollout.mean, scale, tol),
+             _compare_stat("Norm", train.norm, rollout.norm, scale, tol))
     return _verdict(target, train_key, rollout_key, train, rollout, aggregated, stats, tol, dtype_match, relation)
+
+
+@lru_cache(maxsize=1024)
+def _dtype_pair(train: str | None, rollout: str | None) -> tuple[str, bool]:
+    """(dtype_match, whether both are integer or both floating)."""
+    match = "unknown" if train is None or rollout is None else (
+        "match" if normalise_dtype(train) == normalise_dtype(rollout) else "mismatch")
+    return match, _is_integer_kind(train) == _is_integer_kind(rollout)
 
 
 def _verdict(target: str, train_key: str, rollout_key: str, train: TensorStats, rollout: TensorStats,
              aggregated: bool, stats: tuple[StatComparison, ...], tol: float, dtype_match: str,
              relation: str) -> TargetComparison:
+    if stats[0].status == stats[1].status == stats[2].status == stats[3].status == "ok":
+        return TargetComparison(target, train_key, rollout_key, train, rollout, aggregated, stats, tol, dtype_match,
+                                relation, "aligned", "match", _within(target, tol) + _dtype_note(dtype_match, train, rollout))
     compared = [s for s in stats if s.status != "missing"]
     bad = [s for s in compared if s.status in ("warn", "alert")]
     if not compared:
@@ -199,10 +214,12 @@ def _verdict(target: str, train_key: str, rollout_key: str, train: TensorStats, 
         consistency, status = "aligned", "match"
         both = [s.name for s in compared if s.status == "nonfinite_both"]
         reason = f"{target}: {', '.join(both)} non-finite on both sides" if both else _within(target, tol)
-    if dtype_match == "mismatch":
-        reason += f"; dtype {train.dtype} vs {rollout.dtype}"
     return TargetComparison(target, train_key, rollout_key, train, rollout, aggregated, stats, tol, dtype_match,
-                            relation, consistency, status, reason)
+                            relation, consistency, status, reason + _dtype_note(dtype_match, train, rollout))
+
+
+def _dtype_note(dtype_match: str, train: TensorStats, rollout: TensorStats) -> str:
+    return f"; dtype {train.dtype} vs {rollout.dtype}" if dtype_match == "mismatch" else ""
 
 
 @lru_cache(maxsize=1024)

@@ -18,6 +18,7 @@ from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.compare import STAT_NAMES, TargetComparison, priority_bucket
+from rca_lsp.core.dump import TensorStats
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.report_md import render_markdown
 
@@ -55,7 +56,7 @@ def _csv(columns: Sequence[str], rows: Iterable[Sequence[Any]], list_columns: Se
 
 
 def _csv_body(rows: Iterable[Sequence[Any]], list_columns: Sequence[int] = ()) -> bytes:
-    table = [_join_lists(row, list_columns) for row in rows] if list_columns else list(rows)
+    table = _join_lists(rows, list_columns) if list_columns else list(rows)
     if not table:
         return b""
     fast = _csv_through_json(table)
@@ -81,12 +82,22 @@ def _csv_module(rows: list[Sequence[Any]]) -> bytes:
     return buffer.getvalue().encode()
 
 
-def _join_lists(row: Sequence[Any], list_columns: Sequence[int]) -> list[Any]:
-    cells = list(row)
-    for index in list_columns:
-        if cells[index] is not None:
-            cells[index] = "|".join(map(str, cells[index]))
-    return cells
+def _join_lists(rows: Iterable[Sequence[Any]], list_columns: Sequence[int]) -> list[list[Any]]:
+    joined: dict[Any, str] = {}  # list cells repeat (shapes, key lists): join each distinct one once
+    table = []
+    for row in rows:
+        cells = list(row)
+        for index in list_columns:
+            value = cells[index]
+            if value is not None:
+                text = joined.get(value) if type(value) is tuple else None
+                if text is None:
+                    text = "|".join(map(str, value))
+                    if type(value) is tuple:
+                        joined[value] = text
+                cells[index] = text
+        table.append(cells)
+    return table
 
 
 MAPPING_COLUMNS = ("train_key", "rollout_keys", "layer_index", "block", "cardinality", "confidence", "notes")
@@ -105,34 +116,46 @@ MODULE_COLUMNS = (
 
 
 def _mapping_rows(analysis: Analysis) -> list[tuple[Any, ...]]:
-    return [(r.train_key, list(r.rollout_keys), r.layer_index if r.layer_index is not None else "-", r.block,
+    return [(r.train_key, r.rollout_keys, r.layer_index if r.layer_index is not None else "-", r.block,
              r.cardinality, r.confidence, r.notes) for r in analysis.rows]
+
+
+_MISSING_ERRORS = (None, "missing") * len(STAT_NAMES)
 
 
 def _target_row(target: TargetComparison, output_aligned: bool) -> tuple[Any, ...]:
     priority, bucket = priority_bucket(target)
-    if target.target.startswith("parameters.") and target.consistency == "mismatch" and output_aligned:
+    if output_aligned and target.consistency == "mismatch" and target.target.startswith("parameters."):
         priority, bucket = "P5", "parameter_mismatch_output_aligned"
-    by_name = {s.name: s for s in target.stats}
-    values = [getattr(side, stat.lower(), None) for stat in STAT_NAMES for side in (target.train, target.rollout)]
-    errors: list[Any] = []
-    for stat in STAT_NAMES:
-        comparison = by_name.get(stat)
-        errors += [comparison.rel_err if comparison else None, comparison.status if comparison else "missing"]
+    train, rollout = target.train, target.rollout
+    if target.stats:
+        mx, mn, mean, norm = target.stats
+        errors: tuple[Any, ...] = (mx.rel_err, mx.status, mn.rel_err, mn.status, mean.rel_err, mean.status,
+                                   norm.rel_err, norm.status)
+    else:
+        errors = _MISSING_ERRORS
     return (
         target.train_key, target.rollout_key, target.target, target.aggregated,
-        target.train.dtype if target.train else None, target.rollout.dtype if target.rollout else None,
-        target.dtype_match, list(target.train.shape or ()) if target.train else None,
-        list(target.rollout.shape or ()) if target.rollout else None, target.shape_relation,
-        *values, *errors, target.tolerance, target.consistency, target.value_status, priority, bucket, _FOCUS[priority],
+        train.dtype if train else None, rollout.dtype if rollout else None, target.dtype_match,
+        (train.shape or ()) if train else None, (rollout.shape or ()) if rollout else None, target.shape_relation,
+        *(_stat_values(train, rollout) if train and rollout else _one_side_values(train, rollout)),
+        *errors, target.tolerance, target.consistency, target.value_status, priority, bucket, _FOCUS[priority],
         target.reason,
     )
+
+
+def _stat_values(train: TensorStats, rollout: TensorStats) -> tuple[float | None, ...]:
+    return (train.max, rollout.max, train.min, rollout.min, train.mean, rollout.mean, train.norm, rollout.norm)
+
+
+def _one_side_values(train: TensorStats | None, rollout: TensorStats | None) -> tuple[float | None, ...]:
+    return tuple(getattr(side, stat.lower(), None) for stat in STAT_NAMES for side in (train, rollout))
 
 
 def _module_row(record: ModuleRecord) -> tuple[Any, ...]:
     c = record.comparison
     return (
-        c.train_key, c.rollout_key, list(c.train_keys), list(c.rollout_keys), c.cardinality, record.call_index,
+        c.train_key, c.rollout_key, c.train_keys, c.rollout_keys, c.cardinality, record.call_index,
         record.layer_index if record.layer_index is not None else "-", record.block, c.output_consistency,
         c.input_args_consistency, c.parameter_consistency, c.kwargs_consistency, c.module_bucket,
         c.module_priority_rank, c.reasoning, c.dtype_mismatch,
@@ -168,7 +191,7 @@ def write_table(out_dir: Path, stem: str, meta: dict[str, Any], container: str, 
 def _write_mapping(analysis: Analysis, out_dir: Path) -> list[Path]:
     written = write_table(out_dir, "output_1_key_mapping", _meta(analysis), "rows", MAPPING_COLUMNS,
                           _mapping_rows(analysis), (1,))
-    matched = [(r.train_key, list(r.rollout_keys)) for r in analysis.rows if r.rollout_keys]
+    matched = [(r.train_key, r.rollout_keys) for r in analysis.rows if r.rollout_keys]
     write_atomically(out_dir / "output_2_mapping.json", _json(dict(matched)))
     write_atomically(out_dir / "output_2_mapping.csv", _csv(("train_key", "rollout_keys"), matched, (1,)))
     return written + [out_dir / "output_2_mapping.json", out_dir / "output_2_mapping.csv"]
