@@ -134,12 +134,10 @@ def quick_verdict(train: TensorStats | None, rollout: TensorStats | None, tolera
     """
     if train is None or rollout is None or not train.observable or not rollout.observable:
         return "missing", 0
-    if _is_integer_kind(train.dtype) != _is_integer_kind(rollout.dtype):
+    dtype_match, same_form = _dtype_pair(train.dtype, rollout.dtype)
+    if not same_form:
         return "missing", 0
-    tol = tolerances.for_dtypes(train.dtype, rollout.dtype)
-    mismatched_dtype = train.dtype is not None and rollout.dtype is not None and train.dtype != rollout.dtype and (
-        normalise_dtype(train.dtype) != normalise_dtype(rollout.dtype))
-    scale = max(_scale(rollout), _scale(train)) if mismatched_dtype else _scale(rollout)
+    scale = -1.0  # computed once a statistic differs: identical statistics need neither scale nor tolerance
     compared = bad = False
     flags = 0
     for name, t, r in (("Max", train.max, rollout.max), ("Min", train.min, rollout.min),
@@ -147,14 +145,18 @@ def quick_verdict(train: TensorStats | None, rollout: TensorStats | None, tolera
         if t is None or r is None:
             continue
         compared = True
-        if not (math.isfinite(t) and math.isfinite(r)):
-            if (math.isnan(t) and math.isnan(r)) or t == r:
+        if t == r and isfinite(t):
+            continue
+        if not (isfinite(t) and isfinite(r)):
+            if (isnan(t) and isnan(r)) or t == r:
                 flags |= NONFINITE_BOTH
             else:
                 bad = True
                 flags |= NONFINITE_ONE_SIDE
-        elif t != r and _stat_error(name, t, r, scale) > tol:
-            bad = True
+        elif not bad:
+            if scale < 0.0:
+                scale = max(_scale(rollout), _scale(train)) if dtype_match == "mismatch" else _scale(rollout)
+            bad = _stat_error(name, t, r, scale) > tolerances.for_dtypes(train.dtype, rollout.dtype)
     if not compared:
         return "missing", flags
     return ("mismatch" if bad else "aligned"), flags

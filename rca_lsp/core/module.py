@@ -27,6 +27,8 @@ _FUSED_QKV_ROLLOUT = "fused_qkv_a_proj"
 
 
 def _combined(parts: Sequence[ModuleEntry], pick: str) -> TensorStats | None:
+    if len(parts) == 1:
+        return getattr(parts[0], pick)
     stats = [getattr(p, pick) for p in parts]
     if any(s is None for s in stats):
         return None
@@ -54,10 +56,19 @@ def _summarise(states: Sequence[str]) -> str:
 
 def _common_parameters(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> list[str] | None:
     """Parameter names both sides have (weight first); None when neither side has any (a container)."""
+    if len(train) == 1 and len(rollout) == 1:
+        train_names, rollout_names = train[0].parameters.keys(), rollout[0].parameters.keys()
+        if not train_names and not rollout_names:
+            return None
+        return sorted(train_names & rollout_names, key=_weight_first)
     if not any(t.parameters for t in train) and not any(r.parameters for r in rollout):
         return None
     names = set.intersection(*(set(t.parameters) for t in train)) & set.intersection(*(set(r.parameters) for r in rollout))
-    return sorted(names, key=lambda n: (n != "weight", n))
+    return sorted(names, key=_weight_first)
+
+
+def _weight_first(name: str) -> tuple[bool, str]:
+    return name != "weight", name
 
 
 def _kwarg_pairs(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> tuple[list[tuple[str, ModuleEntry, ModuleEntry]], bool, bool]:
