@@ -198,6 +198,10 @@ class ModuleComparison:
                   for name in self._parameter_names]
         return specs
 
+    def target_count(self) -> int:
+        """len(self.target_specs()), without building them."""
+        return 1 + (len(_pairwise(self._train, self._rollout)) or 1) + len(self._parameter_names)
+
     def compare_targets(self) -> list[TargetComparison]:
         """Detailed comparisons of every target, not kept (output files stream through these)."""
         return [compare_target(s.target, s.train_key, s.rollout_key, s.train, s.rollout, self._tol, s.aggregated)

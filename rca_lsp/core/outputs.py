@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import itertools
@@ -21,6 +22,7 @@ from rca_lsp.core.compare import STAT_NAMES, TargetComparison, priority_bucket
 from rca_lsp.core.dump import TensorStats
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.report_md import render_markdown
+from rca_lsp.core.splittable import write_split
 
 _FOCUS = {"P1": "investigate", "P2": "investigate", "P3": "check_shape", "P4": "none", "P5": "deprioritized",
           "-": "premise"}
@@ -175,17 +177,57 @@ def write_table(out_dir: Path, stem: str, meta: dict[str, Any], container: str, 
                 rows: Iterable[Sequence[Any]], list_columns: Sequence[int]) -> list[Path]:
     """`<stem>.json` ({"meta", container: [row objects]}) and `<stem>.csv`, streamed chunk by chunk."""
     json_path, csv_path = out_dir / f"{stem}.json", out_dir / f"{stem}.csv"
+    json_head, csv_head = _table_heads(meta, container, columns)
     iterator = iter(rows)
     with atomic_stream(json_path) as json_out, atomic_stream(csv_path) as csv_out:
-        json_out.write(b'{"meta":' + orjson.dumps(meta) + b',"' + container.encode() + b'":[')
-        csv_out.write(",".join(columns).encode() + b"\n")
-        separator = b""
-        while chunk := list(itertools.islice(iterator, CHUNK)):
-            json_out.write(separator + orjson.dumps([dict(zip(columns, row)) for row in chunk])[1:-1])
-            csv_out.write(_csv_body(chunk, list_columns))
-            separator = b","
-        json_out.write(b"]}\n")
+        json_out.write(json_head)
+        csv_out.write(csv_head)
+        for index in itertools.count():
+            chunk = list(itertools.islice(iterator, CHUNK))
+            if not chunk:
+                break
+            json_text, csv_text = _encode_chunk(index, chunk, columns, list_columns)
+            json_out.write(json_text)
+            csv_out.write(csv_text)
+        json_out.write(_JSON_TAIL)
     return [json_path, csv_path]
+
+
+_JSON_TAIL = b"]}\n"
+
+
+def _table_heads(meta: dict[str, Any], container: str, columns: Sequence[str]) -> tuple[bytes, bytes]:
+    return b'{"meta":' + orjson.dumps(meta) + b',"' + container.encode() + b'":[', ",".join(columns).encode() + b"\n"
+
+
+def _encode_chunk(index: int, rows: list[Sequence[Any]], columns: Sequence[str],
+                  list_columns: Sequence[int]) -> tuple[bytes, bytes]:
+    """The JSON (row objects, comma-led after the first chunk) and CSV text of one chunk of a table."""
+    json_text = orjson.dumps([dict(zip(columns, row)) for row in rows])[1:-1]
+    return (b"," + json_text if index else json_text), _csv_body(rows, list_columns)
+
+
+class _TargetChunks:
+    """output_3 by chunk of CHUNK rows, each computed on its own: two processes share the table's work."""
+
+    def __init__(self, records: Sequence[ModuleRecord]) -> None:
+        self._records = records
+        self._starts = list(itertools.accumulate((r.comparison.target_count() for r in records), initial=0))
+        self.count = -(-self._starts[-1] // CHUNK)
+
+    def rows(self, index: int) -> list[tuple[Any, ...]]:
+        first = index * CHUNK
+        record = bisect.bisect_right(self._starts, first) - 1
+        skip = first - self._starts[record]
+        return list(itertools.islice(_target_rows(self._records, record), skip, skip + CHUNK))
+
+
+def _target_rows(records: Sequence[ModuleRecord], start: int = 0) -> Iterator[tuple[Any, ...]]:
+    for index in range(start, len(records)):
+        comparison = records[index].comparison
+        output_aligned = comparison.output_consistency == "aligned"
+        for target in comparison.compare_targets():
+            yield _target_row(target, output_aligned)
 
 
 def _write_mapping(analysis: Analysis, out_dir: Path) -> list[Path]:
@@ -197,10 +239,13 @@ def _write_mapping(analysis: Analysis, out_dir: Path) -> list[Path]:
     return written + [out_dir / "output_2_mapping.json", out_dir / "output_2_mapping.csv"]
 
 
+_COMPARE_STEM = "output_3_value_compare"
+_TARGET_LIST_COLUMNS = (7, 8)
+
+
 def _write_compare(analysis: Analysis, out_dir: Path) -> list[Path]:
-    rows = (_target_row(t, r.comparison.output_consistency == "aligned")
-            for r in analysis.records for t in r.comparison.compare_targets())
-    return write_table(out_dir, "output_3_value_compare", _meta(analysis), "rows", TARGET_COLUMNS, rows, (7, 8))
+    return write_table(out_dir, _COMPARE_STEM, _meta(analysis), "rows", TARGET_COLUMNS, _target_rows(analysis.records),
+                       _TARGET_LIST_COLUMNS)
 
 
 def _write_modules(analysis: Analysis, out_dir: Path) -> list[Path]:
@@ -224,14 +269,20 @@ def _write_part(part: Callable[[Analysis, Path], list[Path]], analysis: Analysis
 
 def write_outputs(analysis: Analysis, out_dir: Path, fork: bool = False) -> list[Path]:
     """Write every output file; with `fork` (single-threaded callers only: forking a threaded process can
-    deadlock), the value-compare tables, most of the work, are written by a child process meanwhile."""
+    deadlock), the value-compare tables, most of the work, are shared with a child process: it starts on them
+    while this process writes the other files, which then takes value-compare chunks from the end."""
     if not fork or "fork" not in multiprocessing.get_all_start_methods():
         return [path for part in PARTS for path in _write_part(part, analysis, out_dir)]
     out_dir.mkdir(parents=True, exist_ok=True)
-    child = multiprocessing.get_context("fork").Process(target=_write_part, args=(_write_compare, analysis, out_dir))
-    child.start()
-    written = [path for part in PARTS if part is not _write_compare for path in _write_part(part, analysis, out_dir)]
-    child.join()
-    if child.exitcode != 0:
-        raise OSError(f"writing output_3 in {out_dir} failed (exit code {child.exitcode})")
-    return written + [out_dir / "output_3_value_compare.json", out_dir / "output_3_value_compare.csv"]
+    chunks = _TargetChunks(analysis.records)
+
+    def encode(index: int) -> tuple[bytes, bytes]:
+        return _encode_chunk(index, chunks.rows(index), TARGET_COLUMNS, _TARGET_LIST_COLUMNS)
+
+    def other_parts() -> list[Path]:
+        return [path for part in PARTS if part is not _write_compare for path in _write_part(part, analysis, out_dir)]
+
+    paths = (out_dir / f"{_COMPARE_STEM}.json", out_dir / f"{_COMPARE_STEM}.csv")
+    written = write_split(paths, _table_heads(_meta(analysis), "rows", TARGET_COLUMNS), _JSON_TAIL, chunks.count,
+                          encode, other_parts)
+    return written + list(paths)
