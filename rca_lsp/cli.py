@@ -68,7 +68,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         raise InputError("analyze", f"missing {', '.join(missing)} (or give none of them to run the demo)")
     else:
         train, rollout, mapping = Path(args.train), Path(args.rollout), Path(args.mapping_key)
-    analysis = analyze_paths(train, rollout, mapping, _tolerances(args.tolerance))
+    analysis = analyze_paths(train, rollout, mapping, _tolerances(args.tolerance), fork=True)
     blocking = [i for i in analysis.mapping.issues if i.code in BLOCKING_CODES]
     if blocking:
         issue = blocking[0]
