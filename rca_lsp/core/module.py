@@ -186,15 +186,19 @@ class ModuleComparison:
 
     def target_specs(self) -> list[TargetSpec]:
         """What is compared: output (combined over parts), each part's input, each common parameter."""
+        return [TargetSpec._make(spec) for spec in self._spec_tuples()]
+
+    def _spec_tuples(self) -> list[tuple[str, str, str, TensorStats | None, TensorStats | None, bool]]:
         train_id, rollout_id = _join(self.train_keys), _join(self.rollout_keys)
-        specs = [TargetSpec("output.0", train_id, rollout_id, self._output_train, self._output_rollout, self.aggregated)]
+        aggregated = self.aggregated
+        specs = [("output.0", train_id, rollout_id, self._output_train, self._output_rollout, aggregated)]
         pairs = _pairwise(self._train, self._rollout)
         if pairs:
-            specs += [TargetSpec("input_args.0", t.key, r.key, t.input, r.input, False) for t, r in pairs]
+            specs += [("input_args.0", t.key, r.key, t.input, r.input, False) for t, r in pairs]
         else:
-            specs.append(TargetSpec("input_args.0", train_id, rollout_id, _combined(self._train, "input"),
-                                    _combined(self._rollout, "input"), True))
-        specs += [TargetSpec(f"parameters.{name}", train_id, rollout_id, *self._parameter_stats(name), self.aggregated)
+            specs.append(("input_args.0", train_id, rollout_id, _combined(self._train, "input"),
+                          _combined(self._rollout, "input"), True))
+        specs += [(f"parameters.{name}", train_id, rollout_id, *self._parameter_stats(name), aggregated)
                   for name in self._parameter_names]
         return specs
 
@@ -204,8 +208,9 @@ class ModuleComparison:
 
     def compare_targets(self) -> list[TargetComparison]:
         """Detailed comparisons of every target, not kept (output files stream through these)."""
-        return [compare_target(s.target, s.train_key, s.rollout_key, s.train, s.rollout, self._tol, s.aggregated)
-                for s in self.target_specs()]
+        tol = self._tol
+        return [compare_target(target, train_key, rollout_key, train, rollout, tol, aggregated)
+                for target, train_key, rollout_key, train, rollout, aggregated in self._spec_tuples()]
 
     @cached_property
     def _details(self) -> list[TargetComparison]:
