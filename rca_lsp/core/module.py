@@ -71,11 +71,12 @@ def _weight_first(name: str) -> tuple[bool, str]:
     return name != "weight", name
 
 
-def _kwarg_pairs(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> tuple[list[tuple[str, ModuleEntry, ModuleEntry]], bool, bool]:
-    """(name, train part, rollout part) for tensor kwargs on both sides; whether any exist; whether names differ."""
+def _kwarg_pairs(parts: list[tuple[ModuleEntry, ModuleEntry]]) -> tuple[list[tuple[str, ModuleEntry, ModuleEntry]], bool, bool]:
+    """(name, train part, rollout part) for tensor kwargs on both sides of each `_pairwise` pair; whether any
+    exist; whether names differ."""
     pairs: list[tuple[str, ModuleEntry, ModuleEntry]] = []
     any_kwargs = names_differ = False
-    for t, r in _pairwise(train, rollout):
+    for t, r in parts:
         if not t.kwargs and not r.kwargs:
             continue
         any_kwargs = True
@@ -123,8 +124,8 @@ class ModuleComparison:
         self._train = tuple(train)
         self._rollout = tuple(rollout)
         self._tol = tol
-        self.train_keys = tuple(t.key for t in train)
-        self.rollout_keys = tuple(r.key for r in rollout)
+        self.train_keys = tuple([t.key for t in train])
+        self.rollout_keys = tuple([r.key for r in rollout])
         self._output_train = _combined(train, "output")
         self._output_rollout = _combined(rollout, "output")
         self.output_consistency, flags = quick_verdict(self._output_train, self._output_rollout, tol)
@@ -142,7 +143,7 @@ class ModuleComparison:
             self.parameter_consistency = "missing"
         else:
             self.parameter_consistency = _summarise([quick_verdict(*self._parameter_stats(n), tol)[0] for n in names])
-        kwarg_pairs, any_kwargs, names_differ = _kwarg_pairs(train, rollout)
+        kwarg_pairs, any_kwargs, names_differ = _kwarg_pairs(pairs)
         self._kwarg_pairs = kwarg_pairs
         if not any_kwargs:
             self.kwargs_consistency = "not_applicable"
