@@ -156,9 +156,10 @@ def _one_side_values(train: TensorStats | None, rollout: TensorStats | None) -> 
 
 def _module_row(record: ModuleRecord) -> tuple[Any, ...]:
     c = record.comparison
+    layer = record.layer_index
     return (
         c.train_key, c.rollout_key, c.train_keys, c.rollout_keys, c.cardinality, record.call_index,
-        record.layer_index if record.layer_index is not None else "-", record.block, c.output_consistency,
+        layer if layer is not None else "-", record.block, c.output_consistency,
         c.input_args_consistency, c.parameter_consistency, c.kwargs_consistency, c.module_bucket,
         c.module_priority_rank, c.reasoning, c.dtype_mismatch,
         c.parameter_consistency in ("aligned", "mismatch"), c.kwargs_consistency not in ("missing", "partial"),
