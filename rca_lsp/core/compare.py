@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from math import isfinite, isnan
 from functools import lru_cache
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from rca_lsp.core.dump import TensorStats
 from rca_lsp.core.tolerance import WARN_FACTOR, Tolerances, normalise_dtype
@@ -114,18 +114,18 @@ def _stat_error(name: str, t: float, r: float, scale: float) -> float:
     return abs(t - r) / max(abs(r), floor)
 
 
-def _compare_stat(name: str, t: float | None, r: float | None, scale: float, tol: float) -> StatComparison:
+def _stat_cells(name: str, t: float | None, r: float | None, scale: float, tol: float) -> tuple[float | None, str]:
+    """(rel_err, status) of one statistic."""
     if t is None or r is None:
-        return StatComparison(name, t, r, None, "missing")
+        return None, "missing"
     if t == r and isfinite(t):
         err = 0.0  # what _stat_error gives; identical statistics are the common case
     elif not (isfinite(t) and isfinite(r)):
         same = (isnan(t) and isnan(r)) or t == r
-        return StatComparison(name, t, r, 0.0 if same else math.inf, "nonfinite_both" if same else "alert")
+        return (0.0, "nonfinite_both") if same else (math.inf, "alert")
     else:
         err = _stat_error(name, t, r, scale)
-    status = "ok" if err <= tol else ("warn" if err <= tol * WARN_FACTOR else "alert")
-    return _new(StatComparison, (name, t, r, err, status))
+    return err, "ok" if err <= tol else ("warn" if err <= tol * WARN_FACTOR else "alert")
 
 
 NONFINITE_BOTH = 1
@@ -171,26 +171,52 @@ def quick_verdict(train: TensorStats | None, rollout: TensorStats | None, tolera
     return ("mismatch" if bad else "aligned"), flags
 
 
+# What compare_target and output_3 need of one target: (errors, tolerance, dtype_match, shape_relation,
+# consistency, value_status, reason), errors being (rel_err, status) of Max, Min, Mean and Norm in a row, or ()
+# when no statistic was compared. A plain tuple: output_3 assesses ~10^6 targets without building objects.
+Assessment = tuple[tuple[Any, ...], float, str, str, str, str, str]
+
+
 def compare_target(target: str, train_key: str, rollout_key: str, train: TensorStats | None,
                    rollout: TensorStats | None, tolerances: Tolerances, aggregated: bool = False) -> TargetComparison:
+    errors, tol, dtype_match, relation, consistency, status, reason = assess(target, train, rollout, tolerances)
+    return _new(TargetComparison, (target, train_key, rollout_key, train, rollout, aggregated,
+                                   _stat_comparisons(train, rollout, errors), tol, dtype_match, relation, consistency,
+                                   status, reason))
+
+
+def assess(target: str, train: TensorStats | None, rollout: TensorStats | None, tolerances: Tolerances) -> Assessment:
     if train is None or rollout is None or not train.observable or not rollout.observable:
         side = "train" if train is None or not train.observable else "rollout"
         what = "absent" if (train if side == "train" else rollout) is None else "without statistics (unobservable)"
-        return TargetComparison(target, train_key, rollout_key, train, rollout, aggregated, (), 0.0,
-                                "unknown", "unknown", "missing", f"missing_on_{side}", f"{target} {what} on {side}")
+        return (), 0.0, "unknown", "unknown", "missing", f"missing_on_{side}", f"{target} {what} on {side}"
     tol = tolerances.for_dtypes(train.dtype, rollout.dtype)
     dtype_match, same_form = _dtype_pair(train.dtype, rollout.dtype)
     relation = shape_relation(train, rollout)
     if not same_form:
-        return TargetComparison(target, train_key, rollout_key, train, rollout, aggregated, (), tol, dtype_match,
-                                relation, "missing", "not_comparable",
-                                f"{target} is {train.dtype} on train and {rollout.dtype} on rollout: not the same tensor form")
+        return ((), tol, dtype_match, relation, "missing", "not_comparable",
+                f"{target} is {train.dtype} on train and {rollout.dtype} on rollout: not the same tensor form")
     scale = max(_scale(rollout), _scale(train)) if dtype_match == "mismatch" else _scale(rollout)
-    stats = (_compare_stat("Max", train.max, rollout.max, scale, tol),
-             _compare_stat("Min", train.min, rollout.min, scale, tol),
-             _compare_stat("Mean", train.mean, rollout.mean, scale, tol),
-             _compare_stat("Norm", train.norm, rollout.norm, scale, tol))
-    return _verdict(target, train_key, rollout_key, train, rollout, aggregated, stats, tol, dtype_match, relation)
+    max_err, max_status = _stat_cells("Max", train.max, rollout.max, scale, tol)
+    min_err, min_status = _stat_cells("Min", train.min, rollout.min, scale, tol)
+    mean_err, mean_status = _stat_cells("Mean", train.mean, rollout.mean, scale, tol)
+    norm_err, norm_status = _stat_cells("Norm", train.norm, rollout.norm, scale, tol)
+    errors = (max_err, max_status, min_err, min_status, mean_err, mean_status, norm_err, norm_status)
+    note = f"; dtype {train.dtype} vs {rollout.dtype}" if dtype_match == "mismatch" else ""
+    if max_status == min_status == mean_status == norm_status == "ok":
+        return errors, tol, dtype_match, relation, "aligned", "match", _within(target, tol) + note
+    consistency, status, reason = _verdict(target, _stat_comparisons(train, rollout, errors), tol)
+    return errors, tol, dtype_match, relation, consistency, status, reason + note
+
+
+def _stat_comparisons(train: TensorStats | None, rollout: TensorStats | None,
+                      errors: tuple[Any, ...]) -> tuple[StatComparison, ...]:
+    if not errors:
+        return ()
+    return (_new(StatComparison, ("Max", train.max, rollout.max, errors[0], errors[1])),  # type: ignore[union-attr]
+            _new(StatComparison, ("Min", train.min, rollout.min, errors[2], errors[3])),  # type: ignore[union-attr]
+            _new(StatComparison, ("Mean", train.mean, rollout.mean, errors[4], errors[5])),  # type: ignore[union-attr]
+            _new(StatComparison, ("Norm", train.norm, rollout.norm, errors[6], errors[7])))  # type: ignore[union-attr]
 
 
 @lru_cache(maxsize=1024)
@@ -201,37 +227,22 @@ def _dtype_pair(train: str | None, rollout: str | None) -> tuple[str, bool]:
     return match, _is_integer_kind(train) == _is_integer_kind(rollout)
 
 
-def _verdict(target: str, train_key: str, rollout_key: str, train: TensorStats, rollout: TensorStats,
-             aggregated: bool, stats: tuple[StatComparison, ...], tol: float, dtype_match: str,
-             relation: str) -> TargetComparison:
-    if stats[0].status == stats[1].status == stats[2].status == stats[3].status == "ok":
-        return _new(TargetComparison, (target, train_key, rollout_key, train, rollout, aggregated, stats, tol, dtype_match,
-                                       relation, "aligned", "match",
-                                       _within(target, tol) + _dtype_note(dtype_match, train, rollout)))
+def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float) -> tuple[str, str, str]:
+    """(consistency, value_status, reason) when not every statistic is simply within tolerance."""
     compared = [s for s in stats if s.status != "missing"]
     bad = [s for s in compared if s.status in ("warn", "alert")]
     if not compared:
-        consistency, status, reason = "missing", "missing_statistics", f"{target}: no statistic on both sides"
-    elif bad:
-        consistency, status = "mismatch", "mismatch"
+        return "missing", "missing_statistics", f"{target}: no statistic on both sides"
+    if bad:
         nonfinite = [s for s in bad if _one_nonfinite(s.train, s.rollout)]
         if nonfinite:
             side = "train" if not math.isfinite(nonfinite[0].train) else "rollout"  # type: ignore[arg-type]
-            reason = f"{target}: {', '.join(s.name for s in nonfinite)} non-finite on {side} only"
-            status = f"nonfinite_on_{side}"
-        else:
-            worst = max(bad, key=lambda s: s.rel_err or 0.0)
-            reason = f"{target}: {worst.name} differs by {worst.rel_err:.3g} relative (tolerance {tol:g})"
-    else:
-        consistency, status = "aligned", "match"
-        both = [s.name for s in compared if s.status == "nonfinite_both"]
-        reason = f"{target}: {', '.join(both)} non-finite on both sides" if both else _within(target, tol)
-    return _new(TargetComparison, (target, train_key, rollout_key, train, rollout, aggregated, stats, tol, dtype_match,
-                                   relation, consistency, status, reason + _dtype_note(dtype_match, train, rollout)))
-
-
-def _dtype_note(dtype_match: str, train: TensorStats, rollout: TensorStats) -> str:
-    return f"; dtype {train.dtype} vs {rollout.dtype}" if dtype_match == "mismatch" else ""
+            return ("mismatch", f"nonfinite_on_{side}",
+                    f"{target}: {', '.join(s.name for s in nonfinite)} non-finite on {side} only")
+        worst = max(bad, key=lambda s: s.rel_err or 0.0)
+        return "mismatch", "mismatch", f"{target}: {worst.name} differs by {worst.rel_err:.3g} relative (tolerance {tol:g})"
+    both = [s.name for s in compared if s.status == "nonfinite_both"]
+    return "aligned", "match", f"{target}: {', '.join(both)} non-finite on both sides" if both else _within(target, tol)
 
 
 @lru_cache(maxsize=1024)
@@ -239,17 +250,18 @@ def _within(target: str, tol: float) -> str:
     return f"{target}: within {tol:g}"
 
 
-def priority_bucket(target: TargetComparison) -> tuple[str, str]:
+@lru_cache(maxsize=64)
+def priority_for(consistency: str, relation: str) -> tuple[str, str]:
     """The seed's P1..P4 buckets for one target (P5 demotion needs the module context)."""
-    if target.consistency == "missing":
+    if consistency == "missing":
         return "-", "missing_compare_target"
-    shape_ok = target.shape_relation in ("exact_match", "singleton_compatible_numel_match", "unknown")
-    if target.consistency == "mismatch":
+    shape_ok = relation in ("exact_match", "singleton_compatible_numel_match", "unknown")
+    if consistency == "mismatch":
         if shape_ok:
             return "P1", "value_mismatch_shape_match"
-        if target.shape_relation == "numel_match":
+        if relation == "numel_match":
             return "P1", "value_mismatch_numel_match"
         return "P2", "value_mismatch_shape_mismatch"
-    if target.shape_relation == "numel_mismatch":
+    if relation == "numel_mismatch":
         return "P3", "value_match_shape_mismatch"
     return "P4", "value_match_shape_match"

@@ -9,7 +9,8 @@ from __future__ import annotations
 from functools import cached_property
 from typing import NamedTuple, Sequence
 
-from rca_lsp.core.compare import NONFINITE_BOTH, TargetComparison, aggregate, compare_target, quick_verdict
+from rca_lsp.core.compare import (NONFINITE_BOTH, Assessment, TargetComparison, aggregate, assess, compare_target,
+                                  quick_verdict)
 from rca_lsp.core.dump import ModuleEntry, TensorStats
 from rca_lsp.core.tolerance import Tolerances, normalise_dtype
 
@@ -22,6 +23,7 @@ class TargetSpec(NamedTuple):
     aggregated: bool
 
 
+SpecTuple = tuple[str, str, str, TensorStats | None, TensorStats | None, bool]  # a TargetSpec's fields
 _FUSED_QKV_TRAIN = ("linear_q_down_proj", "linear_kv_down_proj")
 _FUSED_QKV_ROLLOUT = "fused_qkv_a_proj"
 
@@ -189,7 +191,7 @@ class ModuleComparison:
         """What is compared: output (combined over parts), each part's input, each common parameter."""
         return [TargetSpec._make(spec) for spec in self._spec_tuples()]
 
-    def _spec_tuples(self) -> list[tuple[str, str, str, TensorStats | None, TensorStats | None, bool]]:
+    def _spec_tuples(self) -> list[SpecTuple]:
         train_id, rollout_id = _join(self.train_keys), _join(self.rollout_keys)
         aggregated = self.aggregated
         specs = [("output.0", train_id, rollout_id, self._output_train, self._output_rollout, aggregated)]
@@ -206,6 +208,11 @@ class ModuleComparison:
     def target_count(self) -> int:
         """len(self.target_specs()), without building them."""
         return 1 + (len(_pairwise(self._train, self._rollout)) or 1) + len(self._parameter_names)
+
+    def assessed_targets(self) -> list[tuple[SpecTuple, Assessment]]:
+        """Each target (as target_specs gives it, a plain tuple) with its assessment: output_3 streams these."""
+        tol = self._tol
+        return [(spec, assess(spec[0], spec[3], spec[4], tol)) for spec in self._spec_tuples()]
 
     def compare_targets(self) -> list[TargetComparison]:
         """Detailed comparisons of every target, not kept (output files stream through these)."""

@@ -18,7 +18,7 @@ import orjson
 from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.gcpause import paused_gc
-from rca_lsp.core.compare import STAT_NAMES, TargetComparison, priority_bucket
+from rca_lsp.core.compare import STAT_NAMES, priority_for
 from rca_lsp.core.dump import TensorStats
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.report_md import render_markdown
@@ -125,27 +125,6 @@ def _mapping_rows(analysis: Analysis) -> list[tuple[Any, ...]]:
 _MISSING_ERRORS = (None, "missing") * len(STAT_NAMES)
 
 
-def _target_row(target: TargetComparison, output_aligned: bool) -> tuple[Any, ...]:
-    priority, bucket = priority_bucket(target)
-    if output_aligned and target.consistency == "mismatch" and target.target.startswith("parameters."):
-        priority, bucket = "P5", "parameter_mismatch_output_aligned"
-    train, rollout = target.train, target.rollout
-    if target.stats:
-        mx, mn, mean, norm = target.stats
-        errors: tuple[Any, ...] = (mx.rel_err, mx.status, mn.rel_err, mn.status, mean.rel_err, mean.status,
-                                   norm.rel_err, norm.status)
-    else:
-        errors = _MISSING_ERRORS
-    return (
-        target.train_key, target.rollout_key, target.target, target.aggregated,
-        train.dtype if train else None, rollout.dtype if rollout else None, target.dtype_match,
-        (train.shape or ()) if train else None, (rollout.shape or ()) if rollout else None, target.shape_relation,
-        *(_stat_values(train, rollout) if train and rollout else _one_side_values(train, rollout)),
-        *errors, target.tolerance, target.consistency, target.value_status, priority, bucket, _FOCUS[priority],
-        target.reason,
-    )
-
-
 def _stat_values(train: TensorStats, rollout: TensorStats) -> tuple[float | None, ...]:
     return (train.max, rollout.max, train.min, rollout.min, train.mean, rollout.mean, train.norm, rollout.norm)
 
@@ -227,8 +206,19 @@ def _target_rows(records: Sequence[ModuleRecord], start: int = 0) -> Iterator[tu
     for index in range(start, len(records)):
         comparison = records[index].comparison
         output_aligned = comparison.output_consistency == "aligned"
-        for target in comparison.compare_targets():
-            yield _target_row(target, output_aligned)
+        for spec, assessment in comparison.assessed_targets():
+            target, train_key, rollout_key, train, rollout, aggregated = spec
+            errors, tol, dtype_match, relation, consistency, status, reason = assessment
+            priority, bucket = priority_for(consistency, relation)
+            if output_aligned and consistency == "mismatch" and target.startswith("parameters."):
+                priority, bucket = "P5", "parameter_mismatch_output_aligned"
+            yield (
+                train_key, rollout_key, target, aggregated, train.dtype if train else None,
+                rollout.dtype if rollout else None, dtype_match, (train.shape or ()) if train else None,
+                (rollout.shape or ()) if rollout else None, relation,
+                *(_stat_values(train, rollout) if train and rollout else _one_side_values(train, rollout)),
+                *(errors or _MISSING_ERRORS), tol, consistency, status, priority, bucket, _FOCUS[priority], reason,
+            )
 
 
 def _write_mapping(analysis: Analysis, out_dir: Path) -> list[Path]:
