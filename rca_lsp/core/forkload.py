@@ -87,19 +87,10 @@ def _unpack(packed: tuple[Any, ...]) -> Dump:
     entries: dict[str, ModuleEntry] = {}
     for key, module_path, class_name, call_index, primary, source, kwargs, output, parameters in rows:
         kwarg_stats = _unpack_map(kwargs)
-        entries[key] = ModuleEntry(
-            key=key,
-            position=len(entries),
-            path=module_path,
-            class_name=class_name,
-            call_index=call_index,
-            # the primary input taken from a kwarg is that kwarg's object, as when loaded directly
-            input=kwarg_stats[source[13:]] if source.startswith("input_kwargs.") else _unpack_stats(primary),
-            input_source=source,
-            kwargs=kwarg_stats,
-            output=_unpack_stats(output),
-            parameters=_unpack_map(parameters),
-        )
+        # the primary input taken from a kwarg is that kwarg's object, as when loaded directly
+        stats = kwarg_stats[source[13:]] if source.startswith("input_kwargs.") else _unpack_stats(primary)
+        entries[key] = ModuleEntry(key, len(entries), module_path, class_name, call_index, stats, source, kwarg_stats,
+                                   _unpack_stats(output), _unpack_map(parameters))
     return Dump(path, task, level, framework, list(entries), entries, skipped)
 
 
