@@ -142,9 +142,10 @@ def quick_verdict(train: TensorStats | None, rollout: TensorStats | None, tolera
     dtype_match, same_form = _dtype_pair(train.dtype, rollout.dtype)
     if not same_form:
         return "missing", 0
-    values = (train.max, train.min, train.mean, train.norm)
-    if values == (rollout.max, rollout.min, rollout.mean, rollout.norm) and None not in values and all(
-            map(isfinite, values)):
+    t_max, t_min, t_mean, t_norm = train.max, train.min, train.mean, train.norm
+    if (t_max is not None and t_min is not None and t_mean is not None and t_norm is not None
+            and (t_max, t_min, t_mean, t_norm) == (rollout.max, rollout.min, rollout.mean, rollout.norm)
+            and isfinite(t_max) and isfinite(t_min) and isfinite(t_mean) and isfinite(t_norm)):
         return "aligned", 0  # identical finite statistics (synced weights, untouched activations)
     scale = -1.0  # computed once a statistic differs: identical statistics need neither scale nor tolerance
     compared = bad = False

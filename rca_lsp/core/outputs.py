@@ -58,7 +58,7 @@ def _csv(columns: Sequence[str], rows: Iterable[Sequence[Any]], list_columns: Se
 
 
 def _csv_body(rows: Iterable[Sequence[Any]], list_columns: Sequence[int] = ()) -> bytes:
-    table = _join_lists(rows, list_columns) if list_columns else list(rows)
+    table: list[Sequence[Any]] = _join_lists(rows, list_columns) if list_columns else list(rows)
     if not table:
         return b""
     fast = _csv_through_json(table)
@@ -84,9 +84,9 @@ def _csv_module(rows: list[Sequence[Any]]) -> bytes:
     return buffer.getvalue().encode()
 
 
-def _join_lists(rows: Iterable[Sequence[Any]], list_columns: Sequence[int]) -> list[list[Any]]:
+def _join_lists(rows: Iterable[Sequence[Any]], list_columns: Sequence[int]) -> list[Sequence[Any]]:
     joined: dict[Any, str] = {}  # list cells repeat (shapes, key lists): join each distinct one once
-    table = []
+    table: list[Sequence[Any]] = []
     for row in rows:
         cells = list(row)
         for index in list_columns:
@@ -180,7 +180,7 @@ def _table_heads(meta: dict[str, Any], container: str, columns: Sequence[str]) -
     return b'{"meta":' + orjson.dumps(meta) + b',"' + container.encode() + b'":[', ",".join(columns).encode() + b"\n"
 
 
-def _encode_chunk(index: int, rows: list[Sequence[Any]], columns: Sequence[str],
+def _encode_chunk(index: int, rows: Sequence[Sequence[Any]], columns: Sequence[str],
                   list_columns: Sequence[int]) -> tuple[bytes, bytes]:
     """The JSON (row objects, comma-led after the first chunk) and CSV text of one chunk of a table."""
     json_text = orjson.dumps([dict(zip(columns, row)) for row in rows])[1:-1]
