@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
@@ -68,7 +69,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         raise InputError("analyze", f"missing {', '.join(missing)} (or give none of them to run the demo)")
     else:
         train, rollout, mapping = Path(args.train), Path(args.rollout), Path(args.mapping_key)
-    analysis = analyze_paths(train, rollout, mapping, _tolerances(args.tolerance))
+    analysis = analyze_paths(train, rollout, mapping, _tolerances(args.tolerance), fork=True)
     blocking = [i for i in analysis.mapping.issues if i.code in BLOCKING_CODES]
     if blocking:
         issue = blocking[0]
@@ -81,7 +82,16 @@ def run_analyze(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir or "rca_out")
     write_outputs(analysis, out_dir, fork=True)
     print(_summary(analysis, out_dir))
+    if args.exit_when_done:
+        _exit_without_teardown()
     return 0
+
+
+def _exit_without_teardown() -> NoReturn:
+    """End the process now: freeing the analysis' ~10^7 objects one by one took ~2 s on a 160 MB dump pair."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _add_serve(subparsers: argparse._SubParsersAction) -> None:
@@ -127,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    args.exit_when_done = argv is None  # run as the program (not called with arguments, e.g. by a test)
     try:
         return COMMANDS[args.command](args)
     except InputError as error:

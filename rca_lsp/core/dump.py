@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.gcpause import paused_gc
@@ -237,31 +237,35 @@ class DumpCache:
         self._locks: dict[Path, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def get(self, path: str | os.PathLike[str]) -> Dump:
+    def get(self, path: str | os.PathLike[str], load: Callable[[Path], Dump] = load_dump_file) -> Dump:
         resolved = resolve_dump_path(path).resolve()
         with self._guard:
             lock = self._locks.setdefault(resolved, threading.Lock())
         with lock:
-            before = _signature(resolved)
+            before = signature(resolved)
             cached = self._dumps.get(resolved)
             if cached is not None and cached[:2] == before:
                 return cached[2]
-            dump = load_dump_file(resolved)
-            if _signature(resolved) != before:
-                raise InputError(str(resolved), "the dump changed while it was being read; it is probably being rewritten")
+            dump = load(resolved)
+            check_unchanged(resolved, before)
             self._dumps[resolved] = (*before, dump)
             return dump
 
     def is_current(self, path: str | os.PathLike[str]) -> bool:
         resolved = Path(path).resolve()
         cached = self._dumps.get(resolved)
-        return cached is not None and cached[:2] == _signature(resolved)
+        return cached is not None and cached[:2] == signature(resolved)
 
     def forget(self, path: str | os.PathLike[str]) -> None:
         self._dumps.pop(Path(path).resolve(), None)
 
 
-def _signature(path: Path) -> tuple[int, int]:
+def check_unchanged(path: Path, before: tuple[int, int]) -> None:
+    if signature(path) != before:
+        raise InputError(str(path), "the dump changed while it was being read; it is probably being rewritten")
+
+
+def signature(path: Path) -> tuple[int, int]:
     try:
         info = path.stat()
     except OSError as error:

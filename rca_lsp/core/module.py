@@ -9,7 +9,8 @@ from __future__ import annotations
 from functools import cached_property
 from typing import NamedTuple, Sequence
 
-from rca_lsp.core.compare import NONFINITE_BOTH, TargetComparison, aggregate, compare_target, quick_verdict
+from rca_lsp.core.compare import (NONFINITE_BOTH, Assessment, TargetComparison, aggregate, assess, compare_target,
+                                  quick_verdict)
 from rca_lsp.core.dump import ModuleEntry, TensorStats
 from rca_lsp.core.tolerance import Tolerances, normalise_dtype
 
@@ -22,11 +23,14 @@ class TargetSpec(NamedTuple):
     aggregated: bool
 
 
+SpecTuple = tuple[str, str, str, TensorStats | None, TensorStats | None, bool]  # a TargetSpec's fields
 _FUSED_QKV_TRAIN = ("linear_q_down_proj", "linear_kv_down_proj")
 _FUSED_QKV_ROLLOUT = "fused_qkv_a_proj"
 
 
 def _combined(parts: Sequence[ModuleEntry], pick: str) -> TensorStats | None:
+    if len(parts) == 1:
+        return getattr(parts[0], pick)
     stats = [getattr(p, pick) for p in parts]
     if any(s is None for s in stats):
         return None
@@ -54,17 +58,27 @@ def _summarise(states: Sequence[str]) -> str:
 
 def _common_parameters(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> list[str] | None:
     """Parameter names both sides have (weight first); None when neither side has any (a container)."""
+    if len(train) == 1 and len(rollout) == 1:
+        train_names, rollout_names = train[0].parameters.keys(), rollout[0].parameters.keys()
+        if not train_names and not rollout_names:
+            return None
+        return sorted(train_names & rollout_names, key=_weight_first)
     if not any(t.parameters for t in train) and not any(r.parameters for r in rollout):
         return None
     names = set.intersection(*(set(t.parameters) for t in train)) & set.intersection(*(set(r.parameters) for r in rollout))
-    return sorted(names, key=lambda n: (n != "weight", n))
+    return sorted(names, key=_weight_first)
 
 
-def _kwarg_pairs(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> tuple[list[tuple[str, ModuleEntry, ModuleEntry]], bool, bool]:
-    """(name, train part, rollout part) for tensor kwargs on both sides; whether any exist; whether names differ."""
+def _weight_first(name: str) -> tuple[bool, str]:
+    return name != "weight", name
+
+
+def _kwarg_pairs(parts: list[tuple[ModuleEntry, ModuleEntry]]) -> tuple[list[tuple[str, ModuleEntry, ModuleEntry]], bool, bool]:
+    """(name, train part, rollout part) for tensor kwargs on both sides of each `_pairwise` pair; whether any
+    exist; whether names differ."""
     pairs: list[tuple[str, ModuleEntry, ModuleEntry]] = []
     any_kwargs = names_differ = False
-    for t, r in _pairwise(train, rollout):
+    for t, r in parts:
         if not t.kwargs and not r.kwargs:
             continue
         any_kwargs = True
@@ -112,8 +126,8 @@ class ModuleComparison:
         self._train = tuple(train)
         self._rollout = tuple(rollout)
         self._tol = tol
-        self.train_keys = tuple(t.key for t in train)
-        self.rollout_keys = tuple(r.key for r in rollout)
+        self.train_keys = tuple([t.key for t in train])
+        self.rollout_keys = tuple([r.key for r in rollout])
         self._output_train = _combined(train, "output")
         self._output_rollout = _combined(rollout, "output")
         self.output_consistency, flags = quick_verdict(self._output_train, self._output_rollout, tol)
@@ -131,7 +145,7 @@ class ModuleComparison:
             self.parameter_consistency = "missing"
         else:
             self.parameter_consistency = _summarise([quick_verdict(*self._parameter_stats(n), tol)[0] for n in names])
-        kwarg_pairs, any_kwargs, names_differ = _kwarg_pairs(train, rollout)
+        kwarg_pairs, any_kwargs, names_differ = _kwarg_pairs(pairs)
         self._kwarg_pairs = kwarg_pairs
         if not any_kwargs:
             self.kwargs_consistency = "not_applicable"
@@ -175,22 +189,36 @@ class ModuleComparison:
 
     def target_specs(self) -> list[TargetSpec]:
         """What is compared: output (combined over parts), each part's input, each common parameter."""
+        return [TargetSpec._make(spec) for spec in self._spec_tuples()]
+
+    def _spec_tuples(self) -> list[SpecTuple]:
         train_id, rollout_id = _join(self.train_keys), _join(self.rollout_keys)
-        specs = [TargetSpec("output.0", train_id, rollout_id, self._output_train, self._output_rollout, self.aggregated)]
+        aggregated = self.aggregated
+        specs = [("output.0", train_id, rollout_id, self._output_train, self._output_rollout, aggregated)]
         pairs = _pairwise(self._train, self._rollout)
         if pairs:
-            specs += [TargetSpec("input_args.0", t.key, r.key, t.input, r.input, False) for t, r in pairs]
+            specs += [("input_args.0", t.key, r.key, t.input, r.input, False) for t, r in pairs]
         else:
-            specs.append(TargetSpec("input_args.0", train_id, rollout_id, _combined(self._train, "input"),
-                                    _combined(self._rollout, "input"), True))
-        specs += [TargetSpec(f"parameters.{name}", train_id, rollout_id, *self._parameter_stats(name), self.aggregated)
+            specs.append(("input_args.0", train_id, rollout_id, _combined(self._train, "input"),
+                          _combined(self._rollout, "input"), True))
+        specs += [(f"parameters.{name}", train_id, rollout_id, *self._parameter_stats(name), aggregated)
                   for name in self._parameter_names]
         return specs
 
+    def target_count(self) -> int:
+        """len(self.target_specs()), without building them."""
+        return 1 + (len(_pairwise(self._train, self._rollout)) or 1) + len(self._parameter_names)
+
+    def assessed_targets(self) -> list[tuple[SpecTuple, Assessment]]:
+        """Each target (as target_specs gives it, a plain tuple) with its assessment: output_3 streams these."""
+        tol = self._tol
+        return [(spec, assess(spec[0], spec[3], spec[4], tol)) for spec in self._spec_tuples()]
+
     def compare_targets(self) -> list[TargetComparison]:
         """Detailed comparisons of every target, not kept (output files stream through these)."""
-        return [compare_target(s.target, s.train_key, s.rollout_key, s.train, s.rollout, self._tol, s.aggregated)
-                for s in self.target_specs()]
+        tol = self._tol
+        return [compare_target(target, train_key, rollout_key, train, rollout, tol, aggregated)
+                for target, train_key, rollout_key, train, rollout, aggregated in self._spec_tuples()]
 
     @cached_property
     def _details(self) -> list[TargetComparison]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import itertools
@@ -17,9 +18,11 @@ import orjson
 from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.gcpause import paused_gc
-from rca_lsp.core.compare import STAT_NAMES, TargetComparison, priority_bucket
+from rca_lsp.core.compare import STAT_NAMES, priority_for
+from rca_lsp.core.dump import TensorStats
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.report_md import render_markdown
+from rca_lsp.core.splittable import write_split
 
 _FOCUS = {"P1": "investigate", "P2": "investigate", "P3": "check_shape", "P4": "none", "P5": "deprioritized",
           "-": "premise"}
@@ -55,7 +58,7 @@ def _csv(columns: Sequence[str], rows: Iterable[Sequence[Any]], list_columns: Se
 
 
 def _csv_body(rows: Iterable[Sequence[Any]], list_columns: Sequence[int] = ()) -> bytes:
-    table = [_join_lists(row, list_columns) for row in rows] if list_columns else list(rows)
+    table: list[Sequence[Any]] = _join_lists(rows, list_columns) if list_columns else list(rows)
     if not table:
         return b""
     fast = _csv_through_json(table)
@@ -81,12 +84,22 @@ def _csv_module(rows: list[Sequence[Any]]) -> bytes:
     return buffer.getvalue().encode()
 
 
-def _join_lists(row: Sequence[Any], list_columns: Sequence[int]) -> list[Any]:
-    cells = list(row)
-    for index in list_columns:
-        if cells[index] is not None:
-            cells[index] = "|".join(map(str, cells[index]))
-    return cells
+def _join_lists(rows: Iterable[Sequence[Any]], list_columns: Sequence[int]) -> list[Sequence[Any]]:
+    joined: dict[Any, str] = {}  # list cells repeat (shapes, key lists): join each distinct one once
+    table: list[Sequence[Any]] = []
+    for row in rows:
+        cells = list(row)
+        for index in list_columns:
+            value = cells[index]
+            if value is not None:
+                text = joined.get(value) if type(value) is tuple else None
+                if text is None:
+                    text = "|".join(map(str, value))
+                    if type(value) is tuple:
+                        joined[value] = text
+                cells[index] = text
+        table.append(cells)
+    return table
 
 
 MAPPING_COLUMNS = ("train_key", "rollout_keys", "layer_index", "block", "cardinality", "confidence", "notes")
@@ -105,35 +118,27 @@ MODULE_COLUMNS = (
 
 
 def _mapping_rows(analysis: Analysis) -> list[tuple[Any, ...]]:
-    return [(r.train_key, list(r.rollout_keys), r.layer_index if r.layer_index is not None else "-", r.block,
+    return [(r.train_key, r.rollout_keys, r.layer_index if r.layer_index is not None else "-", r.block,
              r.cardinality, r.confidence, r.notes) for r in analysis.rows]
 
 
-def _target_row(target: TargetComparison, output_aligned: bool) -> tuple[Any, ...]:
-    priority, bucket = priority_bucket(target)
-    if target.target.startswith("parameters.") and target.consistency == "mismatch" and output_aligned:
-        priority, bucket = "P5", "parameter_mismatch_output_aligned"
-    by_name = {s.name: s for s in target.stats}
-    values = [getattr(side, stat.lower(), None) for stat in STAT_NAMES for side in (target.train, target.rollout)]
-    errors: list[Any] = []
-    for stat in STAT_NAMES:
-        comparison = by_name.get(stat)
-        errors += [comparison.rel_err if comparison else None, comparison.status if comparison else "missing"]
-    return (
-        target.train_key, target.rollout_key, target.target, target.aggregated,
-        target.train.dtype if target.train else None, target.rollout.dtype if target.rollout else None,
-        target.dtype_match, list(target.train.shape or ()) if target.train else None,
-        list(target.rollout.shape or ()) if target.rollout else None, target.shape_relation,
-        *values, *errors, target.tolerance, target.consistency, target.value_status, priority, bucket, _FOCUS[priority],
-        target.reason,
-    )
+_MISSING_ERRORS = (None, "missing") * len(STAT_NAMES)
+
+
+def _stat_values(train: TensorStats, rollout: TensorStats) -> tuple[float | None, ...]:
+    return (train.max, rollout.max, train.min, rollout.min, train.mean, rollout.mean, train.norm, rollout.norm)
+
+
+def _one_side_values(train: TensorStats | None, rollout: TensorStats | None) -> tuple[float | None, ...]:
+    return tuple(getattr(side, stat.lower(), None) for stat in STAT_NAMES for side in (train, rollout))
 
 
 def _module_row(record: ModuleRecord) -> tuple[Any, ...]:
     c = record.comparison
+    layer = record.layer_index
     return (
-        c.train_key, c.rollout_key, list(c.train_keys), list(c.rollout_keys), c.cardinality, record.call_index,
-        record.layer_index if record.layer_index is not None else "-", record.block, c.output_consistency,
+        c.train_key, c.rollout_key, c.train_keys, c.rollout_keys, c.cardinality, record.call_index,
+        layer if layer is not None else "-", record.block, c.output_consistency,
         c.input_args_consistency, c.parameter_consistency, c.kwargs_consistency, c.module_bucket,
         c.module_priority_rank, c.reasoning, c.dtype_mismatch,
         c.parameter_consistency in ("aligned", "mismatch"), c.kwargs_consistency not in ("missing", "partial"),
@@ -152,32 +157,86 @@ def write_table(out_dir: Path, stem: str, meta: dict[str, Any], container: str, 
                 rows: Iterable[Sequence[Any]], list_columns: Sequence[int]) -> list[Path]:
     """`<stem>.json` ({"meta", container: [row objects]}) and `<stem>.csv`, streamed chunk by chunk."""
     json_path, csv_path = out_dir / f"{stem}.json", out_dir / f"{stem}.csv"
+    json_head, csv_head = _table_heads(meta, container, columns)
     iterator = iter(rows)
     with atomic_stream(json_path) as json_out, atomic_stream(csv_path) as csv_out:
-        json_out.write(b'{"meta":' + orjson.dumps(meta) + b',"' + container.encode() + b'":[')
-        csv_out.write(",".join(columns).encode() + b"\n")
-        separator = b""
-        while chunk := list(itertools.islice(iterator, CHUNK)):
-            json_out.write(separator + orjson.dumps([dict(zip(columns, row)) for row in chunk])[1:-1])
-            csv_out.write(_csv_body(chunk, list_columns))
-            separator = b","
-        json_out.write(b"]}\n")
+        json_out.write(json_head)
+        csv_out.write(csv_head)
+        for index in itertools.count():
+            chunk = list(itertools.islice(iterator, CHUNK))
+            if not chunk:
+                break
+            json_text, csv_text = _encode_chunk(index, chunk, columns, list_columns)
+            json_out.write(json_text)
+            csv_out.write(csv_text)
+        json_out.write(_JSON_TAIL)
     return [json_path, csv_path]
+
+
+_JSON_TAIL = b"]}\n"
+
+
+def _table_heads(meta: dict[str, Any], container: str, columns: Sequence[str]) -> tuple[bytes, bytes]:
+    return b'{"meta":' + orjson.dumps(meta) + b',"' + container.encode() + b'":[', ",".join(columns).encode() + b"\n"
+
+
+def _encode_chunk(index: int, rows: Sequence[Sequence[Any]], columns: Sequence[str],
+                  list_columns: Sequence[int]) -> tuple[bytes, bytes]:
+    """The JSON (row objects, comma-led after the first chunk) and CSV text of one chunk of a table."""
+    json_text = orjson.dumps([dict(zip(columns, row)) for row in rows])[1:-1]
+    return (b"," + json_text if index else json_text), _csv_body(rows, list_columns)
+
+
+class _TargetChunks:
+    """output_3 by chunk of CHUNK rows, each computed on its own: two processes share the table's work."""
+
+    def __init__(self, records: Sequence[ModuleRecord]) -> None:
+        self._records = records
+        self._starts = list(itertools.accumulate((r.comparison.target_count() for r in records), initial=0))
+        self.count = -(-self._starts[-1] // CHUNK)
+
+    def rows(self, index: int) -> list[tuple[Any, ...]]:
+        first = index * CHUNK
+        record = bisect.bisect_right(self._starts, first) - 1
+        skip = first - self._starts[record]
+        return list(itertools.islice(_target_rows(self._records, record), skip, skip + CHUNK))
+
+
+def _target_rows(records: Sequence[ModuleRecord], start: int = 0) -> Iterator[tuple[Any, ...]]:
+    for index in range(start, len(records)):
+        comparison = records[index].comparison
+        output_aligned = comparison.output_consistency == "aligned"
+        for spec, assessment in comparison.assessed_targets():
+            target, train_key, rollout_key, train, rollout, aggregated = spec
+            errors, tol, dtype_match, relation, consistency, status, reason = assessment
+            priority, bucket = priority_for(consistency, relation)
+            if output_aligned and consistency == "mismatch" and target.startswith("parameters."):
+                priority, bucket = "P5", "parameter_mismatch_output_aligned"
+            yield (
+                train_key, rollout_key, target, aggregated, train.dtype if train else None,
+                rollout.dtype if rollout else None, dtype_match, (train.shape or ()) if train else None,
+                (rollout.shape or ()) if rollout else None, relation,
+                *(_stat_values(train, rollout) if train and rollout else _one_side_values(train, rollout)),
+                *(errors or _MISSING_ERRORS), tol, consistency, status, priority, bucket, _FOCUS[priority], reason,
+            )
 
 
 def _write_mapping(analysis: Analysis, out_dir: Path) -> list[Path]:
     written = write_table(out_dir, "output_1_key_mapping", _meta(analysis), "rows", MAPPING_COLUMNS,
                           _mapping_rows(analysis), (1,))
-    matched = [(r.train_key, list(r.rollout_keys)) for r in analysis.rows if r.rollout_keys]
+    matched = [(r.train_key, r.rollout_keys) for r in analysis.rows if r.rollout_keys]
     write_atomically(out_dir / "output_2_mapping.json", _json(dict(matched)))
     write_atomically(out_dir / "output_2_mapping.csv", _csv(("train_key", "rollout_keys"), matched, (1,)))
     return written + [out_dir / "output_2_mapping.json", out_dir / "output_2_mapping.csv"]
 
 
+_COMPARE_STEM = "output_3_value_compare"
+_TARGET_LIST_COLUMNS = (7, 8)
+
+
 def _write_compare(analysis: Analysis, out_dir: Path) -> list[Path]:
-    rows = (_target_row(t, r.comparison.output_consistency == "aligned")
-            for r in analysis.records for t in r.comparison.compare_targets())
-    return write_table(out_dir, "output_3_value_compare", _meta(analysis), "rows", TARGET_COLUMNS, rows, (7, 8))
+    return write_table(out_dir, _COMPARE_STEM, _meta(analysis), "rows", TARGET_COLUMNS, _target_rows(analysis.records),
+                       _TARGET_LIST_COLUMNS)
 
 
 def _write_modules(analysis: Analysis, out_dir: Path) -> list[Path]:
@@ -201,14 +260,20 @@ def _write_part(part: Callable[[Analysis, Path], list[Path]], analysis: Analysis
 
 def write_outputs(analysis: Analysis, out_dir: Path, fork: bool = False) -> list[Path]:
     """Write every output file; with `fork` (single-threaded callers only: forking a threaded process can
-    deadlock), the value-compare tables, most of the work, are written by a child process meanwhile."""
+    deadlock), the value-compare tables, most of the work, are shared with a child process: it starts on them
+    while this process writes the other files, which then takes value-compare chunks from the end."""
     if not fork or "fork" not in multiprocessing.get_all_start_methods():
         return [path for part in PARTS for path in _write_part(part, analysis, out_dir)]
     out_dir.mkdir(parents=True, exist_ok=True)
-    child = multiprocessing.get_context("fork").Process(target=_write_part, args=(_write_compare, analysis, out_dir))
-    child.start()
-    written = [path for part in PARTS if part is not _write_compare for path in _write_part(part, analysis, out_dir)]
-    child.join()
-    if child.exitcode != 0:
-        raise OSError(f"writing output_3 in {out_dir} failed (exit code {child.exitcode})")
-    return written + [out_dir / "output_3_value_compare.json", out_dir / "output_3_value_compare.csv"]
+    chunks = _TargetChunks(analysis.records)
+
+    def encode(index: int) -> tuple[bytes, bytes]:
+        return _encode_chunk(index, chunks.rows(index), TARGET_COLUMNS, _TARGET_LIST_COLUMNS)
+
+    def other_parts() -> list[Path]:
+        return [path for part in PARTS if part is not _write_compare for path in _write_part(part, analysis, out_dir)]
+
+    paths = (out_dir / f"{_COMPARE_STEM}.json", out_dir / f"{_COMPARE_STEM}.csv")
+    written = write_split(paths, _table_heads(_meta(analysis), "rows", TARGET_COLUMNS), _JSON_TAIL, chunks.count,
+                          encode, other_parts)
+    return written + list(paths)

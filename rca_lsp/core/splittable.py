@@ -1,0 +1,105 @@
+"""One large JSON+CSV table written by two processes at once, byte for byte what one process would write.
+
+The table is a sequence of chunks. A forked child encodes chunks from the first on, straight into the target's
+temporary files; the parent, once its own work is done, encodes chunks from the last one backwards into spool
+files. The two meet wherever the work balances (a shared counter hands out chunks), then the parent appends its
+chunks in order and renames both files into place, so a reader never sees a half-written table.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import tempfile
+from multiprocessing.sharedctypes import SynchronizedArray
+from pathlib import Path
+from typing import BinaryIO, Callable, TypeVar
+
+from rca_lsp.core.gcpause import paused_gc
+
+EncodeChunk = Callable[[int], tuple[bytes, bytes]]  # chunk index -> (its JSON text, its CSV text)
+T = TypeVar("T")
+
+
+def write_split(paths: tuple[Path, Path], heads: tuple[bytes, bytes], json_tail: bytes, chunks: int,
+                encode: EncodeChunk, parent_work: Callable[[], T]) -> T:
+    """Write the JSON and CSV files (head, every chunk in order, tail for the JSON) while running `parent_work`,
+    and return its result. Single-threaded callers only: the child is forked."""
+    context = multiprocessing.get_context("fork")
+    temporaries: list[str] = []
+    fds: list[int] = []
+    child = None
+    try:
+        for path, head in zip(paths, heads):
+            fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            temporaries.append(temporary)
+            fds.append(fd)
+            os.write(fd, head)
+        bounds = context.Array("q", [0, chunks])  # [next chunk from the front, end of the unclaimed chunks)
+        child = context.Process(target=_write_front, args=(bounds, fds, encode))
+        child.start()
+        result = parent_work()
+        with tempfile.TemporaryFile(dir=paths[0].parent) as json_spool, \
+                tempfile.TemporaryFile(dir=paths[0].parent) as csv_spool:
+            sizes = _write_back(bounds, encode, json_spool, csv_spool)
+            child.join()
+            if child.exitcode != 0:
+                raise OSError(f"writing {paths[0].name} failed in the child process (exit code {child.exitcode})")
+            with os.fdopen(fds[0], "ab", closefd=False) as json_out, os.fdopen(fds[1], "ab", closefd=False) as csv_out:
+                _append_reversed(json_spool, json_out, [size for size, _ in sizes])
+                _append_reversed(csv_spool, csv_out, [size for _, size in sizes])
+                json_out.write(json_tail)
+        for temporary, path in zip(temporaries, paths):
+            os.replace(temporary, path)
+        temporaries.clear()
+        return result
+    finally:
+        if child is not None and child.exitcode is None:
+            child.kill()
+            child.join()
+        for fd in fds:
+            os.close(fd)
+        for temporary in temporaries:
+            Path(temporary).unlink(missing_ok=True)
+
+
+def _claim(bounds: SynchronizedArray, from_front: bool) -> int | None:
+    with bounds.get_lock():
+        if bounds[0] >= bounds[1]:
+            return None
+        if from_front:
+            bounds[0] += 1
+            return bounds[0] - 1
+        bounds[1] -= 1
+        return bounds[1]
+
+
+def _write_front(bounds: SynchronizedArray, fds: list[int], encode: EncodeChunk) -> None:
+    with paused_gc(), os.fdopen(fds[0], "wb", closefd=False) as json_out, \
+            os.fdopen(fds[1], "wb", closefd=False) as csv_out:
+        while (index := _claim(bounds, from_front=True)) is not None:
+            json_text, csv_text = encode(index)
+            json_out.write(json_text)
+            csv_out.write(csv_text)
+
+
+def _write_back(bounds: SynchronizedArray, encode: EncodeChunk, json_spool: BinaryIO,
+                csv_spool: BinaryIO) -> list[tuple[int, int]]:
+    """Chunks from the back, spooled in the order encoded (last chunk first); their sizes."""
+    sizes = []
+    with paused_gc():
+        while (index := _claim(bounds, from_front=False)) is not None:
+            json_text, csv_text = encode(index)
+            json_spool.write(json_text)
+            csv_spool.write(csv_text)
+            sizes.append((len(json_text), len(csv_text)))
+    return sizes
+
+
+def _append_reversed(spool: BinaryIO, out: BinaryIO, sizes: list[int]) -> None:
+    """Copy the spooled segments to `out`, last one first."""
+    offsets = list(itertools.accumulate(sizes, initial=0))
+    for index in reversed(range(len(sizes))):
+        spool.seek(offsets[index])
+        out.write(spool.read(sizes[index]))

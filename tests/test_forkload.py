@@ -1,0 +1,57 @@
+"""The rollout dump loaded by a forked child: the same index, the same errors, as loading it here."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from builders import entry, write_dump
+from conftest import FIXTURES
+from rca_lsp.core.dump import DumpCache, load_dump_file
+from rca_lsp.core.errors import InputError
+from rca_lsp.core.forkload import BackgroundDump
+from rca_lsp.core.run import analyze_paths
+
+KEY = "Module.model.layers.0.mlp.down_proj.Linear.forward.0"
+
+
+@pytest.mark.parametrize("variant", ["qkv_layout", "repeated_calls"])
+def test_background_load_gives_the_same_dump(variant: str) -> None:
+    path = next((FIXTURES / variant / "rollout").glob("**/dump.json")).resolve()
+    with BackgroundDump(path) as background:
+        loaded = background.load(path)
+    direct = load_dump_file(path)
+    assert (loaded.path, loaded.task, loaded.level, loaded.framework) == (direct.path, direct.task, direct.level,
+                                                                           direct.framework)
+    assert loaded.keys == direct.keys and loaded.entries == direct.entries
+    assert loaded.skipped_keys == direct.skipped_keys
+
+
+def test_nonfinite_statistics_survive_the_transfer(tmp_path: Path) -> None:
+    node = entry([1.0, 2.0], [3.0, 4.0])
+    node["output"][0].update({"Max": math.inf, "Min": -math.inf, "Mean": math.nan})
+    path = write_dump(tmp_path / "dump.json", {KEY: node}).resolve()
+    with BackgroundDump(path) as background:
+        output = DumpCache().get(path, background.load).entries[KEY].output
+    assert output is not None and output.max == math.inf and output.min == -math.inf and math.isnan(output.mean)
+
+
+def test_forked_analysis_reports_a_broken_rollout_like_the_usual_one(tmp_path: Path) -> None:
+    folder = FIXTURES / "param_desync"
+    broken = tmp_path / "dump.json"
+    broken.write_text('{\n "data": {\n  "k": [1, 2,,]\n }\n}')
+    errors = []
+    for fork in (False, True):
+        with pytest.raises(InputError) as raised:
+            analyze_paths(folder / "train", broken, folder / "mapping_key.json", fork=fork)
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1] and ":3:" in errors[0]
+
+
+def test_forked_analysis_matches(tmp_path: Path) -> None:
+    folder = FIXTURES / "missing_activation"
+    usual, forked = (analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json", fork=fork)
+                     for fork in (False, True))
+    assert forked.report == usual.report

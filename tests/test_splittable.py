@@ -1,0 +1,51 @@
+"""Tables written by two processes: the same bytes as one process writes, whoever takes which chunk."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, variants
+from rca_lsp.core import outputs
+from rca_lsp.core.run import analyze_paths
+from rca_lsp.core.splittable import write_split
+
+COLUMNS = ("key", "value", "parts")
+ROWS = [(f"Module.m{i}.Linear.forward.0", i / 7 if i % 3 else None, (i, 1, 2) if i % 4 else None) for i in range(23)]
+
+
+def _split_write(out: Path, parent_work) -> None:
+    chunks = [ROWS[i:i + outputs.CHUNK] for i in range(0, len(ROWS), outputs.CHUNK)]
+    out.mkdir()
+    write_split((out / "t.json", out / "t.csv"), outputs._table_heads({"tool": "x"}, "rows", COLUMNS),
+                outputs._JSON_TAIL, len(chunks), lambda i: outputs._encode_chunk(i, chunks[i], COLUMNS, (2,)),
+                parent_work)
+
+
+@pytest.mark.parametrize("parent_delay", [0.0, 0.5])
+def test_split_table_matches_the_single_process_table(tmp_path: Path, monkeypatch, parent_delay: float) -> None:
+    monkeypatch.setattr(outputs, "CHUNK", 3)
+    outputs.write_table(tmp_path / "one", "t", {"tool": "x"}, "rows", COLUMNS, ROWS, (2,))
+    _split_write(tmp_path / "two", lambda: threading.Event().wait(parent_delay))
+    for name in ("t.json", "t.csv"):
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes()
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["t.csv", "t.json"]
+
+
+def test_failing_parent_work_leaves_no_files(tmp_path: Path) -> None:
+    def fail() -> None:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        _split_write(tmp_path / "out", fail)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("variant", variants())
+def test_target_count_matches_the_targets(variant: str) -> None:
+    folder = FIXTURES / variant
+    analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
+    for record in analysis.records:
+        assert record.comparison.target_count() == len(record.comparison.target_specs())
