@@ -37,3 +37,4 @@ def test_variant_is_diagnosed(variant: str) -> None:
     named = set(cause.get("evidence_keys", [])) - {first.train_key}
     if cause["classification"] != "parameter_or_checkpoint_issue":
         assert named & evidence or not named, f"none of {named} named in {evidence}"
+    assert cause.get("hypothesis_mentions", "") in analysis.report["top_hypothesis"]

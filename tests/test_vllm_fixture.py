@@ -1,4 +1,4 @@
-"""Facts about the committed real vLLM rollout fixtures (fixtures/vllm/<variant>/, made by generate_vllm.py).
+"""Facts about the committed real vLLM rollout fixtures (fixtures/vllm_<variant>/, made by generate_vllm.py).
 
 Only what must hold in the dumps themselves (keys, structure, empty repacked weights, tuple outputs, and the numeric
 identities that follow from vLLM's fused-residual forward). The analysis results on these pairs are not asserted
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-VLLM = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
+VLLM = Path(__file__).resolve().parents[1] / "fixtures"
 VARIANTS = ["vllm_healthy", "vllm_missing_activation", "vllm_param_desync"]
 T = "Module.module.module."
 R = "Module."

@@ -107,6 +107,21 @@ def _scale(stats: TensorStats) -> float:
     return max(extremes, default=0.0)
 
 
+def _comparison_scale(train: TensorStats, rollout: TensorStats, dtype_match: str) -> float:
+    """The rollout tensor's scale (the train one's too when the dtypes differ); the train one's when the rollout
+    statistics do not give one (e.g. only the Mean of a sum of two tensors is known)."""
+    if dtype_match == "mismatch":
+        return max(_scale(rollout), _scale(train))
+    return _scale(rollout) or _scale(train)
+
+
+def sum_of(a: TensorStats | None, b: TensorStats | None) -> TensorStats | None:
+    """What the statistics of a + b (same shape) say exactly: the Mean; Max, Min and Norm stay unknown."""
+    if a is None or b is None or a.mean is None or b.mean is None or a.shape != b.shape:
+        return None
+    return TensorStats(a.dtype if a.dtype == b.dtype else None, a.shape, None, None, a.mean + b.mean, None)
+
+
 def _stat_error(name: str, t: float, r: float, scale: float) -> float:
     # Mean, Max and Min are judged against the tensor's scale (a mean near zero would make any noise "huge");
     # Norm is a magnitude itself.
@@ -165,7 +180,7 @@ def quick_verdict(train: TensorStats | None, rollout: TensorStats | None, tolera
                 flags |= NONFINITE_ONE_SIDE
         elif not bad:
             if scale < 0.0:
-                scale = max(_scale(rollout), _scale(train)) if dtype_match == "mismatch" else _scale(rollout)
+                scale = _comparison_scale(train, rollout, dtype_match)
             bad = _stat_error(name, t, r, scale) > tolerances.for_dtypes(train.dtype, rollout.dtype)
     if not compared:
         return "missing", flags
@@ -197,7 +212,7 @@ def assess(target: str, train: TensorStats | None, rollout: TensorStats | None, 
     if not same_form:
         return ((), tol, dtype_match, relation, "missing", "not_comparable",
                 f"{target} is {train.dtype} on train and {rollout.dtype} on rollout: not the same tensor form")
-    scale = max(_scale(rollout), _scale(train)) if dtype_match == "mismatch" else _scale(rollout)
+    scale = _comparison_scale(train, rollout, dtype_match)
     max_err, max_status = _stat_cells("Max", train.max, rollout.max, scale, tol)
     min_err, min_status = _stat_cells("Min", train.min, rollout.min, scale, tol)
     mean_err, mean_status = _stat_cells("Mean", train.mean, rollout.mean, scale, tol)

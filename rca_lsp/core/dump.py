@@ -55,6 +55,11 @@ class ModuleEntry:
     kwargs: Mapping[str, TensorStats]
     output: TensorStats | None  # first tensor of the output
     parameters: Mapping[str, TensorStats]
+    # The residual stream of modules that take and return it separately (vLLM's fused-residual RMSNorm:
+    # (x, residual) -> (norm(x + residual), x + residual); its decoder layer: (h, residual) -> (mlp_out, residual)):
+    # the float tensor of the primary input's shape right after it, and the output's second tensor of its shape.
+    stream_input: TensorStats | None = None
+    stream_output: TensorStats | None = None
 
 
 @dataclass
@@ -144,6 +149,33 @@ def _primary_input(args: Any) -> TensorStats | None:
     return first
 
 
+def _stream_tensors(args: Any, output: Any) -> tuple[TensorStats | None, TensorStats | None]:
+    """(stream input, stream output) of an entry: see ModuleEntry."""
+    return _after_first_float(args), _after_first_float(output)
+
+
+def _after_first_float(items: Any) -> TensorStats | None:
+    """In a flat list of tensors: the float tensor right after the first float one, if it has the same shape."""
+    if type(items) is not list or len(items) < 2:
+        return None
+    first: TensorStats | None = None
+    for item in items:
+        if type(item) is not dict:
+            if first is not None:
+                return None
+            continue
+        stats = _tensor_stats(item)
+        if stats is None or _is_integer_dtype(stats.dtype):
+            if first is not None:
+                return None
+            continue
+        if first is None:
+            first = stats
+        else:
+            return stats if stats.shape == first.shape else None
+    return None
+
+
 def _is_integer_dtype(dtype: str | None) -> bool:
     name = (dtype or "").rpartition(".")[2].lower()
     return name.startswith(("int", "uint", "long", "bool"))
@@ -166,6 +198,8 @@ def _entry(key: str, position: int, raw: dict[str, Any]) -> ModuleEntry | None:
     if primary is None and kwargs:
         source, primary = next(((f"input_kwargs.{n}", kwargs[n]) for n in ("hidden_states", "x", "input") if n in kwargs),
                                (f"input_kwargs.{next(iter(kwargs))}", next(iter(kwargs.values()))))
+    args, output = raw.get("input_args"), raw.get("output")
+    stream_input, stream_output = _stream_tensors(args, output)
     return ModuleEntry(
         key=key,
         position=position,
@@ -175,8 +209,10 @@ def _entry(key: str, position: int, raw: dict[str, Any]) -> ModuleEntry | None:
         input=primary,
         input_source=source,
         kwargs=kwargs,
-        output=first_tensor(raw.get("output")),
+        output=first_tensor(output),
         parameters=_tensor_map(raw.get("parameters")),
+        stream_input=stream_input if source == "input_args.0" else None,
+        stream_output=stream_output,
     )
 
 

@@ -74,7 +74,8 @@ def _load_and_send(path: Path, sender: Connection) -> None:
 def _pack(dump: Dump) -> tuple[Any, ...]:
     entries = [(e.key, e.path, e.class_name, e.call_index, _pack_stats(e.input), e.input_source,
                 [(name, _pack_stats(s)) for name, s in e.kwargs.items()], _pack_stats(e.output),
-                [(name, _pack_stats(s)) for name, s in e.parameters.items()]) for e in dump.entries.values()]
+                [(name, _pack_stats(s)) for name, s in e.parameters.items()], _pack_stats(e.stream_input),
+                _pack_stats(e.stream_output)) for e in dump.entries.values()]
     return dump.path, dump.task, dump.level, dump.framework, dump.skipped_keys, entries
 
 
@@ -85,12 +86,14 @@ def _pack_stats(stats: TensorStats | None) -> PackedStats:
 def _unpack(packed: tuple[Any, ...]) -> Dump:
     path, task, level, framework, skipped, rows = packed
     entries: dict[str, ModuleEntry] = {}
-    for key, module_path, class_name, call_index, primary, source, kwargs, output, parameters in rows:
+    for key, module_path, class_name, call_index, primary, source, kwargs, output, parameters, stream_input, \
+            stream_output in rows:
         kwarg_stats = _unpack_map(kwargs)
         # the primary input taken from a kwarg is that kwarg's object, as when loaded directly
         stats = kwarg_stats[source[13:]] if source.startswith("input_kwargs.") else _unpack_stats(primary)
         entries[key] = ModuleEntry(key, len(entries), module_path, class_name, call_index, stats, source, kwarg_stats,
-                                   _unpack_stats(output), _unpack_map(parameters))
+                                   _unpack_stats(output), _unpack_map(parameters), _unpack_stats(stream_input),
+                                   _unpack_stats(stream_output))
     return Dump(path, task, level, framework, list(entries), entries, skipped)
 
 

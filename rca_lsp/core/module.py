@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import NamedTuple, Sequence
 
 from rca_lsp.core.compare import (NONFINITE_BOTH, Assessment, TargetComparison, aggregate, assess, compare_target,
-                                  quick_verdict)
+                                  quick_verdict, sum_of)
 from rca_lsp.core.dump import ModuleEntry, TensorStats
 from rca_lsp.core.tolerance import Tolerances, normalise_dtype
 
@@ -50,6 +50,43 @@ def _pairwise(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> l
     return []
 
 
+class _StreamReading(NamedTuple):
+    """What a pair with a separately carried residual stream on one side is compared as (see ModuleEntry)."""
+
+    output: tuple[TensorStats | None, TensorStats | None]  # (train, rollout)
+    input: tuple[TensorStats | None, TensorStats | None]
+    output_label: str  # appended to the stream side's key in the detailed comparisons
+    input_label: str
+    stream_side: str  # train | rollout
+    note: str
+
+
+def _stream_reading(train: ModuleEntry, rollout: ModuleEntry, tol: Tolerances) -> _StreamReading | None:
+    if (train.stream_output is None) == (rollout.stream_output is None):
+        return None
+    on_rollout = rollout.stream_output is not None
+    plain, stream = (train, rollout) if on_rollout else (rollout, train)
+
+    def oriented(plain_stats: TensorStats | None, stream_stats: TensorStats | None) -> tuple[
+            TensorStats | None, TensorStats | None]:
+        return (plain_stats, stream_stats) if on_rollout else (stream_stats, plain_stats)
+
+    side = "rollout" if on_rollout else "train"
+    as_norm = (quick_verdict(*oriented(plain.output, stream.output), tol)[0] == "aligned"
+               or quick_verdict(*oriented(plain.input, stream.stream_output), tol)[0] == "aligned")
+    if as_norm:
+        return _StreamReading(oriented(plain.output, stream.output), oriented(plain.input, stream.stream_output),
+                              "", " [output.1 = input + residual]", side,
+                              f"{side} adds the residual inside this module and returns (output, input + residual): "
+                              "its input is compared through that sum")
+    summed_input = sum_of(stream.input, stream.stream_input) if stream.stream_input is not None else stream.input
+    return _StreamReading(oriented(plain.output, sum_of(stream.output, stream.stream_output)),
+                          oriented(plain.input, summed_input), " [output.0 + output.1, Mean only]",
+                          " [input + residual, Mean only]" if stream.stream_input is not None else "", side,
+                          f"{side} returns (branch output, residual) and takes the residual separately: only the "
+                          "Mean of their sum is comparable")
+
+
 def _summarise(states: Sequence[str]) -> str:
     if "mismatch" in states:
         return "mismatch"
@@ -65,8 +102,24 @@ def _common_parameters(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEnt
         return sorted(train_names & rollout_names, key=_weight_first)
     if not any(t.parameters for t in train) and not any(r.parameters for r in rollout):
         return None
-    names = set.intersection(*(set(t.parameters) for t in train)) & set.intersection(*(set(r.parameters) for r in rollout))
+    names: set[str] = set(train[0].parameters)
+    for part in [*train[1:], *rollout]:
+        names &= part.parameters.keys()
     return sorted(names, key=_weight_first)
+
+
+def _summarise_parameters(states: Sequence[str]) -> str:
+    """Like _summarise, but "partial" when some parameters could not be compared (e.g. a repacked, unobservable
+    weight next to an observable bias): "aligned" would claim what the dumps do not show."""
+    if "mismatch" in states:
+        return "mismatch"
+    if "missing" in states:
+        return "partial" if "aligned" in states else "missing"
+    return "aligned"
+
+
+def _labelled(train_id: str, rollout_id: str, side: str, label: str) -> tuple[str, str]:
+    return (train_id + label, rollout_id) if side == "train" else (train_id, rollout_id + label)
 
 
 def _weight_first(name: str) -> tuple[bool, str]:
@@ -99,7 +152,7 @@ def _bucket(train_keys: Sequence[str], rollout_keys: Sequence[str], output: str,
     if output == "aligned":
         if params_ok and inputs_ok:
             return "normal_aligned", 4, "output, inputs and parameters aligned"
-        if params == "missing" or kwargs in ("missing", "partial") or inputs == "missing":
+        if params in ("missing", "partial") or kwargs in ("missing", "partial") or inputs == "missing":
             return ("comparison_premise_abnormal_but_output_aligned", 5,
                     "output aligned; some inputs or parameters could not be compared")
         return "internal_difference_but_output_aligned", 5, "output aligned although inputs or parameters differ"
@@ -128,12 +181,19 @@ class ModuleComparison:
         self._tol = tol
         self.train_keys = tuple([t.key for t in train])
         self.rollout_keys = tuple([r.key for r in rollout])
-        self._output_train = _combined(train, "output")
-        self._output_rollout = _combined(rollout, "output")
+        reading = _stream_reading(train[0], rollout[0], tol) if len(train) == len(rollout) == 1 else None
+        self._reading = reading
+        if reading is not None:
+            self._output_train, self._output_rollout = reading.output
+        else:
+            self._output_train = _combined(train, "output")
+            self._output_rollout = _combined(rollout, "output")
         self.output_consistency, flags = quick_verdict(self._output_train, self._output_rollout, tol)
         self.output_nonfinite_both = bool(flags & NONFINITE_BOTH)
         pairs = _pairwise(train, rollout)
-        if pairs:
+        if reading is not None:
+            self.input_args_consistency = quick_verdict(*reading.input, tol)[0]
+        elif pairs:
             self.input_args_consistency = _summarise([quick_verdict(t.input, r.input, tol)[0] for t, r in pairs])
         else:
             self.input_args_consistency = quick_verdict(_combined(train, "input"), _combined(rollout, "input"), tol)[0]
@@ -144,7 +204,8 @@ class ModuleComparison:
         elif not names:
             self.parameter_consistency = "missing"
         else:
-            self.parameter_consistency = _summarise([quick_verdict(*self._parameter_stats(n), tol)[0] for n in names])
+            self.parameter_consistency = _summarise_parameters(
+                [quick_verdict(*self._parameter_stats(n), tol)[0] for n in names])
         kwarg_pairs, any_kwargs, names_differ = _kwarg_pairs(pairs)
         self._kwarg_pairs = kwarg_pairs
         if not any_kwargs:
@@ -160,6 +221,8 @@ class ModuleComparison:
         self.module_bucket, self.module_priority_rank, self.reasoning = _bucket(
             self.train_keys, self.rollout_keys, self.output_consistency, numel_mismatch, self.input_args_consistency,
             self.parameter_consistency, self.kwargs_consistency)
+        if reading is not None:
+            self.reasoning += f"; {reading.note}"
 
     def _parameter_stats(self, name: str) -> tuple[TensorStats, TensorStats]:
         return (aggregate([t.parameters[name] for t in self._train]),
@@ -194,6 +257,13 @@ class ModuleComparison:
     def _spec_tuples(self) -> list[SpecTuple]:
         train_id, rollout_id = _join(self.train_keys), _join(self.rollout_keys)
         aggregated = self.aggregated
+        reading = self._reading
+        if reading is not None:
+            output_ids = _labelled(train_id, rollout_id, reading.stream_side, reading.output_label)
+            input_ids = _labelled(train_id, rollout_id, reading.stream_side, reading.input_label)
+            return [("output.0", *output_ids, *reading.output, False), ("input_args.0", *input_ids, *reading.input, False)
+                    ] + [(f"parameters.{name}", train_id, rollout_id, *self._parameter_stats(name), False)
+                         for name in self._parameter_names]
         specs = [("output.0", train_id, rollout_id, self._output_train, self._output_rollout, aggregated)]
         pairs = _pairwise(self._train, self._rollout)
         if pairs:

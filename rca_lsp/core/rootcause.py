@@ -349,9 +349,12 @@ class RootCauseAnalysis:
             mismatched = [p.target for p in comparison.parameters if p.consistency == "mismatch"]
             notes.append(f"mismatched: {', '.join(mismatched)}")
         elif comparison.module_bucket == "module_impl_mismatch":
-            classification, rationale = IN_MODULE, "inputs and parameters aligned, but outputs diverged inside the module"
-            if comparison.parameter_consistency == "missing":
-                notes.append("parameters could not be compared, so a weight difference is not ruled out")
+            classification = IN_MODULE
+            if _parameters_unseen(comparison.parameter_consistency):
+                rationale = (f"inputs aligned, but outputs diverged inside the module; {_UNSEEN_PARAMETERS}, so this "
+                             "is an in-module difference or a parameter desync the dumps cannot tell apart")
+            else:
+                rationale = "inputs and parameters aligned, but outputs diverged inside the module"
         else:
             classification, rationale = MANUAL, "no stronger automatic explanation was found"
         if comparison.input_args_consistency == "missing":
@@ -427,6 +430,9 @@ def hypothesis(first: Suspect | None) -> tuple[str, list[str]]:
                 "boundary and the first downstream mismatch", [k for k in first.between.train if is_activation_like(k)])
     if first.classification == PARAMETER:
         return "parameter sync or checkpoint alignment issue", [first.train_key]
+    if first.classification == IN_MODULE and _parameters_unseen(first.record.comparison.parameter_consistency):
+        return ("in-module implementation or numeric path mismatch, or a parameter desync (the parameters are not "
+                "observable on both sides)", [first.train_key])
     if first.classification == IN_MODULE:
         return "in-module implementation or numeric path mismatch", [first.train_key]
     if first.classification == UPSTREAM and first.credible_origin:
@@ -466,7 +472,19 @@ NEXT_CHECKS = {
 def next_checks(suspects: Sequence[Suspect]) -> list[str]:
     if not suspects:
         return ["no credible divergence: nothing to check beyond the listed premise problems, if any"]
-    return list(NEXT_CHECKS.get(suspects[0].classification, NEXT_CHECKS[UPSTREAM]))
+    first = suspects[0]
+    checks = list(NEXT_CHECKS.get(first.classification, NEXT_CHECKS[UPSTREAM]))
+    if first.classification == IN_MODULE and _parameters_unseen(first.record.comparison.parameter_consistency):
+        checks += NEXT_CHECKS[PARAMETER]
+    return checks
+
+
+_UNSEEN_PARAMETERS = ("its parameters could not all be compared (e.g. weights repacked by the rollout backend are "
+                      "dumped without statistics)")
+
+
+def _parameters_unseen(consistency: str) -> bool:
+    return consistency in ("missing", "partial")
 
 
 def record_summary(record: ModuleRecord) -> dict[str, Any]:
