@@ -48,15 +48,17 @@ def test_a_fused_residual_norm_that_computes_differently_is_an_in_module_differe
     assert comparison.module_bucket == "module_impl_mismatch"
 
 
-def test_layer_returning_branch_and_residual_is_compared_as_their_sum() -> None:
+def test_layer_returning_branch_and_residual_is_compared_as_their_sum_which_can_only_show_a_difference() -> None:
     mlp_out = [0.1, 0.2, -0.3, 0.4]
     mid = [1.0, 1.5, -2.0, 0.5]  # residual after attention
     layer_out = [m + r for m, r in zip(mlp_out, mid)]
     train = _node([HIDDEN], [layer_out])
     rollout = _node([BRANCH, RESIDUAL], [mlp_out, mid])
     healthy = _pair(train, rollout)
-    assert (healthy.input_args_consistency, healthy.output_consistency) == ("aligned", "aligned")
+    assert (healthy.input_args_consistency, healthy.output_consistency) == ("missing", "missing")
+    assert healthy.module_priority_rank not in (1, 2)  # never a suspect
     assert "Mean only" in healthy.output.rollout_key and healthy.output.rollout.max is None
+    assert "only the Mean" in healthy.output.reason
     broken = _pair(_node([HIDDEN], [[v + 0.5 for v in layer_out]]), rollout)
     assert broken.output_consistency == "mismatch" and broken.module_bucket == "module_impl_mismatch"
 

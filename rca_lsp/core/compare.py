@@ -163,13 +163,14 @@ def quick_verdict(train: TensorStats | None, rollout: TensorStats | None, tolera
             and isfinite(t_max) and isfinite(t_min) and isfinite(t_mean) and isfinite(t_norm)):
         return "aligned", 0  # identical finite statistics (synced weights, untouched activations)
     scale = -1.0  # computed once a statistic differs: identical statistics need neither scale nor tolerance
-    compared = bad = False
+    compared = bad = beyond_mean = False
     flags = 0
     for name, t, r in (("Max", train.max, rollout.max), ("Min", train.min, rollout.min),
                        ("Mean", train.mean, rollout.mean), ("Norm", train.norm, rollout.norm)):
         if t is None or r is None:
             continue
         compared = True
+        beyond_mean |= name != "Mean"
         if t == r and isfinite(t):
             continue
         if not (isfinite(t) and isfinite(r)):
@@ -182,8 +183,8 @@ def quick_verdict(train: TensorStats | None, rollout: TensorStats | None, tolera
             if scale < 0.0:
                 scale = _comparison_scale(train, rollout, dtype_match)
             bad = _stat_error(name, t, r, scale) > tolerances.for_dtypes(train.dtype, rollout.dtype)
-    if not compared:
-        return "missing", flags
+    if not compared or not (bad or beyond_mean):
+        return "missing", flags  # nothing compared, or a Mean alone: agreeing Means do not show agreeing tensors
     return ("mismatch" if bad else "aligned"), flags
 
 
@@ -257,6 +258,9 @@ def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float) -> tupl
                     f"{target}: {', '.join(s.name for s in nonfinite)} non-finite on {side} only")
         worst = max(bad, key=lambda s: s.rel_err or 0.0)
         return "mismatch", "mismatch", f"{target}: {worst.name} differs by {worst.rel_err:.3g} relative (tolerance {tol:g})"
+    if all(s.name == "Mean" for s in compared):
+        return "missing", "mean_only", f"{target}: only the Mean is known on both sides (it agrees, which alone does " \
+                                       "not show the tensors agree)"
     both = [s.name for s in compared if s.status == "nonfinite_both"]
     return "aligned", "match", f"{target}: {', '.join(both)} non-finite on both sides" if both else _within(target, tol)
 

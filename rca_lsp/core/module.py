@@ -62,6 +62,12 @@ class _StreamReading(NamedTuple):
 
 
 def _stream_reading(train: ModuleEntry, rollout: ModuleEntry, tol: Tolerances) -> _StreamReading | None:
+    """How to compare a pair when one side carries the residual stream separately; None when plainly, as usual.
+
+    The output is read as `output.0` when that matches, else as `output.0 + output.1` (a layer returning (branch,
+    residual)); the input as `input_args.0` when that matches, else as `output.1` when that matches (a fused-residual
+    norm returns input + residual), else as `input + residual` when the module takes a residual. Of a sum only the
+    Mean is known: such a reading can show a difference, never agreement (its verdict is then "missing")."""
     if (train.stream_output is None) == (rollout.stream_output is None):
         return None
     on_rollout = rollout.stream_output is not None
@@ -71,20 +77,33 @@ def _stream_reading(train: ModuleEntry, rollout: ModuleEntry, tol: Tolerances) -
             TensorStats | None, TensorStats | None]:
         return (plain_stats, stream_stats) if on_rollout else (stream_stats, plain_stats)
 
+    def first_aligned(reference: TensorStats | None, candidates: list[tuple[TensorStats | None, str]]) -> int | None:
+        return next((i for i, (stats, _label) in enumerate(candidates)
+                     if quick_verdict(*oriented(reference, stats), tol)[0] == "aligned"), None)
+
+    outputs = [(stream.output, ""), (sum_of(stream.output, stream.stream_output), _SUM_OUTPUT)]
+    inputs = [(stream.input, ""), (stream.stream_output, _NORM_INPUT)]
+    if stream.stream_input is not None:
+        inputs.append((sum_of(stream.input, stream.stream_input), _SUM_INPUT))
+    output = 0 if first_aligned(plain.output, outputs[:1]) == 0 else 1
+    input_ = first_aligned(plain.input, inputs[:2])
+    if input_ is None:
+        input_ = 2 if stream.stream_input is not None else 0
+    if input_ == 0 and output == 0:
+        return None
     side = "rollout" if on_rollout else "train"
-    as_norm = (quick_verdict(*oriented(plain.output, stream.output), tol)[0] == "aligned"
-               or quick_verdict(*oriented(plain.input, stream.stream_output), tol)[0] == "aligned")
-    if as_norm:
-        return _StreamReading(oriented(plain.output, stream.output), oriented(plain.input, stream.stream_output),
-                              "", " [output.1 = input + residual]", side,
-                              f"{side} adds the residual inside this module and returns (output, input + residual): "
-                              "its input is compared through that sum")
-    summed_input = sum_of(stream.input, stream.stream_input) if stream.stream_input is not None else stream.input
-    return _StreamReading(oriented(plain.output, sum_of(stream.output, stream.stream_output)),
-                          oriented(plain.input, summed_input), " [output.0 + output.1, Mean only]",
-                          " [input + residual, Mean only]" if stream.stream_input is not None else "", side,
-                          f"{side} returns (branch output, residual) and takes the residual separately: only the "
-                          "Mean of their sum is comparable")
+    notes = {_SUM_OUTPUT: f"{side} returns (branch output, residual): only the Mean of their sum is comparable",
+             _NORM_INPUT: f"{side} adds the residual inside this module and returns it: its input is compared as "
+                          "that sum (output.1)",
+             _SUM_INPUT: f"{side} takes the residual separately: only the Mean of input + residual is comparable"}
+    labels = [outputs[output][1], inputs[input_][1]]
+    return _StreamReading(oriented(plain.output, outputs[output][0]), oriented(plain.input, inputs[input_][0]),
+                          labels[0], labels[1], side, "; ".join(notes[label] for label in labels if label))
+
+
+_SUM_OUTPUT = " [output.0 + output.1, Mean only]"
+_NORM_INPUT = " [output.1 = input + residual]"
+_SUM_INPUT = " [input + residual, Mean only]"
 
 
 def _summarise(states: Sequence[str]) -> str:

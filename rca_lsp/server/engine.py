@@ -7,6 +7,8 @@ from pathlib import Path
 
 from rca_lsp.core.analysis import Analysis, analyze
 from rca_lsp.core.dump import Dump, DumpCache
+from rca_lsp.core.errors import InputError
+from rca_lsp.core.forkload import BackgroundDump
 from rca_lsp.core.mapping import ParsedMapping
 from rca_lsp.core.records import Comparator
 from rca_lsp.core.tolerance import Tolerances
@@ -30,7 +32,15 @@ class Engine:
         return not (self.dumps.is_current(pair.train) and self.dumps.is_current(pair.rollout))
 
     def load(self, pair: Pair) -> tuple[Dump, Dump]:
-        return self.dumps.get(pair.train), self.dumps.get(pair.rollout)
+        """Both dumps; when neither is loaded yet, the rollout one in a child process meanwhile (two cores)."""
+        if self.dumps.is_current(pair.train) or self.dumps.is_current(pair.rollout) or pair.train == pair.rollout:
+            return self.dumps.get(pair.train), self.dumps.get(pair.rollout)
+        try:
+            background = BackgroundDump(pair.rollout, start_method="spawn")
+        except (OSError, InputError):  # no child process: load both here (which reports any problem with the files)
+            return self.dumps.get(pair.train), self.dumps.get(pair.rollout)
+        with background:
+            return self.dumps.get(pair.train), self.dumps.get(pair.rollout, background.load)
 
     def comparator(self, pair: Pair, tolerances: Tolerances) -> Comparator:
         train, rollout = self.load(pair)
