@@ -24,9 +24,9 @@ _MARSHAL_VERSION = 2
 class BackgroundDump:
     """Starts loading `path` in a child at once; `load(path)` returns it (the loader for DumpCache.get)."""
 
-    def __init__(self, path: Path, start_method: str = "fork") -> None:
-        """`start_method` "spawn" for callers with threads (forking a threaded process can deadlock the child)."""
-        context = multiprocessing.get_context(start_method)
+    def __init__(self, path: Path, spawn: bool = False) -> None:
+        """`spawn` for callers with threads (forking a threaded process can deadlock the child)."""
+        context = multiprocessing.get_context("spawn") if spawn else multiprocessing.get_context("fork")
         self._path = path
         self._signature = signature(path)
         self._receiver, sender = context.Pipe(duplex=False)
