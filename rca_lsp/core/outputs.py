@@ -91,13 +91,13 @@ def _join_lists(rows: Iterable[Sequence[Any]], list_columns: Sequence[int]) -> l
         cells = list(row)
         for index in list_columns:
             value = cells[index]
-            if value is not None:
-                text = joined.get(value) if type(value) is tuple else None
+            if type(value) is tuple:
+                text = joined.get(value)
                 if text is None:
-                    text = "|".join(map(str, value))
-                    if type(value) is tuple:
-                        joined[value] = text
+                    text = joined[value] = "|".join(map(str, value))
                 cells[index] = text
+            elif value is not None:
+                cells[index] = "|".join(map(str, value))
         table.append(cells)
     return table
 
