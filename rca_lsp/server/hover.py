@@ -7,7 +7,8 @@ import math
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.compare import TargetComparison
 from rca_lsp.core.records import ModuleRecord
-from rca_lsp.core.rootcause import NEXT_CHECKS, Suspect
+from rca_lsp.core.keys import parse_module_key
+from rca_lsp.core.rootcause import Suspect, next_checks
 
 _STATS = ("max", "min", "mean", "norm")
 
@@ -58,8 +59,17 @@ def _suspect_lines(suspect: Suspect) -> list[str]:
         if keys:
             shown = ", ".join(f"`{k}`" for k in keys[:5]) + (f" … (+{len(keys) - 5})" if len(keys) > 5 else "")
             lines.append(f"Unmatched {label} between: {shown}")
-    lines += ["", "Next checks:"] + [f"- {check}" for check in NEXT_CHECKS.get(suspect.classification, [])]
+    lines += ["", "Next checks:"] + [f"- {check}" for check in next_checks([suspect])]
     return lines
+
+
+def _name(key: str) -> str:
+    """The module's own name; a numbered container (a decoder layer) by its class and number."""
+    parsed = parse_module_key(key)
+    if parsed is None:
+        return key
+    last = parsed.path.rsplit(".", 1)[-1]
+    return f"{parsed.class_name} {last}" if last.isdigit() else last
 
 
 def hover_markdown(analysis: Analysis, train_key: str, rollout_index: int | None) -> str | None:
@@ -69,8 +79,7 @@ def hover_markdown(analysis: Analysis, train_key: str, rollout_index: int | None
         return ("Not in the train dump." if row_missing else
                 "Not compared: none of the mapped rollout keys is in the rollout dump.")
     c = record.comparison
-    lines = [f"### {record.train_key.split('.forward.')[0].rsplit('.', 2)[-2]} ↔ "
-             f"{', '.join(k.split('.forward.')[0].rsplit('.', 2)[-2] for k in c.rollout_keys)} (call {record.call_index})",
+    lines = [f"### {_name(record.train_key)} ↔ {', '.join(_name(k) for k in c.rollout_keys)} (call {record.call_index})",
              "", _verdicts(record), ""]
     suspect = analysis.suspect_by_train_key.get(train_key)
     if suspect is not None:
