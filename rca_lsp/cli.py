@@ -80,7 +80,10 @@ def run_analyze(args: argparse.Namespace) -> int:
     if len(analysis.issues) > 10:
         print(f"warning: ... {len(analysis.issues) - 10} more mapping problems (see output_5)", file=sys.stderr)
     out_dir = Path(args.out_dir or "rca_out")
-    write_outputs(analysis, out_dir, fork=True)
+    try:
+        write_outputs(analysis, out_dir, fork=True)
+    except OSError as error:
+        raise InputError(str(out_dir), f"cannot write the output files: {error.strerror or error}") from None
     print(_summary(analysis, out_dir))
     if args.exit_when_done:
         _exit_without_teardown()

@@ -59,3 +59,22 @@ def test_the_servers_protocol_raises_the_flag_of_a_cancelled_request() -> None:
     with protocol.cancellations.track("request-1") as should_stop:  # type: ignore[attr-defined]
         protocol._handle_cancel_notification("request-1")  # what pygls calls on $/cancelRequest
         assert should_stop()
+
+
+def test_writing_the_outputs_stops_and_leaves_no_partial_file(tmp_path) -> None:
+    from rca_lsp.core.outputs import write_outputs
+    from rca_lsp.core.run import analyze_paths
+
+    variant = FIXTURES / "missing_activation"
+    analysis = analyze_paths(variant / "train", variant / "rollout", variant / "mapping_key.json")
+    calls = []
+
+    def stop_at_the_value_compare() -> bool:  # the second part written is output_3
+        calls.append(1)
+        return len(calls) > 2
+
+    with pytest.raises(Cancelled):
+        write_outputs(analysis, tmp_path, should_stop=stop_at_the_value_compare)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["output_1_key_mapping.csv", "output_1_key_mapping.json", "output_2_mapping.csv",
+                     "output_2_mapping.json"]

@@ -72,6 +72,14 @@ def test_bad_inputs_give_one_line_errors(tmp_path: Path) -> None:
     assert result.returncode == 2 and "2 dumps found" in result.stderr
 
 
+def test_an_unwritable_output_folder_is_a_one_line_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    result = rca("analyze", "--out-dir", str(blocker / "out"), cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == f"rca-lsp: error: {blocker / 'out'}: cannot write the output files: Not a directory"
+
+
 def test_unknown_keys_are_warnings_naming_the_line(tmp_path: Path) -> None:
     mapping = json.loads((DEMO_SOURCE / "mapping_key.json").read_text())
     key = next(iter(mapping))

@@ -11,18 +11,21 @@ import os
 import tempfile
 from pathlib import Path
 from contextlib import contextmanager
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import orjson
 
 from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
+from rca_lsp.core.cancel import ShouldStop, never, stop_if
 from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.compare import STAT_NAMES, priority_for
 from rca_lsp.core.dump import TensorStats
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.report_md import render_markdown
 from rca_lsp.core.splittable import write_split
+
+T = TypeVar("T")
 
 _FOCUS = {"P1": "investigate", "P2": "investigate", "P3": "check_shape", "P4": "none", "P5": "deprioritized",
           "-": "premise"}
@@ -221,7 +224,7 @@ def _target_rows(records: Sequence[ModuleRecord], start: int = 0) -> Iterator[tu
             )
 
 
-def _write_mapping(analysis: Analysis, out_dir: Path) -> list[Path]:
+def _write_mapping(analysis: Analysis, out_dir: Path, should_stop: ShouldStop = never) -> list[Path]:
     written = write_table(out_dir, "output_1_key_mapping", _meta(analysis), "rows", MAPPING_COLUMNS,
                           _mapping_rows(analysis), (1,))
     matched = [(r.train_key, r.rollout_keys) for r in analysis.rows if r.rollout_keys]
@@ -234,17 +237,25 @@ _COMPARE_STEM = "output_3_value_compare"
 _TARGET_LIST_COLUMNS = (7, 8)
 
 
-def _write_compare(analysis: Analysis, out_dir: Path) -> list[Path]:
-    return write_table(out_dir, _COMPARE_STEM, _meta(analysis), "rows", TARGET_COLUMNS, _target_rows(analysis.records),
-                       _TARGET_LIST_COLUMNS)
+def _write_compare(analysis: Analysis, out_dir: Path, should_stop: ShouldStop = never) -> list[Path]:
+    return write_table(out_dir, _COMPARE_STEM, _meta(analysis), "rows", TARGET_COLUMNS,
+                       _until_stopped(_target_rows(analysis.records), should_stop), _TARGET_LIST_COLUMNS)
 
 
-def _write_modules(analysis: Analysis, out_dir: Path) -> list[Path]:
-    rows = (_module_row(r) for r in analysis.records)
+def _until_stopped(items: Iterable[T], should_stop: ShouldStop) -> Iterator[T]:
+    """The items, looking at `should_stop` every CHUNK of them (Cancelled drops the file being written)."""
+    for index, item in enumerate(items):
+        if index % CHUNK == 0:
+            stop_if(should_stop)
+        yield item
+
+
+def _write_modules(analysis: Analysis, out_dir: Path, should_stop: ShouldStop = never) -> list[Path]:
+    rows = (_module_row(r) for r in _until_stopped(analysis.records, should_stop))
     return write_table(out_dir, "output_4_module_analysis", _meta(analysis), "records", MODULE_COLUMNS, rows, (2, 3))
 
 
-def _write_report(analysis: Analysis, out_dir: Path) -> list[Path]:
+def _write_report(analysis: Analysis, out_dir: Path, should_stop: ShouldStop = never) -> list[Path]:
     write_atomically(out_dir / "output_5_root_cause_report.json", _json(analysis.report, indent=True))
     write_atomically(out_dir / "output_5_root_cause_report.md", render_markdown(analysis).encode())
     return [out_dir / "output_5_root_cause_report.json", out_dir / "output_5_root_cause_report.md"]
@@ -253,17 +264,21 @@ def _write_report(analysis: Analysis, out_dir: Path) -> list[Path]:
 PARTS = (_write_mapping, _write_compare, _write_modules, _write_report)
 
 
-def _write_part(part: Callable[[Analysis, Path], list[Path]], analysis: Analysis, out_dir: Path) -> list[Path]:
+def _write_part(part: Callable[[Analysis, Path, ShouldStop], list[Path]], analysis: Analysis, out_dir: Path,
+                should_stop: ShouldStop = never) -> list[Path]:
+    stop_if(should_stop)
     with paused_gc():
-        return part(analysis, out_dir)
+        return part(analysis, out_dir, should_stop)
 
 
-def write_outputs(analysis: Analysis, out_dir: Path, fork: bool = False) -> list[Path]:
+def write_outputs(analysis: Analysis, out_dir: Path, fork: bool = False, should_stop: ShouldStop = never) -> list[Path]:
     """Write every output file; with `fork` (single-threaded callers only: forking a threaded process can
     deadlock), the value-compare tables, most of the work, are shared with a child process: it starts on them
-    while this process writes the other files, which then takes value-compare chunks from the end."""
+    while this process writes the other files, which then takes value-compare chunks from the end.
+    Without `fork`, raises Cancelled once `should_stop` says so: files written by then stay, the one being written
+    is dropped."""
     if not fork or "fork" not in multiprocessing.get_all_start_methods():
-        return [path for part in PARTS for path in _write_part(part, analysis, out_dir)]
+        return [path for part in PARTS for path in _write_part(part, analysis, out_dir, should_stop)]
     out_dir.mkdir(parents=True, exist_ok=True)
     chunks = _TargetChunks(analysis.records)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -497,14 +498,21 @@ def _document_for_command(ls: RcaServer, uri: str) -> MappingDocument:
 
 
 @server.command(WRITE_OUTPUTS)
-async def cmd_write_outputs(ls: RcaServer, uri: str) -> dict[str, str]:
+async def cmd_write_outputs(ls: RcaServer, uri: str) -> dict[str, str] | None:
     doc = _document_for_command(ls, uri)
     analysis = doc.last_good or doc.analysis
     if analysis is None:
         raise ValueError(f"{doc.path} has not been analysed yet (is it paired with dumps?)")
     out_dir = Path(ls.settings.out_dir)
     out_dir = out_dir if out_dir.is_absolute() else doc.path.parent / out_dir
-    await asyncio.get_running_loop().run_in_executor(ls.executor, write_outputs, analysis, out_dir)
+    with ls.cancellable() as should_stop:
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                ls.executor, functools.partial(write_outputs, analysis, out_dir, should_stop=should_stop))
+        except Cancelled:
+            return None  # the client has its answer (request cancelled) already
+        except OSError as error:
+            raise ValueError(f"cannot write the output files to {out_dir}: {error.strerror or error}") from None
     return {"outDir": str(out_dir), "reportMarkdown": str(out_dir / "output_5_root_cause_report.md")}
 
 
