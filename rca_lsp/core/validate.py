@@ -66,9 +66,3 @@ def unknown_key_issues(mapping: ParsedMapping, flagged: list[MappingEntry], trai
                 issues.append(unknown.issue("unknown-rollout-key", "rollout", rollout_key, rollout, span,
                                             entry.train_key))
     return issues
-
-
-def validate_against_dumps(mapping: ParsedMapping, train: Dump, rollout: Dump,
-                           suggestions: Suggestions | None = None) -> list[MappingIssue]:
-    """Unknown train and rollout keys, in file order."""
-    return unknown_key_issues(mapping, unknown_entries(mapping.entries, train, rollout), train, rollout, suggestions)
