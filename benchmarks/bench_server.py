@@ -303,6 +303,8 @@ class ServerFigures:
     save_note: str = ""
     hovers_s: list[float] | str = "not run"
     hover_note: str = ""
+    requests_s: dict[str, list[float]] | str = "not run"
+    request_note: str = ""
     peak_rss: Figure = "not run"
     rss_note: str = ""
 
@@ -508,6 +510,33 @@ async def measure_hovers(session: Session, count: int, timeout_s: float) -> list
     return latencies
 
 
+async def measure_requests(session: Session, count: int, timeout_s: float) -> dict[str, list[float]]:
+    """Completion in key and in value position on --hovers entries spread over the file, and documentSymbol
+    (the first, then cached, as an editor asks again after a scroll)."""
+    uri = types.TextDocumentIdentifier(uri=session.workspace.uri)
+    entries = [e for e in session.entries if e.value is not None]
+    picked = [entries[i * len(entries) // count] for i in range(count)] if entries else []
+    if not picked:
+        raise MeasurementError("no entries to complete")
+    timings: dict[str, list[float]] = {"completion (key)": [], "completion (value)": [], "documentSymbol": []}
+    empty = 0
+    for entry in picked:
+        for kind, column in (("completion (key)", 3), ("completion (value)", entry.value[0] + 2)):  # type: ignore[index]
+            sent = time.perf_counter()
+            answer = await within(session.client.text_document_completion_async(types.CompletionParams(
+                text_document=uri, position=types.Position(entry.line, column))), timeout_s, kind)
+            timings[kind].append(time.perf_counter() - sent)
+            empty += not (answer and answer.items)
+    for _ in range(3):
+        sent = time.perf_counter()
+        await within(session.client.text_document_document_symbol_async(types.DocumentSymbolParams(text_document=uri)),
+                     timeout_s, "documentSymbol")
+        timings["documentSymbol"].append(time.perf_counter() - sent)
+    session.figures.request_note = (f"{2 * count - empty}/{2 * count} completions with items; documentSymbol "
+                                    + ", ".join(f"{t * 1000:.0f} ms" for t in timings["documentSymbol"]))
+    return timings
+
+
 async def stop_session(client: BenchClient) -> None:
     try:
         if client.exit_code is None:
@@ -532,6 +561,7 @@ async def run_server(workspace: Workspace, logs: Path, args: argparse.Namespace)
         figures.first_save_s = await guarded(measure_first_save(session, args.step_timeout))
         figures.saves_s = await guarded(measure_saves(session, args.saves, args.step_timeout))
         figures.hovers_s = await guarded(measure_hovers(session, args.hovers, args.step_timeout))
+        figures.requests_s = await guarded(measure_requests(session, args.hovers, args.step_timeout))
     finally:
         high_water = sampler.high_water()
         sampler.stopped.set()
@@ -592,6 +622,7 @@ def report(refs: References, figures: ServerFigures, workspace: Workspace, saves
          verdict(quantile(figures.hovers_s, 0.5), TARGET_HOVER_S, "ms")),
         (f"hover, p90 of {hovers}", fmt_time(quantile(figures.hovers_s, 0.9)),
          verdict(quantile(figures.hovers_s, 0.9), TARGET_HOVER_S, "ms")),
+        *request_rows(figures.requests_s),
         ("server peak RSS", mib(rss) if not isinstance(rss, str) else "n/a", ""),
         ("parse floor peak RSS", mib(floor_rss) if not isinstance(floor_rss, str) else "n/a", ""),
         ("  server / floor RSS", fmt_ratio(ratio(rss, floor_rss)), "(analyze's target: <= 1.3x)"),
@@ -603,16 +634,24 @@ def report(refs: References, figures: ServerFigures, workspace: Workspace, saves
         print(f"{name:<40}{value:>12}   {target}")
     print()
     notes = [("cold", figures.cold_note), ("live edit", figures.live_edit_note), ("saves", figures.save_note),
-             ("hovers", figures.hover_note), ("RSS", figures.rss_note)]
+             ("hovers", figures.hover_note), ("requests", figures.request_note), ("RSS", figures.rss_note)]
     for name, note in notes:
         if note:
             print(f"{name}: {note}")
     failures = [("CLI analyze", refs.cli), ("CLI analysis only", refs.analysis_only), ("parse floor", refs.floor),
                 ("cold didOpen", figures.cold_s), ("first save", figures.first_save_s), ("saves", figures.saves_s),
-                ("hovers", figures.hovers_s), ("peak RSS", figures.peak_rss)]
+                ("hovers", figures.hovers_s), ("requests", figures.requests_s), ("peak RSS", figures.peak_rss)]
     for name, outcome in failures:
         if isinstance(outcome, str):
             print(f"{name}: failed: {outcome.splitlines()[0]}")
+
+
+def request_rows(requests: dict[str, list[float]] | str) -> list[tuple[str, str, str]]:
+    """Median latency of each request kind, against the hover target (an editor waits on each)."""
+    if isinstance(requests, str):
+        return [("completion, documentSymbol", "n/a", "")]
+    return [(f"{kind}, median of {len(values)}", fmt_time(quantile(values, 0.5)),
+             verdict(quantile(values, 0.5), TARGET_HOVER_S, "ms")) for kind, values in requests.items()]
 
 
 def fmt_ratio(value: Figure) -> str:
