@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
-from rca_lsp.core.dump import Dump
+from rca_lsp.core.dump import Dump, ModuleEntry
 from rca_lsp.core.keys import block_of, layer_index
 from rca_lsp.core.module import ModuleComparison, compare_module
 from rca_lsp.core.tolerance import Tolerances
 from rca_lsp.core.validate import Suggestions
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleRecord:
+class ModuleRecord(NamedTuple):  # a NamedTuple built with tuple.__new__: 10^5 are made per analysis
     comparison: ModuleComparison
     train_position: int  # dump position of the group's last train module (it completes the group's work)
     rollout_position: int
@@ -51,6 +49,17 @@ class ModuleRecord:
             if path.startswith(self.rollout_prefixes):
                 return True
         return False
+
+
+_new = tuple.__new__
+
+
+def _paths(entries: list[ModuleEntry]) -> tuple[str, ...]:
+    return (entries[0].path,) if len(entries) == 1 else tuple(e.path for e in entries)
+
+
+def _prefixes(paths: tuple[str, ...]) -> tuple[str, ...]:
+    return (paths[0] + ".",) if len(paths) == 1 else tuple(p + "." for p in paths)
 
 
 def build_groups(mapping: dict[str, tuple[str, ...]], train: Dump, rollout: Dump) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
@@ -173,18 +182,11 @@ class Comparator:
             train_entries = [self.train.entries[k] for k in train_keys]
             rollout_entries = [self.rollout.entries[k] for k in rollout_keys]
             comparison = compare_module(train_entries, rollout_entries, self.tolerances)
-            cached = ModuleRecord(
-                comparison=comparison,
-                train_position=train_entries[-1].position,
-                rollout_position=rollout_entries[-1].position,
-                train_first_position=train_entries[0].position,
-                rollout_first_position=rollout_entries[0].position,
-                call_index=train_entries[0].call_index,
-                train_paths=tuple(e.path for e in train_entries),
-                rollout_paths=tuple(e.path for e in rollout_entries),
-                train_prefixes=tuple(e.path + "." for e in train_entries),
-                rollout_prefixes=tuple(e.path + "." for e in rollout_entries),
-            )
+            train_paths, rollout_paths = _paths(train_entries), _paths(rollout_entries)
+            cached = _new(ModuleRecord, (
+                comparison, train_entries[-1].position, rollout_entries[-1].position, train_entries[0].position,
+                rollout_entries[0].position, train_entries[0].call_index, train_paths, rollout_paths,
+                _prefixes(train_paths), _prefixes(rollout_paths)))
             self._cache[(train_keys, rollout_keys)] = cached
         return cached
 
