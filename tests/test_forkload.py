@@ -17,10 +17,11 @@ from rca_lsp.core.run import analyze_paths
 KEY = "Module.model.layers.0.mlp.down_proj.Linear.forward.0"
 
 
-@pytest.mark.parametrize("variant", ["qkv_layout", "repeated_calls"])
-def test_background_load_gives_the_same_dump(variant: str) -> None:
+@pytest.mark.parametrize("new_interpreter", [False, True], ids=["fork", "new interpreter"])
+@pytest.mark.parametrize("variant", ["qkv_layout", "repeated_calls", "vllm_healthy"])
+def test_background_load_gives_the_same_dump(variant: str, new_interpreter: bool) -> None:
     path = next((FIXTURES / variant / "rollout").glob("**/dump.json")).resolve()
-    with BackgroundDump(path) as background:
+    with BackgroundDump(path, new_interpreter) as background:
         loaded = background.load(path)
     direct = load_dump_file(path)
     assert (loaded.path, loaded.task, loaded.level, loaded.framework) == (direct.path, direct.task, direct.level,
@@ -55,3 +56,13 @@ def test_forked_analysis_matches(tmp_path: Path) -> None:
     usual, forked = (analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json", fork=fork)
                      for fork in (False, True))
     assert forked.report == usual.report
+
+
+def test_a_child_in_a_new_interpreter_that_fails_leaves_the_load_and_its_error_to_the_caller(tmp_path: Path) -> None:
+    broken = tmp_path / "dump.json"
+    broken.write_text('{\n "data": {\n  "k": [1, 2,,]\n }\n}')
+    with pytest.raises(InputError) as raised, BackgroundDump(broken, new_interpreter=True) as background:
+        background.load(broken)
+    with pytest.raises(InputError) as usual:
+        load_dump_file(broken)
+    assert str(raised.value) == str(usual.value)

@@ -7,8 +7,11 @@ the objects, in ~45% of the time a load takes. If the child fails for any reason
 
 from __future__ import annotations
 
-import multiprocessing
 import marshal
+import multiprocessing
+import multiprocessing.process
+import subprocess
+import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Mapping
@@ -24,40 +27,81 @@ _MARSHAL_VERSION = 2
 class BackgroundDump:
     """Starts loading `path` in a child at once; `load(path)` returns it (the loader for DumpCache.get)."""
 
-    def __init__(self, path: Path, spawn: bool = False) -> None:
-        """`spawn` for callers with threads (forking a threaded process can deadlock the child)."""
-        context = multiprocessing.get_context("spawn") if spawn else multiprocessing.get_context("fork")
+    def __init__(self, path: Path, new_interpreter: bool = False) -> None:
+        """`new_interpreter` for callers with threads (forking a threaded process can deadlock the child): the child
+        is a fresh `python -c` that imports only this module (multiprocessing's "spawn" would re-run the caller's
+        main script, and the child would share the caller's stdout, which may be an LSP stream)."""
         self._path = path
         self._signature = signature(path)
-        self._receiver, sender = context.Pipe(duplex=False)
-        self._child = context.Process(target=_load_and_send, args=(path, sender), daemon=True)
-        self._child.start()
-        sender.close()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._receiver: Connection | None = None
+        self._child: multiprocessing.process.BaseProcess | None = None
+        if new_interpreter:
+            self._process = subprocess.Popen([sys.executable, "-c", _CHILD, str(path)], stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        else:
+            context = multiprocessing.get_context("fork")
+            self._receiver, sender = context.Pipe(duplex=False)
+            self._child = context.Process(target=_load_and_send, args=(path, sender), daemon=True)
+            self._child.start()
+            sender.close()
 
     def load(self, path: Path) -> Dump:
         if path != self._path:
             return load_dump_file(path)
         try:
-            data = self._receiver.recv_bytes()
-        except (EOFError, OSError):  # the child failed: load here, which reports the problem
-            return load_dump_file(path)
+            data = self._received()
         finally:
             self.close()
+        if not data:  # the child failed: load here, which reports the problem
+            return load_dump_file(path)
         check_unchanged(path, self._signature)  # DumpCache.get checks only from when it asked
         with paused_gc():
             return _unpack(marshal.loads(data))
 
+    def _received(self) -> bytes | None:
+        if self._process is not None and self._process.stdout is not None:
+            data = self._process.stdout.read()
+            return data if self._process.wait() == 0 else None
+        try:
+            return self._receiver.recv_bytes() if self._receiver is not None else None
+        except (EOFError, OSError):
+            return None
+
     def close(self) -> None:
-        self._receiver.close()
-        if self._child.exitcode is None:
-            self._child.kill()
-        self._child.join()
+        if self._process is not None:
+            if self._process.poll() is None:
+                self._process.kill()
+            self._process.wait()
+            if self._process.stdout is not None:
+                self._process.stdout.close()
+        if self._receiver is not None:
+            self._receiver.close()
+        if self._child is not None:
+            if self._child.exitcode is None:
+                self._child.kill()
+            self._child.join()
 
     def __enter__(self) -> "BackgroundDump":
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+_CHILD = "from rca_lsp.core.forkload import write_packed; write_packed()"
+
+
+def write_packed() -> None:
+    """The new-interpreter child: the dump named by argv[1], packed, to stdout; exit status 1 if it cannot."""
+    try:
+        dump = load_dump_file(Path(sys.argv[1]))
+        with paused_gc():
+            data = marshal.dumps(_pack(dump), _MARSHAL_VERSION)
+    except Exception:  # the parent loads the dump itself and reports the problem
+        raise SystemExit(1)
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
 
 
 def _load_and_send(path: Path, sender: Connection) -> None:

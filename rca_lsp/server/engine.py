@@ -36,7 +36,7 @@ class Engine:
         if self.dumps.is_current(pair.train) or self.dumps.is_current(pair.rollout) or pair.train == pair.rollout:
             return self.dumps.get(pair.train), self.dumps.get(pair.rollout)
         try:
-            background = BackgroundDump(pair.rollout, spawn=True)
+            background = BackgroundDump(pair.rollout, new_interpreter=True)
         except (OSError, InputError):  # no child process: load both here (which reports any problem with the files)
             return self.dumps.get(pair.train), self.dumps.get(pair.rollout)
         with background:
