@@ -267,3 +267,27 @@ async def test_unmapped_train_module_hint_and_its_quick_fix(client: LanguageClie
         content_changes=[types.TextDocumentContentChangePartial(range=edit.range, text=edit.new_text)]))
     client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
     await wait_for(client, uri, lambda ds: ds == [])
+
+
+@pytest.mark.asyncio(loop_scope="function")
+@pytest.mark.parametrize("variant", ["healthy_fp32", "vllm_healthy", "vllm_missing_activation", "vllm_param_desync",
+                                     "in_module_diff", "bf16_healthy"])
+async def test_each_variant_gets_its_finding_on_the_root_cause_entry(client: LanguageClient, variant: str) -> None:
+    from rca_lsp.server.codes import CLASSIFICATION_CODES
+
+    mapping = copy_variant(client, variant)
+    uri = open_document(client, mapping)
+    truth = expected(variant)
+    analysed = [s for s in client.statuses if getattr(s, "state", None) == "analysed"]  # type: ignore[attr-defined]
+    await wait_for(client, uri, lambda ds: uri in client.diagnostics and any(
+        getattr(s, "uri", None) == uri and getattr(s, "state", None) == "analysed"
+        for s in client.statuses[len(analysed):]))  # type: ignore[attr-defined]
+    diagnostics = list(client.diagnostics[uri])  # published right after the status, in order
+    origins = [d for d in diagnostics if d.code in CLASSIFICATION_CODES.values()
+               and d.severity != types.DiagnosticSeverity.Hint]
+    if truth["clean"]:
+        assert origins == [], [(d.code, d.message[:80]) for d in origins]
+        return
+    cause = truth["root_cause"]
+    assert [(d.code, d.range.start.line) for d in origins] == [
+        (CLASSIFICATION_CODES[cause["classification"]], line_of(mapping, cause["train_key"]))]
