@@ -18,7 +18,8 @@ NVIM = shutil.which("nvim")
 
 
 @pytest.mark.skipif(NVIM is None and not os.environ.get("CI_REQUIRE_NVIM"), reason="neovim is not installed")
-@pytest.mark.parametrize("variant, code", [("missing_activation", "missing-op"), ("param_desync", "parameter-sync")])
+@pytest.mark.parametrize("variant, code", [("missing_activation", "missing-op"), ("param_desync", "parameter-sync"),
+                                           ("vllm_missing_activation", "missing-op")])
 def test_neovim_sees_diagnostics_and_hover(workspace, tmp_path: Path, variant: str, code: str) -> None:
     assert NVIM is not None, "CI_REQUIRE_NVIM is set but nvim is missing"
     mapping = workspace(variant)
