@@ -318,13 +318,22 @@ class _Reader:
         self.entries.add(key, key_span, tuple(values), tuple(spans), Span(open_at, close_at), True)
 
 
-def _orjson_error(text: str) -> MappingIssue | None:
+def _loads(text: str) -> tuple[object, orjson.JSONDecodeError | None]:
     try:
-        orjson.loads(text)
+        return orjson.loads(text), None
     except orjson.JSONDecodeError as error:
-        offset = min(error.pos, len(text))
-        return MappingIssue("json-syntax", f"JSON syntax error: {error.msg}", Span(offset, min(offset + 1, len(text))))
-    return None
+        return None, error
+
+
+def _read_tolerantly(text: str, error: orjson.JSONDecodeError | None) -> tuple[_EntryList, list[MappingIssue]]:
+    """What the error-tolerant reader finds, plus the JSON parser's own first error (`error`, already raised)."""
+    reader = _Reader(text)
+    reader.read()
+    if error is None:
+        return reader.entries, reader.issues
+    offset = min(error.pos, len(text))
+    return reader.entries, reader.issues + [
+        MappingIssue("json-syntax", f"JSON syntax error: {error.msg}", Span(offset, min(offset + 1, len(text))))]
 
 
 def _is_flat_mapping(document: object) -> bool:
@@ -403,20 +412,14 @@ def parse_mapping(path: str, text: str, previous: ParsedMapping | None = None) -
 
 def _parse_mapping(path: str, text: str) -> ParsedMapping:
     lines = LineIndex(text)
-    try:
-        document = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        document = None
+    document, error = _loads(text)
     if _is_flat_mapping(document):
         found = _entries_from_quotes(text, document)  # type: ignore[arg-type]
         if found is not None:
             return _valid_mapping(path, text, found.entries, found.starts, lines)
-    reader = _Reader(text)
-    reader.read()
-    syntax_error = _orjson_error(text)
-    issues = _located(reader.issues + ([syntax_error] if syntax_error else []), lines)
-    parsed = ParsedMapping(path, text, reader.entries.entries, reader.entries.starts, issues, syntax_error is None,
-                           lines)
+    read, issues = _read_tolerantly(text, error)
+    issues = _located(issues, lines)
+    parsed = ParsedMapping(path, text, read.entries, read.starts, issues, error is None, lines)
     parsed.issues = sorted(issues + _duplicate_issues(parsed), key=lambda i: i.span.start)
     return parsed
 
@@ -508,25 +511,16 @@ def _reparse_edit(previous: ParsedMapping, path: str, text: str) -> ParsedMappin
 def _region_entries(region: str, low: int, high: int) -> tuple[_EntryList, list[MappingIssue], bool] | None:
     """Entries, issues and JSON validity of the edited region region[low:high], framed by stand-ins as an object;
     None when what it says could depend on the rest of the file (a problem reaching into the stand-ins)."""
-    try:
-        document = orjson.loads(region)
-    except orjson.JSONDecodeError:
-        document = None
+    document, error = _loads(region)
     if _is_flat_mapping(document):
         found = _entries_from_quotes(region, document)  # type: ignore[arg-type]
         return None if found is None else (found, [], True)
-    reader = _Reader(region)
-    reader.read()
-    issues = reader.issues
-    syntax_error = _orjson_error(region)
-    if syntax_error is not None:
-        issues = issues + [syntax_error]
+    read, issues = _read_tolerantly(region, error)
     if any(i.span.start < low or i.span.start > high for i in issues):
         return None
-    stand_ins = [(e.train_key, start) for e, start in zip(reader.entries.entries, reader.entries.starts)
-                 if start < low or start >= high]
+    stand_ins = [(e.train_key, start) for e, start in zip(read.entries, read.starts) if start < low or start >= high]
     expected = ([("\x00", 1)] if low else []) + ([("\x01", high)] if high < len(region) else [])
-    return (reader.entries, issues, syntax_error is None) if stand_ins == expected else None
+    return (read, issues, error is None) if stand_ins == expected else None
 
 
 def _located(issues: list[MappingIssue], lines: LineIndex) -> list[MappingIssue]:

@@ -407,16 +407,22 @@ def on_watched(ls: RcaServer, params: types.DidChangeWatchedFilesParams) -> None
             ls.dump_changed(path)
 
 
-def entry_under_cursor(ls: RcaServer, uri: str, position: types.Position) -> tuple[
-        ParsedMapping, Positions, Analysis, MappingEntry, int | None] | None:
-    """The analysed entry at a position, and which rollout value (None on the key)."""
+def analysed_text(ls: RcaServer, uri: str) -> tuple[ParsedMapping, Positions, Analysis] | None:
+    """The current text's parse, its positions, and the analysis to show on it (None before any analysis)."""
     found = ls.analysis_at(uri)
     if found is None:
         return None
     _doc, parsed, analysis = found
-    if analysis is None:
+    return None if analysis is None else (parsed, Positions(parsed, ls.workspace.position_codec), analysis)
+
+
+def entry_under_cursor(ls: RcaServer, uri: str, position: types.Position) -> tuple[
+        ParsedMapping, Positions, Analysis, MappingEntry, int | None] | None:
+    """The analysed entry at a position, and which rollout value (None on the key)."""
+    found = analysed_text(ls, uri)
+    if found is None:
         return None
-    positions = Positions(parsed, ls.workspace.position_codec)
+    parsed, positions, analysis = found
     hit = parsed.entry_at(positions.offset(position))
     return None if hit is None else (parsed, positions, analysis, hit[0], hit[1])
 
@@ -451,13 +457,10 @@ def on_code_action(ls: RcaServer, params: types.CodeActionParams) -> list[types.
 
 @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=['"']))
 def on_completion(ls: RcaServer, params: types.CompletionParams) -> types.CompletionList | None:
-    found = ls.analysis_at(params.text_document.uri)
+    found = analysed_text(ls, params.text_document.uri)
     if found is None:
         return None
-    _doc, parsed, analysis = found
-    if analysis is None:
-        return None
-    positions = Positions(parsed, ls.workspace.position_codec)
+    parsed, positions, analysis = found
     return complete(analysis, parsed, positions.offset(params.position), ls.engine.matchers,
                     lambda start, end: types.Range(start=positions.position(start), end=positions.position(end)))
 

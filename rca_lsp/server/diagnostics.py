@@ -195,11 +195,9 @@ class FindingBuilder:
         return found
 
     def all(self, limit: int, counterparts: dict[str, Candidate]) -> list[types.Diagnostic]:
-        origins = [s for s in self.analysis.suspects if s.credible_origin]
-        rest = [s for s in self.analysis.suspects if not s.credible_origin]
         found: list[types.Diagnostic] = []
         shown = 0
-        for suspect in origins + rest:
+        for suspect in self.analysis.suspects:  # credible origins come first
             if not suspect.credible_origin and len(found) >= limit:
                 break
             found += self.suspect(suspect)

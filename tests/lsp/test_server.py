@@ -68,6 +68,14 @@ def open_document(client: LanguageClient, path: Path, text: str | None = None) -
     return uri
 
 
+def apply_and_save(client: LanguageClient, uri: str, edit: types.TextEdit, version: int) -> None:
+    """What an editor does when the user applies a quick fix's edit and saves."""
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+        content_changes=[types.TextDocumentContentChangePartial(range=edit.range, text=edit.new_text)]))
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+
+
 def line_of(path: Path, key: str) -> int:
     return path.read_text().split("\n").index(next(l for l in path.read_text().split("\n") if f'"{key}"' in l))
 
@@ -120,10 +128,7 @@ async def test_unknown_key_quick_fix_gives_empty_publish(client: LanguageClient)
     fix = next(a for a in actions if a.title == f"Replace with {key}")
     edit = fix.edit.document_changes[0].edits[0]
     assert edit.new_text == json.dumps(key)
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        content_changes=[types.TextDocumentContentChangePartial(range=edit.range, text=edit.new_text)]))
-    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    apply_and_save(client, uri, edit, version=2)
     await wait_for(client, uri, lambda ds: ds == [])
 
 
@@ -262,10 +267,7 @@ async def test_unmapped_train_module_hint_and_its_quick_fix(client: LanguageClie
     fix = next(a for a in actions if train_key in a.title)
     edit = fix.edit.document_changes[0].edits[0]
     assert f"{json.dumps(train_key)}: {json.dumps(rollout_value)}" in edit.new_text
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        content_changes=[types.TextDocumentContentChangePartial(range=edit.range, text=edit.new_text)]))
-    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    apply_and_save(client, uri, edit, version=2)
     await wait_for(client, uri, lambda ds: ds == [])
 
 
