@@ -9,12 +9,12 @@ import pytest
 
 from builders import tensor
 from rca_lsp.core.compare import aggregate, compare_target, quick_verdict
-from rca_lsp.core.dump import _tensor_stats
+from rca_lsp.core.dump import first_tensor
 from rca_lsp.core.tolerance import Tolerances
 
 
 def stats(values, dtype="torch.float32", shape=None):
-    return _tensor_stats(tensor(values, dtype, shape))
+    return first_tensor(tensor(values, dtype, shape))
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -1,27 +1,44 @@
 """One dump loaded by a forked child while this process does other work (the CLI: the other dump, the mapping).
 
-Parsing and indexing a dump is CPU-bound Python; on two cores the second dump costs only its transfer: the
-child sends the index as plain tuples (marshalled in C, no per-object Python hooks) and this process rebuilds
-the objects, in ~45% of the time a load takes. If the child fails for any reason, the dump is loaded here instead, so errors read exactly as usual.
+Parsing and indexing a dump is CPU-bound; on two cores the second dump costs only its transfer: the child sends
+the index as MessagePack, which msgspec writes and reads back into the same Structs in C, in ~30% of the time a
+load takes. If the child fails for any reason, the dump is loaded here instead, so errors read exactly as usual.
 """
 
 from __future__ import annotations
 
-import marshal
 import multiprocessing
 import multiprocessing.process
 import subprocess
 import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Mapping
+from types import MappingProxyType
+from typing import Any
 
-from rca_lsp.core.dump import _EMPTY, Dump, ModuleEntry, TensorStats, check_unchanged, load_dump_file, signature
+import msgspec
+
+from rca_lsp.core.dump import Dump, ModuleEntry, check_unchanged, load_dump_file, signature
 from rca_lsp.core.gcpause import paused_gc
 
-PackedStats = tuple[Any, ...] | None
-# marshal without object references: 3.5x faster than pickle here (0.6 s for 250k entries), same interpreter
-_MARSHAL_VERSION = 2
+
+class _Transfer(msgspec.Struct, array_like=True, gc=False):
+    path: str
+    task: Any
+    level: Any
+    framework: Any
+    skipped_keys: int
+    entries: list[ModuleEntry]
+
+
+def _plain_mapping(value: Any) -> Any:
+    if isinstance(value, MappingProxyType):
+        return dict(value)
+    raise NotImplementedError(f"cannot send {type(value).__name__}")
+
+
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_plain_mapping)
+_DECODER = msgspec.msgpack.Decoder(_Transfer)
 
 
 class BackgroundDump:
@@ -57,7 +74,7 @@ class BackgroundDump:
             return load_dump_file(path)
         check_unchanged(path, self._signature)  # DumpCache.get checks only from when it asked
         with paused_gc():
-            return _unpack(marshal.loads(data))
+            return _unpack(data)
 
     def _received(self) -> bytes | None:
         if self._process is not None and self._process.stdout is not None:
@@ -97,7 +114,7 @@ def write_packed() -> None:
     try:
         dump = load_dump_file(Path(sys.argv[1]))
         with paused_gc():
-            data = marshal.dumps(_pack(dump), _MARSHAL_VERSION)
+            data = _pack(dump)
     except Exception:  # the parent loads the dump itself and reports the problem
         raise SystemExit(1)
     sys.stdout.buffer.write(data)
@@ -108,7 +125,7 @@ def _load_and_send(path: Path, sender: Connection) -> None:
     try:
         dump = load_dump_file(path)
         with paused_gc():
-            data = marshal.dumps(_pack(dump), _MARSHAL_VERSION)
+            data = _pack(dump)
         sender.send_bytes(data)
     except Exception:  # nothing sent: the parent loads the dump itself and reports the problem
         pass
@@ -116,35 +133,12 @@ def _load_and_send(path: Path, sender: Connection) -> None:
         sender.close()
 
 
-def _pack(dump: Dump) -> tuple[Any, ...]:
-    entries = [(e.key, e.path, e.class_name, e.call_index, _pack_stats(e.input), e.input_source,
-                [(name, _pack_stats(s)) for name, s in e.kwargs.items()], _pack_stats(e.output),
-                [(name, _pack_stats(s)) for name, s in e.parameters.items()], _pack_stats(e.stream_input),
-                _pack_stats(e.stream_output)) for e in dump.entries.values()]
-    return dump.path, dump.task, dump.level, dump.framework, dump.skipped_keys, entries
+def _pack(dump: Dump) -> bytes:
+    return _ENCODER.encode(_Transfer(dump.path, dump.task, dump.level, dump.framework, dump.skipped_keys,
+                                     list(dump.entries.values())))
 
 
-def _pack_stats(stats: TensorStats | None) -> PackedStats:
-    return None if stats is None else (stats.dtype, stats.shape, stats.max, stats.min, stats.mean, stats.norm)
-
-
-def _unpack(packed: tuple[Any, ...]) -> Dump:
-    path, task, level, framework, skipped, rows = packed
-    entries: dict[str, ModuleEntry] = {}
-    for key, module_path, class_name, call_index, primary, source, kwargs, output, parameters, stream_input, \
-            stream_output in rows:
-        kwarg_stats = _unpack_map(kwargs)
-        # the primary input taken from a kwarg is that kwarg's object, as when loaded directly
-        stats = kwarg_stats[source[13:]] if source.startswith("input_kwargs.") else _unpack_stats(primary)
-        entries[key] = ModuleEntry(key, len(entries), module_path, class_name, call_index, stats, source, kwarg_stats,
-                                   _unpack_stats(output), _unpack_map(parameters), _unpack_stats(stream_input),
-                                   _unpack_stats(stream_output))
-    return Dump(path, task, level, framework, list(entries), entries, skipped)
-
-
-def _unpack_stats(packed: PackedStats) -> TensorStats | None:
-    return None if packed is None else TensorStats(*packed)
-
-
-def _unpack_map(items: list[tuple[str, PackedStats]]) -> Mapping[str, TensorStats]:
-    return {name: TensorStats(*packed) for name, packed in items} if items else _EMPTY  # type: ignore[misc]
+def _unpack(data: bytes) -> Dump:
+    sent = _DECODER.decode(data)
+    entries = {entry.key: entry for entry in sent.entries}
+    return Dump(sent.path, sent.task, sent.level, sent.framework, list(entries), entries, sent.skipped_keys)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Iterator
 
 import orjson
 
@@ -31,16 +31,21 @@ def _quote_literals_anywhere(data: bytes) -> bytes:
     return _LITERAL_RE.sub(rb'"\1"', data)
 
 
+def literal_quotings(data: bytes) -> Iterator[bytes]:
+    """`data` with its NaN/Infinity/-Infinity literals quoted: the usual layout first, then anywhere (if different)."""
+    for rewrite in (_quote_literals, _quote_literals_anywhere):
+        rewritten = rewrite(data)
+        if rewritten is not data:
+            yield rewritten
+
+
 def loads_lenient(data: bytes, path: str) -> Any:
     """Parse JSON bytes; NaN/Infinity/-Infinity literals come back as the strings "NaN"/"Infinity"/"-Infinity"."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as first_error:
         error: orjson.JSONDecodeError = first_error
-    for rewrite in (_quote_literals, _quote_literals_anywhere):
-        rewritten = rewrite(data)
-        if rewritten is data:
-            continue
+    for rewritten in literal_quotings(data):
         try:
             return orjson.loads(rewritten)
         except orjson.JSONDecodeError as later_error:

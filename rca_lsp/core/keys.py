@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 MODULE_PREFIXES = ("Module.", "Cell.")
 _LAYER_RE = re.compile(r"\.layers\.(\d+)(?:\.|$)")
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleKey:
+class ModuleKey(NamedTuple):  # parsed for every key of both dumps: a tuple builds 3x faster than a dataclass
     prefix: str  # "Module" or "Cell"
     path: str  # dotted module path, e.g. "model.layers.0.mlp"
     class_name: str
