@@ -89,3 +89,54 @@ def test_lines_of_many_keys_in_one_pass(tmp_path: Path) -> None:
     for key in keys:
         assert f'"{key}"' in lines[dump.line_of(key)]
     assert dump.line_of("Module.not.there.X.forward.0") is None
+
+
+def test_every_kind_of_json_value_where_msprobe_writes_arguments(tmp_path: Path) -> None:
+    """The typed decoder accepts any JSON value in any node: scalars, nulls, nested tuples, non-tensor objects,
+    bool statistics (masks) and a shape that is not a list of sizes."""
+    mask = {"type": "torch.Tensor", "dtype": "torch.bool", "shape": [2, 2], "Max": True, "Min": False, "Mean": None,
+            "Norm": None}
+    odd = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": "2x2", "Max": "1.5", "Min": -1, "Mean": 0,
+           "Norm": None}
+    nested = {"input_args": [None, {"type": "int", "value": 3}, [[tensor([4.0, -4.0])], mask]],
+              "input_kwargs": {"flag": True, "scale": {"type": "float", "value": 0.5}, "mask": mask},
+              "output": [7, [tensor([2.0]), tensor([3.0])]], "parameters": {"weight": odd, "bias": None}}
+    keys = [f"Module.m.layers.{i}.Linear.forward.0" for i in range(5)]
+    data = {keys[0]: nested, keys[1]: {"input_args": "text", "input_kwargs": [1], "output": 3.5, "parameters": []},
+            keys[2]: [1, 2], keys[3]: None, keys[4]: {"output": {"type": "torch.Tensor", **tensor([1.0, 2.0])}}}
+    dump = DumpCache().get(write_dump(tmp_path / "dump.json", data))
+    assert dump.keys == [keys[0], keys[1], keys[4]] and dump.skipped_keys == 2
+    first = dump.entries[keys[0]]
+    assert first.input is not None and first.input.max == 4.0 and first.input.shape == (2,)
+    assert first.output is not None and first.output.max == 2.0
+    assert set(first.kwargs) == {"mask"} and first.kwargs["mask"].max == 1.0 and first.kwargs["mask"].min == 0.0
+    weight = first.parameters["weight"]
+    assert weight.shape is None and weight.numel is None and weight.max is None and weight.min == -1.0
+    assert weight.mean == 0.0 and type(weight.mean) is float and set(first.parameters) == {"weight"}
+    second = dump.entries[keys[1]]
+    assert (second.input, second.output, dict(second.kwargs), dict(second.parameters)) == (None, None, {}, {})
+    assert dump.entries[keys[4]].output.max == 2.0
+
+
+@pytest.mark.parametrize("text, reason", [
+    ('[{"data": {}}]', "not an msprobe dump"),
+    ('{"task": "statistics"}', "not an msprobe dump"),
+    ('{"data": [1, 2]}', "not an msprobe dump"),
+    ('{"data": {"Functional.linear.0.forward": {}}}', "no Module./Cell. forward entries"),
+])
+def test_files_that_are_not_dumps_say_so(tmp_path: Path, text: str, reason: str) -> None:
+    path = tmp_path / "dump.json"
+    path.write_text(text)
+    with pytest.raises(InputError, match=reason) as raised:
+        DumpCache().get(path)
+    assert str(path) in str(raised.value)
+
+
+def test_statistics_quoted_literals_and_literals_without_spaces(tmp_path: Path) -> None:
+    path = tmp_path / "dump.json"
+    text = ('{"data":{"%s":{"input_args":[{"dtype":"torch.float32","shape":[2],"Max":Infinity,"Min":-Infinity,'
+            '"Mean":NaN,"Norm":"NaN"}],"output":[]}}}' % KEY)
+    path.write_text(text)
+    stats = DumpCache().get(path).entries[KEY].input
+    assert stats is not None and stats.max == math.inf and stats.min == -math.inf
+    assert math.isnan(stats.mean) and math.isnan(stats.norm) and stats.observable

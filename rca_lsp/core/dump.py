@@ -64,7 +64,7 @@ class TensorStats(msgspec.Struct, gc=False):
     @property
     def is_tensor(self) -> bool:
         """A tensor node, as opposed to the {"type": ..., "value": ...} nodes msprobe writes for other arguments."""
-        return self.dtype is not None and self.shape is not None
+        return self.dtype is not None
 
 
 def _numel(shape: tuple[Any, ...] | None) -> int | None:
@@ -186,7 +186,7 @@ def first_tensor(value: Any) -> TensorStats | None:
         return _tensor(value)
     for item in value:
         if type(item) is TensorStats:
-            if item.dtype is not None and item.shape is not None:
+            if item.dtype is not None:  # item.is_tensor, inlined: called for every argument of every module
                 return item
         elif type(item) is list or type(item) is dict:
             stats = first_tensor(item)
