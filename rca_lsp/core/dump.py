@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import threading
@@ -15,7 +14,7 @@ import msgspec
 
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.gcpause import paused_gc
-from rca_lsp.core.jsonload import as_float, literal_quotings, loads_lenient
+from rca_lsp.core.jsonload import as_float, loads_lenient, quote_literals
 from rca_lsp.core.keys import parse_module_key
 
 _EMPTY: Mapping[str, "TensorStats"] = MappingProxyType({})
@@ -294,14 +293,24 @@ def build_dump(path: str, document: Any) -> Dump:
 
 def decode_dump(data: bytes, path: str) -> Any:
     """The dump's JSON decoded into its entries' statistics; NaN/Infinity literals accepted."""
-    for candidate in itertools.chain((data,), literal_quotings(data)):
+    try:
+        return _decoded(data, path)
+    except msgspec.DecodeError:
+        pass
+    quoted = quote_literals(data)
+    if quoted is not data:
         try:
-            return _DUMP_DECODER.decode(candidate)
-        except msgspec.ValidationError:
-            raise InputError(path, _NOT_A_DUMP) from None
+            return _decoded(quoted, path)
         except msgspec.DecodeError:
-            continue
+            pass
     return loads_lenient(data, path)  # raises with the line and column of the problem, or reads an odd layout
+
+
+def _decoded(data: bytes, path: str) -> _RawDump:
+    try:
+        return _DUMP_DECODER.decode(data)
+    except msgspec.ValidationError:  # the schema takes any JSON below "data": the file is not a dump
+        raise InputError(path, _NOT_A_DUMP) from None
 
 
 def resolve_dump_path(path: str | os.PathLike[str]) -> Path:

@@ -18,7 +18,9 @@ _LITERAL_REPLACEMENTS = (
 _LITERAL_RE = re.compile(rb"(?<![\w\"])(-?Infinity|NaN)(?![\w\"])")
 
 
-def _quote_literals(data: bytes) -> bytes:
+def quote_literals(data: bytes) -> bytes:
+    """`data` with the NaN/Infinity/-Infinity literals Python's json writes (after ': ') quoted; `data` itself
+    when it has none."""
     if b"Infinity" not in data and b"NaN" not in data:
         return data
     for literal, quoted in _LITERAL_REPLACEMENTS:
@@ -31,9 +33,9 @@ def _quote_literals_anywhere(data: bytes) -> bytes:
     return _LITERAL_RE.sub(rb'"\1"', data)
 
 
-def literal_quotings(data: bytes) -> Iterator[bytes]:
-    """`data` with its NaN/Infinity/-Infinity literals quoted: the usual layout first, then anywhere (if different)."""
-    for rewrite in (_quote_literals, _quote_literals_anywhere):
+def _literal_quotings(data: bytes) -> Iterator[bytes]:
+    """`data` with its NaN/Infinity/-Infinity literals quoted: the usual layout first (if any), then anywhere."""
+    for rewrite in (quote_literals, _quote_literals_anywhere):
         rewritten = rewrite(data)
         if rewritten is not data:
             yield rewritten
@@ -45,7 +47,7 @@ def loads_lenient(data: bytes, path: str) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError as first_error:
         error: orjson.JSONDecodeError = first_error
-    for rewritten in literal_quotings(data):
+    for rewritten in _literal_quotings(data):
         try:
             return orjson.loads(rewritten)
         except orjson.JSONDecodeError as later_error:
