@@ -7,7 +7,6 @@ spawn time into a child's peak, so nothing heavy (orjson, generation) runs in it
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import shutil
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
-from bench_common import BENCH_DIR, DEFAULT_DATA_DIR, EXIT_NOT_STRICT_JSON, REPO_ROOT, DatasetPaths, dataset_paths, mib
+from bench_common import BENCH_DIR, DatasetPaths, EXIT_NOT_STRICT_JSON, REPO_ROOT, benchmark_parser, dataset_paths, mib
 
 TARGET_RATIO = 1.3
 
@@ -169,9 +168,7 @@ def report(data_dir: Path, paths: DatasetPaths, repeat: int, floor: Outcome, ana
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
-                        help="dataset written by make_synthetic.py (generated with defaults if missing)")
+    parser = benchmark_parser(__doc__, "dataset written by make_synthetic.py (generated with defaults if missing)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per measurement; the median is reported")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds before a run is killed (default 900)")
     args = parser.parse_args(argv)

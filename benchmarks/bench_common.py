@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,6 +10,13 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 DEFAULT_DATA_DIR = BENCH_DIR / "data" / "large"
 EXIT_NOT_STRICT_JSON = 3  # parse_floor.py: orjson rejected a dump (NaN/Infinity literals)
+
+
+def benchmark_parser(description: str | None, data_dir_help: str) -> argparse.ArgumentParser:
+    """A benchmark's command line: its docstring as help, and --data-dir."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help=data_dir_help)
+    return parser
 
 
 @dataclass(frozen=True)

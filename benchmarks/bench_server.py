@@ -41,7 +41,7 @@ from pygls.lsp.client import LanguageClient
 
 from bench_analyze import (Cost, analyze_argv, ensure_dataset, floor_argv, run_child, summarize,
                            warm_page_cache)
-from bench_common import DEFAULT_DATA_DIR, EXIT_NOT_STRICT_JSON, REPO_ROOT, DatasetPaths, mib
+from bench_common import DatasetPaths, EXIT_NOT_STRICT_JSON, REPO_ROOT, benchmark_parser, mib
 
 TARGET_COLD_RATIO = 1.3
 TARGET_SAVE_S = 0.5
@@ -659,9 +659,7 @@ def fmt_ratio(value: Figure) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
-                        help="dataset written by make_synthetic.py (generated with defaults if missing)")
+    parser = benchmark_parser(__doc__, "dataset written by make_synthetic.py (generated with defaults if missing)")
     parser.add_argument("--entries", type=int, default=60_000, help="mapping entries in the workspace (60000)")
     parser.add_argument("--saves", type=int, default=15, help="timed didSave round trips (15)")
     parser.add_argument("--hovers", type=int, default=50, help="hover requests (50)")

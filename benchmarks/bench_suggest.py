@@ -8,7 +8,6 @@ generator's mapping-key file.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import random
 import statistics
@@ -20,7 +19,7 @@ from typing import Callable, TypeVar
 
 import orjson
 
-from bench_common import DEFAULT_DATA_DIR, REPO_ROOT, dataset_paths, mib
+from bench_common import REPO_ROOT, benchmark_parser, dataset_paths, mib
 
 sys.path.insert(0, str(REPO_ROOT))
 
@@ -65,8 +64,7 @@ def parse_floor(paths: list[Path]) -> Cost:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser = benchmark_parser(__doc__, "dataset written by make_synthetic.py (run it first)")
     args = parser.parse_args(argv)
     paths = dataset_paths(args.data_dir)
     if not paths.exist():

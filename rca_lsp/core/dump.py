@@ -6,6 +6,7 @@ import math
 import os
 import threading
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Union
@@ -224,15 +225,10 @@ def _after_first_float(items: Any) -> TensorStats | None:
     return None
 
 
+@lru_cache(maxsize=256)
 def _is_integer_dtype(dtype: str | None) -> bool:
-    known = _INTEGER_DTYPES.get(dtype)
-    if known is None:
-        name = (dtype or "").rpartition(".")[2].lower()
-        known = _INTEGER_DTYPES[dtype] = name.startswith(("int", "uint", "long", "bool"))
-    return known
-
-
-_INTEGER_DTYPES: dict[str | None, bool] = {}
+    name = (dtype or "").rpartition(".")[2].lower()
+    return name.startswith(("int", "uint", "long", "bool"))
 
 
 def _tensor_map(nodes: Any) -> Mapping[str, TensorStats]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 
@@ -33,21 +33,16 @@ def _quote_literals_anywhere(data: bytes) -> bytes:
     return _LITERAL_RE.sub(rb'"\1"', data)
 
 
-def _literal_quotings(data: bytes) -> Iterator[bytes]:
-    """`data` with its NaN/Infinity/-Infinity literals quoted: the usual layout first (if any), then anywhere."""
-    for rewrite in (quote_literals, _quote_literals_anywhere):
-        rewritten = rewrite(data)
-        if rewritten is not data:
-            yield rewritten
-
-
 def loads_lenient(data: bytes, path: str) -> Any:
     """Parse JSON bytes; NaN/Infinity/-Infinity literals come back as the strings "NaN"/"Infinity"/"-Infinity"."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as first_error:
         error: orjson.JSONDecodeError = first_error
-    for rewritten in _literal_quotings(data):
+    for rewrite in (quote_literals, _quote_literals_anywhere):
+        rewritten = rewrite(data)
+        if rewritten is data:
+            continue
         try:
             return orjson.loads(rewritten)
         except orjson.JSONDecodeError as later_error:
