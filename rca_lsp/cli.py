@@ -14,6 +14,7 @@ from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.outputs import write_outputs
 from rca_lsp.core.run import analyze_paths
+from rca_lsp.source_args import add_source_arguments, side_options
 from rca_lsp.core.tolerance import Tolerances
 from rca_lsp.suggest import cli as suggest_cli
 
@@ -32,6 +33,7 @@ def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--demo", action="store_true", help="run on the bundled demo fixture")
     parser.add_argument("--tolerance", action="append", default=[], metavar="DTYPE=REL",
                         help="relative tolerance for a dtype, e.g. bfloat16=0.03 (repeatable)")
+    add_source_arguments(parser)
 
 
 def _tolerances(values: Sequence[str]) -> Tolerances:
@@ -69,7 +71,9 @@ def run_analyze(args: argparse.Namespace) -> int:
         raise InputError("analyze", f"missing {', '.join(missing)} (or give none of them to run the demo)")
     else:
         train, rollout, mapping = Path(args.train), Path(args.rollout), Path(args.mapping_key)
-    analysis = analyze_paths(train, rollout, mapping, _tolerances(args.tolerance), fork=True)
+    train_options, rollout_options = side_options(args)
+    analysis = analyze_paths(train, rollout, mapping, _tolerances(args.tolerance), fork=True,
+                             train_options=train_options, rollout_options=rollout_options)
     blocking = [i for i in analysis.mapping.issues if i.code in BLOCKING_CODES]
     if blocking:
         issue = blocking[0]

@@ -63,13 +63,18 @@ def test_bad_inputs_give_one_line_errors(tmp_path: Path) -> None:
         assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert "Traceback" not in result.stderr
     several = tmp_path / "several"
-    for rank in ("rank0", "rank1"):
-        target = several / "step0" / rank
+    for step in ("step0", "step1"):
+        target = several / step / "rank0"
         target.mkdir(parents=True)
         (target / "dump.json").write_bytes((DEMO_SOURCE / "train/step0/rank0/dump.json").read_bytes())
-    result = rca("analyze", "--train", str(several), "--rollout", str(DEMO_SOURCE / "rollout"), "--mapping-key",
-                 str(DEMO_SOURCE / "mapping_key.json"), cwd=tmp_path)
-    assert result.returncode == 2 and "2 dumps found" in result.stderr
+    args = ("analyze", "--train", str(several), "--rollout", str(DEMO_SOURCE / "rollout"), "--mapping-key",
+            str(DEMO_SOURCE / "mapping_key.json"), "--out-dir", str(tmp_path / "o"))
+    result = rca(*args, cwd=tmp_path)
+    assert result.returncode == 2 and "2 steps found: step0 (rank 0); step1 (rank 0); choose one with --step N" \
+        in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert rca(*args, "--step", "1", cwd=tmp_path).returncode == 0
+    result = rca(*args, "--step", "1", "--parallel", "tp=two", cwd=tmp_path)
+    assert result.returncode == 2 and "--parallel: tp must be a positive integer" in result.stderr
 
 
 def test_an_unwritable_output_folder_is_a_one_line_error(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 from builders import entry, write_dump
 from conftest import FIXTURES
 from rca_lsp.core.dump import DumpCache, load_dump_file
+from rca_lsp.core.dumpsource import resolve_dump_source
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.forkload import BackgroundDump
 from rca_lsp.core.run import analyze_paths
@@ -21,8 +22,9 @@ KEY = "Module.model.layers.0.mlp.down_proj.Linear.forward.0"
 @pytest.mark.parametrize("variant", ["qkv_layout", "repeated_calls", "vllm_healthy"])
 def test_background_load_gives_the_same_dump(variant: str, new_interpreter: bool) -> None:
     path = next((FIXTURES / variant / "rollout").glob("**/dump.json")).resolve()
-    with BackgroundDump(path, new_interpreter) as background:
-        loaded = background.load(path)
+    source = resolve_dump_source(path)
+    with BackgroundDump(source, new_interpreter) as background:
+        loaded = background.load(source)
     direct = load_dump_file(path)
     assert (loaded.path, loaded.task, loaded.level, loaded.framework) == (direct.path, direct.task, direct.level,
                                                                            direct.framework)
@@ -33,9 +35,9 @@ def test_background_load_gives_the_same_dump(variant: str, new_interpreter: bool
 def test_nonfinite_statistics_survive_the_transfer(tmp_path: Path) -> None:
     node = entry([1.0, 2.0], [3.0, 4.0])
     node["output"][0].update({"Max": math.inf, "Min": -math.inf, "Mean": math.nan})
-    path = write_dump(tmp_path / "dump.json", {KEY: node}).resolve()
-    with BackgroundDump(path) as background:
-        output = DumpCache().get(path, background.load).entries[KEY].output
+    source = resolve_dump_source(write_dump(tmp_path / "dump.json", {KEY: node}))
+    with BackgroundDump(source) as background:
+        output = DumpCache().get(source, background.load).entries[KEY].output
     assert output is not None and output.max == math.inf and output.min == -math.inf and math.isnan(output.mean)
 
 
@@ -61,8 +63,9 @@ def test_forked_analysis_matches(tmp_path: Path) -> None:
 def test_a_child_in_a_new_interpreter_that_fails_leaves_the_load_and_its_error_to_the_caller(tmp_path: Path) -> None:
     broken = tmp_path / "dump.json"
     broken.write_text('{\n "data": {\n  "k": [1, 2,,]\n }\n}')
-    with pytest.raises(InputError) as raised, BackgroundDump(broken, new_interpreter=True) as background:
-        background.load(broken)
+    source = resolve_dump_source(broken)
+    with pytest.raises(InputError) as raised, BackgroundDump(source, new_interpreter=True) as background:
+        background.load(source)
     with pytest.raises(InputError) as usual:
         load_dump_file(broken)
     assert str(raised.value) == str(usual.value)

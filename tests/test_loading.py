@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from builders import entry, tensor, write_dump
-from rca_lsp.core.dump import DumpCache, resolve_dump_path
+from rca_lsp.core.dump import DumpCache
+from rca_lsp.core.dumpsource import resolve_dump_source
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.jsonload import loads_lenient
 
@@ -42,13 +43,25 @@ def test_invalid_json_names_file_and_line(tmp_path: Path) -> None:
 
 def test_directory_layouts(tmp_path: Path) -> None:
     write_dump(tmp_path / "one" / "step0" / "rank0" / "dump.json", {KEY: entry([1.0], [1.0])})
-    assert resolve_dump_path(tmp_path / "one").parts[-3:] == ("step0", "rank0", "dump.json")
-    write_dump(tmp_path / "two" / "step0" / "rank0" / "dump.json", {KEY: entry([1.0], [1.0])})
-    write_dump(tmp_path / "two" / "step0" / "rank1" / "dump.json", {KEY: entry([1.0], [1.0])})
-    with pytest.raises(InputError, match="2 dumps found"):
-        resolve_dump_path(tmp_path / "two")
+    assert resolve_dump_source(tmp_path / "one").files[0].parts[-3:] == ("step0", "rank0", "dump.json")
+    for rank in (0, 1):
+        write_dump(tmp_path / "two" / "step0" / f"rank{rank}" / "dump.json", {KEY: entry([1.0], [1.0])})
+    two = resolve_dump_source(tmp_path / "two")
+    assert [p.parts[-2] for p in two.files] == ["rank0", "rank1"] and two.ranks == (0, 1) and two.step == 0
+    assert resolve_dump_source(tmp_path / "two" / "step0").ranks == (0, 1)
+    write_dump(tmp_path / "two" / "step3" / "rank0" / "dump.json", {KEY: entry([1.0], [1.0])})
+    with pytest.raises(InputError, match=r"2 steps found: step0 \(ranks 0-1\); step3 \(rank 0\); choose one"):
+        resolve_dump_source(tmp_path / "two")
+    assert resolve_dump_source(tmp_path / "two", step=3).ranks == (0,)
+    with pytest.raises(InputError, match="no step7 here"):
+        resolve_dump_source(tmp_path / "two", step=7)
+    write_dump(tmp_path / "gap" / "step0" / "rank0" / "dump.json", {KEY: entry([1.0], [1.0])})
+    write_dump(tmp_path / "gap" / "step0" / "rank2" / "dump.json", {KEY: entry([1.0], [1.0])})
+    with pytest.raises(InputError, match="rank 1 is missing"):
+        resolve_dump_source(tmp_path / "gap")
+    (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="no dump.json found"):
-        resolve_dump_path(tmp_path)
+        resolve_dump_source(tmp_path / "empty")
 
 
 def test_cache_reuses_until_file_changes(tmp_path: Path) -> None:

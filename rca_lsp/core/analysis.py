@@ -100,11 +100,10 @@ def _usable_mapping(effective: dict[str, MappingEntry], train: Dump, rollout: Du
         if train_key not in train_entries:
             continue
         keys = entry.rollout_keys
-        if len(keys) == 1:
-            if keys[0] in rollout_entries:
-                usable[train_key] = keys
+        if len(keys) == 1 and keys[0] in rollout_entries:
+            usable[train_key] = keys
             continue
-        present = tuple(dict.fromkeys(k for k in keys if k in rollout_entries))
+        present = tuple(dict.fromkeys(k for key in keys for k in rollout.calls_of(key)))  # forward.* = every call
         if present:
             usable[train_key] = present
     return usable

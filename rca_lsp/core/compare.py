@@ -52,9 +52,12 @@ class TargetComparison(NamedTuple):
 _new = tuple.__new__
 
 
-def aggregate(parts: Sequence[TensorStats]) -> TensorStats:
-    """Exact statistics of the concatenation of the parts, in any order or permutation."""
-    if len(parts) == 1:
+def aggregate(parts: Sequence[TensorStats], shape: tuple[int, ...] | None = None,
+              with_mean: bool = True) -> TensorStats:
+    """Exact statistics of the concatenation of the parts, in any order or permutation; `shape` is the
+    concatenation's shape when known (else flat). `with_mean=False` leaves the Mean out: for tensors whose parts
+    are not pieces of one tensor's elements (attention probabilities of decode steps lack the masked triangle)."""
+    if len(parts) == 1 and shape is None and with_mean:
         return parts[0]
     numels = [p.numel for p in parts]
     total = sum(n for n in numels if n is not None) if all(n is not None for n in numels) else None
@@ -63,12 +66,12 @@ def aggregate(parts: Sequence[TensorStats]) -> TensorStats:
     norms = [p.norm for p in parts]
     means = [p.mean for p in parts]
     mean = None
-    if total and all(m is not None for m in means) and all(n is not None for n in numels):
+    if with_mean and total and all(m is not None for m in means) and all(n is not None for n in numels):
         mean = math.fsum(m * n for m, n in zip(means, numels)) / total  # type: ignore[operator]
     dtypes = {p.dtype for p in parts}
     return TensorStats(
         dtype=dtypes.pop() if len(dtypes) == 1 else None,
-        shape=(total,) if total is not None else None,
+        shape=shape if shape is not None else ((total,) if total is not None else None),
         max=max(maxes) if all(v is not None for v in maxes) else None,  # type: ignore[type-var]
         min=min(mins) if all(v is not None for v in mins) else None,  # type: ignore[type-var]
         mean=mean,
@@ -120,6 +123,27 @@ def sum_of(a: TensorStats | None, b: TensorStats | None) -> TensorStats | None:
     if a is None or b is None or a.mean is None or b.mean is None or a.shape != b.shape:
         return None
     return TensorStats(a.dtype if a.dtype == b.dtype else None, a.shape, None, None, a.mean + b.mean, None)
+
+
+def copy_difference(reference: TensorStats, copy: TensorStats) -> float:
+    """The largest relative difference of a statistic between two copies of what should be one tensor (0 when
+    identical, inf when only one side is finite); judged like a train/rollout comparison."""
+    if reference.shape != copy.shape:
+        return math.inf
+    scale = _comparison_scale(copy, reference, "match")
+    worst = 0.0
+    for name, a, b in (("Max", copy.max, reference.max), ("Min", copy.min, reference.min),
+                       ("Mean", copy.mean, reference.mean), ("Norm", copy.norm, reference.norm)):
+        if a is None or b is None or a == b:
+            if (a is None) != (b is None):
+                return math.inf
+            continue
+        if not (isfinite(a) and isfinite(b)):
+            if not (isnan(a) and isnan(b)):
+                return math.inf
+            continue
+        worst = max(worst, _stat_error(name, a, b, scale))
+    return worst
 
 
 def _stat_error(name: str, t: float, r: float, scale: float) -> float:

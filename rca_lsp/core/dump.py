@@ -6,20 +6,20 @@ import math
 import os
 import threading
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Union
 
 import msgspec
 
+from rca_lsp.core.dumpsource import DumpSource, resolve_dump_source
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.jsonload import as_float, loads_lenient, quote_literals
 from rca_lsp.core.keys import parse_module_key
 
 _EMPTY: Mapping[str, "TensorStats"] = MappingProxyType({})
-_DUMP_GLOBS = ("step*/rank*/dump.json", "step*/proc*/dump.json", "rank*/dump.json", "proc*/dump.json", "*/dump.json")
 
 
 class TensorStats(msgspec.Struct, gc=False):
@@ -102,6 +102,29 @@ _DUMP_DECODER = msgspec.json.Decoder(_RawDump)
 _NOT_A_DUMP = 'not an msprobe dump: expected an object with a "data" object of module entries'
 
 
+class Disagreement(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """Copies of one slot that should be the same tensor but are not: a replicated tensor on several ranks, or a
+    parameter across the calls of one module (weights changed mid-generation)."""
+
+    slot: str  # output.0 | input_args.0 | input_kwargs.<name> | parameters.<name>
+    across: str  # "ranks" | "calls"
+    reference: int  # the rank (or call) the others are compared with
+    members: tuple[int, ...]  # the ranks (or calls) whose copy differs from the reference's
+    rel_err: float  # the largest relative difference of a statistic
+
+    def describe(self) -> str:
+        others = ", ".join(map(str, self.members))
+        noun = "rank" if self.across == "ranks" else "call"
+        what = ("a tensor that should be identical on every rank" if self.across == "ranks"
+                else "a parameter that should be the same in every call (did the weights change mid-generation?)")
+        return f"{slot_label(self.slot)}: {noun}s {self.reference} and {others} disagree (by {self.rel_err:.3g} relative) on {what}"
+
+
+def slot_label(slot: str) -> str:
+    """An entry slot as the comparisons name their targets (output.0, input_args.0, parameters.weight, ...)."""
+    return {"input": "input_args.0", "output": "output.0"}.get(slot, slot)
+
+
 class ModuleEntry(msgspec.Struct, frozen=True, gc=False):
     """One forward call of one module, as the analysis reads it (a Struct: built ~10^5 times per dump, in C)."""
 
@@ -120,6 +143,20 @@ class ModuleEntry(msgspec.Struct, frozen=True, gc=False):
     # the float tensor of the primary input's shape right after it, and the output's second tensor of its shape.
     stream_input: TensorStats | None = None
     stream_output: TensorStats | None = None
+    disagreements: tuple[Disagreement, ...] = ()
+
+
+class ParallelInfo(msgspec.Struct, gc=False):
+    """How a logical dump was merged from the ranks of a parallel run (see rankmerge)."""
+
+    files: tuple[str, ...]  # rank order
+    ranks: tuple[int, ...]
+    layout: str  # e.g. "tp=2, pp=1, ep=1, dp=1 (inferred)"
+    sequence_parallel: bool
+    notes: list[str]  # what was decided and what could not be, for the report
+    merges: dict[str, str]  # logical key -> how its slots were merged, for keys with a sharded or disagreeing slot
+    origins: dict[str, tuple[int, str]]  # logical key -> (file index, key in that file), when not (0, same key)
+    dropped: dict[str, str]  # keys left out of the logical dump -> why (e.g. a rank lacks them)
 
 
 @dataclass
@@ -131,37 +168,80 @@ class Dump:
     keys: list[str]
     entries: dict[str, ModuleEntry]
     skipped_keys: int  # API-level, backward and parameters_grad keys
-    _line_cache: dict[str, int | None] = field(default_factory=dict, repr=False)
+    parallel: ParallelInfo | None = None  # set when merged from several ranks
+    _line_cache: dict[str, tuple[str, int] | None] = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def _calls(self) -> dict[str, list[str]]:
+        """`Module.<path>.<Class>.forward` -> its call keys in call order."""
+        calls: dict[str, list[str]] = {}
+        for key in self.keys:
+            calls.setdefault(key.rpartition(".")[0], []).append(key)
+        for keys in calls.values():
+            if len(keys) > 1:
+                keys.sort(key=lambda k: self.entries[k].call_index)
+        return calls
+
+    def calls_of(self, key: str) -> list[str]:
+        """The keys a mapping key names: every call for `....forward.*`, else the key itself if present."""
+        if key.endswith(".*"):
+            return self._calls.get(key[:-2], []) if key[:-2].endswith(".forward") else []
+        return [key] if key in self.entries else []
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return self.parallel.files if self.parallel is not None else (self.path,)
+
+    def file_key(self, key: str) -> tuple[str, str]:
+        """The file that holds a logical key and its name there (renamed for pipeline stages and experts)."""
+        if self.parallel is None:
+            return self.path, key
+        index, original = self.parallel.origins.get(key, (0, key))
+        return self.parallel.files[index], original
 
     def line_of(self, key: str) -> int | None:
-        """0-based line of `"key":` in the dump file (dumps carry no positions: looked up on demand)."""
+        """0-based line of `"key":` in its dump file (dumps carry no positions: looked up on demand)."""
+        location = self.location_of(key)
+        return location[1] if location is not None else None
+
+    def location_of(self, key: str) -> tuple[str, int] | None:
+        """(file, 0-based line) of the key's entry."""
         if key not in self._line_cache:
             self.prefetch_lines([key])
         return self._line_cache[key]
 
     def prefetch_lines(self, keys: Iterable[str]) -> None:
-        """Find the lines of many keys in one pass over the file: keys are searched in dump order."""
+        """Find the lines of many keys in one pass over each file: keys are searched in dump order."""
         wanted = sorted({k for k in keys if k not in self._line_cache},
                         key=lambda k: self.entries[k].position if k in self.entries else -1)
-        if not wanted:
-            return
-        try:
-            data = Path(self.path).read_bytes()
-        except OSError:
-            self._line_cache.update(dict.fromkeys(wanted))
-            return
-        offset = line = 0
+        by_file: dict[str, list[tuple[str, str]]] = {}
         for key in wanted:
-            found = data.find(quoted_key(key), offset)
+            file, original = self.file_key(key)
+            by_file.setdefault(file, []).append((key, original))
+        for file, pairs in by_file.items():
+            for (key, _), line in zip(pairs, _find_lines(file, [original for _, original in pairs])):
+                self._line_cache[key] = (file, line) if line is not None else None
+
+
+def _find_lines(path: str, keys: list[str]) -> list[int | None]:
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return [None] * len(keys)
+    lines: list[int | None] = []
+    offset = line = 0
+    for key in keys:
+        found = data.find(quoted_key(key), offset)
+        if found < 0:
+            found = data.find(quoted_key(key))  # not where dump order says: search the whole file once
             if found < 0:
-                found = data.find(quoted_key(key))  # not where dump order says: search the whole file once
-                if found < 0:
-                    self._line_cache[key] = None
-                    continue
-                offset = line = 0
-            line += data.count(b"\n", offset, found)
-            offset = found
-            self._line_cache[key] = line
+                lines.append(None)
+                continue
+            offset = line = 0
+        line += data.count(b"\n", offset, found)
+        offset = found
+        lines.append(line)
+    return lines
 
 
 def quoted_key(key: str) -> bytes:
@@ -309,26 +389,6 @@ def _decoded(data: bytes, path: str) -> _RawDump:
         raise InputError(path, _NOT_A_DUMP) from None
 
 
-def resolve_dump_path(path: str | os.PathLike[str]) -> Path:
-    """A dump.json file, or an msprobe dump directory holding exactly one (step*/rank*|proc*/dump.json)."""
-    candidate = Path(path)
-    if candidate.is_file():
-        return candidate
-    if not candidate.is_dir():
-        raise InputError(str(candidate), "no such dump file or directory")
-    if (candidate / "dump.json").is_file():
-        return candidate / "dump.json"
-    for pattern in _DUMP_GLOBS:
-        found = sorted(candidate.glob(pattern))
-        if len(found) == 1:
-            return found[0]
-        if len(found) > 1:
-            listed = ", ".join(str(p.relative_to(candidate)) for p in found[:4])
-            more = f" and {len(found) - 4} more" if len(found) > 4 else ""
-            raise InputError(str(candidate), f"{len(found)} dumps found ({listed}{more}); pass one dump.json")
-    raise InputError(str(candidate), "no dump.json found (looked for dump.json, step*/rank*/dump.json, step*/proc*/dump.json)")
-
-
 def load_dump_file(path: Path) -> Dump:
     try:
         data = path.read_bytes()
@@ -341,39 +401,60 @@ def load_dump_file(path: Path) -> Dump:
 
 
 class DumpCache:
-    """Parsed dumps by resolved path, reused while the file's size and mtime are unchanged."""
+    """Logical dumps by source, reused while every file's size and mtime are unchanged."""
 
     def __init__(self) -> None:
-        self._dumps: dict[Path, tuple[int, int, Dump]] = {}
-        self._locks: dict[Path, threading.Lock] = {}
+        self._dumps: dict[tuple[object, ...], tuple[tuple[tuple[int, int], ...], Dump]] = {}
+        self._locks: dict[tuple[object, ...], threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def get(self, path: str | os.PathLike[str], load: Callable[[Path], Dump] = load_dump_file) -> Dump:
-        resolved = resolve_dump_path(path).resolve()
+    def get(self, source: "DumpSource | str | os.PathLike[str]",
+            load: "Callable[[DumpSource], Dump] | None" = None) -> Dump:
+        """`source` as resolved by resolve_dump_source, or a path (a file or a directory with one step)."""
+        if not isinstance(source, DumpSource):
+            source = resolve_dump_source(source)
+        identity = _identity(source)
         with self._guard:
-            lock = self._locks.setdefault(resolved, threading.Lock())
+            lock = self._locks.setdefault(identity, threading.Lock())
         with lock:
-            before = signature(resolved)
-            cached = self._dumps.get(resolved)
-            if cached is not None and cached[:2] == before:
-                return cached[2]
-            dump = load(resolved)
-            check_unchanged(resolved, before)
-            self._dumps[resolved] = (*before, dump)
+            before = signatures(source)
+            cached = self._dumps.get(identity)
+            if cached is not None and cached[0] == before:
+                return cached[1]
+            dump = (load or load_source)(source)
+            check_unchanged(source, before)
+            self._dumps[identity] = (before, dump)
             return dump
 
-    def is_current(self, path: str | os.PathLike[str]) -> bool:
-        resolved = Path(path).resolve()
-        cached = self._dumps.get(resolved)
-        return cached is not None and cached[:2] == signature(resolved)
+    def is_current(self, source: "DumpSource") -> bool:
+        cached = self._dumps.get(_identity(source))
+        try:
+            return cached is not None and cached[0] == signatures(source)
+        except InputError:
+            return False
 
-    def forget(self, path: str | os.PathLike[str]) -> None:
-        self._dumps.pop(Path(path).resolve(), None)
+
+def _identity(source: "DumpSource") -> tuple[object, ...]:
+    return (source.files, source.layout)
 
 
-def check_unchanged(path: Path, before: tuple[int, int]) -> None:
-    if signature(path) != before:
-        raise InputError(str(path), "the dump changed while it was being read; it is probably being rewritten")
+def load_source(source: "DumpSource") -> Dump:
+    """The logical dump of a source: its one file, or its ranks merged."""
+    if len(source.files) == 1:
+        return load_dump_file(source.files[0])
+    from rca_lsp.core.rankmerge import load_ranks  # the merge imports this module
+
+    return load_ranks(source)
+
+
+def signatures(source: "DumpSource") -> tuple[tuple[int, int], ...]:
+    return tuple(signature(path) for path in source.files)
+
+
+def check_unchanged(source: "DumpSource", before: tuple[tuple[int, int], ...]) -> None:
+    for path, was in zip(source.files, before):
+        if signature(path) != was:
+            raise InputError(str(path), "the dump changed while it was being read; it is probably being rewritten")
 
 
 def signature(path: Path) -> tuple[int, int]:

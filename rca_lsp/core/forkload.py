@@ -18,7 +18,8 @@ from typing import Any
 
 import msgspec
 
-from rca_lsp.core.dump import Dump, ModuleEntry, check_unchanged, load_dump_file, signature
+from rca_lsp.core.dump import Dump, ModuleEntry, ParallelInfo, check_unchanged, load_source, signatures
+from rca_lsp.core.dumpsource import DumpSource, ParallelLayout
 from rca_lsp.core.gcpause import paused_gc
 
 
@@ -29,6 +30,7 @@ class _Transfer(msgspec.Struct, array_like=True, gc=False):
     framework: Any
     skipped_keys: int
     entries: list[ModuleEntry]
+    parallel: ParallelInfo | None
 
 
 def _plain_mapping(value: Any) -> Any:
@@ -38,41 +40,44 @@ def _plain_mapping(value: Any) -> Any:
 
 
 _ENCODER = msgspec.msgpack.Encoder(enc_hook=_plain_mapping)
+_SOURCE_ENCODER = msgspec.json.Encoder(enc_hook=str)  # paths as text
+_SOURCE_DECODER = msgspec.json.Decoder(DumpSource, dec_hook=lambda kind, value: kind(value))
 _DECODER = msgspec.msgpack.Decoder(_Transfer)
 
 
 class BackgroundDump:
-    """Starts loading `path` in a child at once; `load(path)` returns it (the loader for DumpCache.get)."""
+    """Starts loading `source` in a child at once; `load(source)` returns it (the loader for DumpCache.get)."""
 
-    def __init__(self, path: Path, new_interpreter: bool = False) -> None:
+    def __init__(self, source: DumpSource, new_interpreter: bool = False) -> None:
         """`new_interpreter` for callers with threads (forking a threaded process can deadlock the child): the child
         is a fresh `python -c` that imports only this module (multiprocessing's "spawn" would re-run the caller's
         main script, and the child would share the caller's stdout, which may be an LSP stream)."""
-        self._path = path
-        self._signature = signature(path)
+        self._source = source
+        self._signature = signatures(source)
         self._process: subprocess.Popen[bytes] | None = None
         self._receiver: Connection | None = None
         self._child: multiprocessing.process.BaseProcess | None = None
         if new_interpreter:
-            self._process = subprocess.Popen([sys.executable, "-c", _CHILD, str(path)], stdin=subprocess.DEVNULL,
+            self._process = subprocess.Popen([sys.executable, "-c", _CHILD, _SOURCE_ENCODER.encode(source).decode()],
+                                             stdin=subprocess.DEVNULL,
                                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         else:
             context = multiprocessing.get_context("fork")
             self._receiver, sender = context.Pipe(duplex=False)
-            self._child = context.Process(target=_load_and_send, args=(path, sender), daemon=True)
+            self._child = context.Process(target=_load_and_send, args=(source, sender), daemon=True)
             self._child.start()
             sender.close()
 
-    def load(self, path: Path) -> Dump:
-        if path != self._path:
-            return load_dump_file(path)
+    def load(self, source: DumpSource) -> Dump:
+        if source != self._source:
+            return load_source(source)
         try:
             data = self._received()
         finally:
             self.close()
         if not data:  # the child failed: load here, which reports the problem
-            return load_dump_file(path)
-        check_unchanged(path, self._signature)  # DumpCache.get checks only from when it asked
+            return load_source(source)
+        check_unchanged(source, self._signature)  # DumpCache.get checks only from when it asked
         with paused_gc():
             return _unpack(data)
 
@@ -110,9 +115,10 @@ _CHILD = "from rca_lsp.core.forkload import write_packed; write_packed()"
 
 
 def write_packed() -> None:
-    """The new-interpreter child: the dump named by argv[1], packed, to stdout; exit status 1 if it cannot."""
+    """The new-interpreter child: the dump whose source argv[1] encodes, packed, to stdout; exit status 1 if it
+    cannot."""
     try:
-        dump = load_dump_file(Path(sys.argv[1]))
+        dump = load_source(_SOURCE_DECODER.decode(sys.argv[1].encode()))
         with paused_gc():
             data = _pack(dump)
     except Exception:  # the parent loads the dump itself and reports the problem
@@ -121,9 +127,9 @@ def write_packed() -> None:
     sys.stdout.buffer.flush()
 
 
-def _load_and_send(path: Path, sender: Connection) -> None:
+def _load_and_send(source: DumpSource, sender: Connection) -> None:
     try:
-        dump = load_dump_file(path)
+        dump = load_source(source)
         with paused_gc():
             data = _pack(dump)
         sender.send_bytes(data)
@@ -135,10 +141,11 @@ def _load_and_send(path: Path, sender: Connection) -> None:
 
 def _pack(dump: Dump) -> bytes:
     return _ENCODER.encode(_Transfer(dump.path, dump.task, dump.level, dump.framework, dump.skipped_keys,
-                                     list(dump.entries.values())))
+                                     list(dump.entries.values()), dump.parallel))
 
 
 def _unpack(data: bytes) -> Dump:
     sent = _DECODER.decode(data)
     entries = {entry.key: entry for entry in sent.entries}
-    return Dump(sent.path, sent.task, sent.level, sent.framework, list(entries), entries, sent.skipped_keys)
+    return Dump(sent.path, sent.task, sent.level, sent.framework, list(entries), entries, sent.skipped_keys,
+                sent.parallel)

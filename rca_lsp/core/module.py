@@ -11,7 +11,8 @@ from typing import NamedTuple, Sequence
 
 from rca_lsp.core.compare import (NONFINITE_BOTH, Assessment, TargetComparison, aggregate, assess, compare_target,
                                   quick_verdict, sum_of)
-from rca_lsp.core.dump import ModuleEntry, TensorStats
+from rca_lsp.core.calls import CallSummary, fold_calls
+from rca_lsp.core.dump import Disagreement, ModuleEntry, TensorStats
 from rca_lsp.core.tolerance import Tolerances, normalise_dtype
 
 class TargetSpec(NamedTuple):
@@ -25,6 +26,9 @@ class TargetSpec(NamedTuple):
 
 SpecTuple = tuple[str, str, str, TensorStats | None, TensorStats | None, bool]  # a TargetSpec's fields
 _FUSED_QKV_TRAIN = ("linear_q_down_proj", "linear_kv_down_proj")
+RANK_DISAGREEMENT_BUCKET = "rank_replica_disagreement"
+CALL_DISAGREEMENT_BUCKET = "call_parameter_disagreement"
+DISAGREEMENT_BUCKETS = (RANK_DISAGREEMENT_BUCKET, CALL_DISAGREEMENT_BUCKET)
 _FUSED_QKV_ROLLOUT = "fused_qkv_a_proj"
 
 
@@ -162,10 +166,13 @@ def _kwarg_pairs(parts: list[tuple[ModuleEntry, ModuleEntry]]) -> tuple[list[tup
 
 
 def _bucket(train_keys: Sequence[str], rollout_keys: Sequence[str], output: str, shape_numel_mismatch: bool,
-            inputs: str, params: str, kwargs: str) -> tuple[str, int, str]:
+            inputs: str, params: str, kwargs: str, disagreements: Sequence[Disagreement]) -> tuple[str, int, str]:
     inputs_ok = inputs == "aligned" and kwargs in ("aligned", "partial", "not_applicable", "missing")
     inputs_bad = inputs == "mismatch" or kwargs == "mismatch"
     params_ok = params in ("aligned", "not_applicable")
+    if disagreements and not inputs_bad:
+        bucket = RANK_DISAGREEMENT_BUCKET if disagreements[0].across == "ranks" else CALL_DISAGREEMENT_BUCKET
+        return bucket, 1, "; ".join(d.describe() for d in disagreements)
     if output == "missing":
         return "insufficient_output_evidence", 3, "output not comparable on both sides"
     if output == "aligned":
@@ -195,11 +202,14 @@ class ModuleComparison:
     """Verdicts of one mapping group, with the detailed comparisons built lazily."""
 
     def __init__(self, train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry], tol: Tolerances) -> None:
-        self._train = tuple(train)
-        self._rollout = tuple(rollout)
         self._tol = tol
         self.train_keys = tuple([t.key for t in train])
         self.rollout_keys = tuple([r.key for r in rollout])
+        # Calls of one module are parts along the sequence: joined first, then parts of a fused module combine.
+        train, self.train_calls = fold_calls(train, tol)
+        rollout, self.rollout_calls = fold_calls(rollout, tol)
+        self._train = tuple(train)
+        self._rollout = tuple(rollout)
         reading = _stream_reading(train[0], rollout[0], tol) if len(train) == len(rollout) == 1 else None
         self._reading = reading
         if reading is not None:
@@ -234,14 +244,37 @@ class ModuleComparison:
         else:
             state = _summarise([quick_verdict(t.kwargs[n], r.kwargs[n], tol)[0] for n, t, r in kwarg_pairs])
             self.kwargs_consistency = "partial" if names_differ and state == "aligned" else state
+        self.disagreements = tuple(d for part in (*self._train, *self._rollout) for d in part.disagreements)
+        self._apply_disagreements()
         t_numel = self._output_train.numel if self._output_train is not None else None
         r_numel = self._output_rollout.numel if self._output_rollout is not None else None
         numel_mismatch = self.output_consistency == "mismatch" and None not in (t_numel, r_numel) and t_numel != r_numel
         self.module_bucket, self.module_priority_rank, self.reasoning = _bucket(
             self.train_keys, self.rollout_keys, self.output_consistency, numel_mismatch, self.input_args_consistency,
-            self.parameter_consistency, self.kwargs_consistency)
+            self.parameter_consistency, self.kwargs_consistency, self.disagreements)
         if reading is not None:
             self.reasoning += f"; {reading.note}"
+
+    def _apply_disagreements(self) -> None:
+        """A slot whose copies disagree (across ranks, or a parameter across calls) is not one tensor: mismatch."""
+        for disagreement in self.disagreements:
+            slot = disagreement.slot
+            if slot.startswith("parameters."):
+                self.parameter_consistency = "mismatch"
+            elif slot == "output":
+                self.output_consistency = "mismatch"
+            elif slot == "input":
+                self.input_args_consistency = "mismatch"
+            elif slot.startswith("input_kwargs."):
+                self.kwargs_consistency = "mismatch"
+
+    @property
+    def calls_note(self) -> str:
+        """How many calls each side joined (decode steps, micro-batches), for the report and hover."""
+        notes = [f"{side}: {summary.describe()}" for side, summaries in (("train", self.train_calls),
+                                                                        ("rollout", self.rollout_calls))
+                 for summary in summaries[:1]]
+        return "; ".join(notes)
 
     def _parameter_stats(self, name: str) -> tuple[TensorStats, TensorStats]:
         return (aggregate([t.parameters[name] for t in self._train]),
@@ -274,7 +307,7 @@ class ModuleComparison:
         return [TargetSpec._make(spec) for spec in self._spec_tuples()]
 
     def _spec_tuples(self) -> list[SpecTuple]:
-        train_id, rollout_id = _join(self.train_keys), _join(self.rollout_keys)
+        train_id, rollout_id = _join([t.key for t in self._train]), _join([r.key for r in self._rollout])
         aggregated = self.aggregated
         reading = self._reading
         if reading is not None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import multiprocessing
 import os
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ContextManager
 
 from rca_lsp.core.analysis import Analysis, analyze
-from rca_lsp.core.dump import DumpCache, resolve_dump_path
+from rca_lsp.core.dump import DumpCache
+from rca_lsp.core.dumpsource import DumpSource, ParallelLayout, resolve_dump_source
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.forkload import BackgroundDump
 from rca_lsp.core.mapping import ParsedMapping, parse_mapping
@@ -27,23 +29,37 @@ def read_mapping_file(path: str | os.PathLike[str]) -> ParsedMapping:
     return parse_mapping(str(path), text)
 
 
+@dataclass(frozen=True)
+class SideOptions:
+    """What selects one side's logical dump in a directory of several steps or ranks."""
+
+    step: int | None = None
+    layout: ParallelLayout | None = None
+    step_if_several: int | None = None  # the other side's step, used when this side holds several
+
+    def resolve(self, path: str | os.PathLike[str]) -> DumpSource:
+        return resolve_dump_source(path, self.step, self.layout, self.step_if_several)
+
+
 def analyze_paths(train: str | os.PathLike[str], rollout: str | os.PathLike[str],
                   mapping: str | os.PathLike[str], tolerances: Tolerances | None = None,
-                  cache: DumpCache | None = None, fork: bool = False) -> Analysis:
+                  cache: DumpCache | None = None, fork: bool = False, train_options: SideOptions = SideOptions(),
+                  rollout_options: SideOptions = SideOptions()) -> Analysis:
     """With `fork` (single-threaded callers only), the rollout dump is loaded by a child process meanwhile."""
     cache = cache or DumpCache()
-    with _background_load(rollout if fork else None) as background:
+    with _background_load(rollout, rollout_options if fork else None) as background:
         parsed = read_mapping_file(mapping)
-        train_dump = cache.get(train)
-        rollout_dump = cache.get(rollout, background.load) if background else cache.get(rollout)
+        train_dump = cache.get(train_options.resolve(train))
+        rollout_source = rollout_options.resolve(rollout)
+        rollout_dump = cache.get(rollout_source, background.load) if background else cache.get(rollout_source)
     comparator = Comparator(train_dump, rollout_dump, tolerances or Tolerances())
     return analyze(parsed, comparator)
 
 
-def _background_load(path: str | os.PathLike[str] | None) -> ContextManager[BackgroundDump | None]:
-    if path is None or "fork" not in multiprocessing.get_all_start_methods():
+def _background_load(path: str | os.PathLike[str], options: SideOptions | None) -> ContextManager[BackgroundDump | None]:
+    if options is None or "fork" not in multiprocessing.get_all_start_methods():
         return nullcontext()
     try:
-        return BackgroundDump(resolve_dump_path(path).resolve())
+        return BackgroundDump(options.resolve(path))
     except InputError:  # reported by the usual load, after any problem with the mapping or the train dump
         return nullcontext()

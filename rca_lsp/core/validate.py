@@ -35,8 +35,11 @@ class _Unknown:
     def issue(self, code: str, side: str, key: str, dump: Dump, span: Span, train_key: str) -> MappingIssue:
         suggestions = self.closest(key, dump)
         hint = f"; closest: {', '.join(suggestions)}" if suggestions else ""
-        return MappingIssue(code, f"unknown {side} key: not a forward module key of {dump.path}{hint}", span,
-                            train_key, suggestions)
+        dropped = dump.parallel.dropped.get(key) if dump.parallel is not None else None
+        what = (f"left out of the merged ranks of {dump.path} ({dropped})" if dropped else
+                f"no calls of this module in {dump.path}" if key.endswith(".forward.*") else
+                f"not a forward module key of {dump.path}")
+        return MappingIssue(code, f"unknown {side} key: {what}{hint}", span, train_key, suggestions)
 
 
 def unknown_entries(entries: Iterable[MappingEntry], train: Dump, rollout: Dump) -> list[MappingEntry]:
@@ -44,7 +47,7 @@ def unknown_entries(entries: Iterable[MappingEntry], train: Dump, rollout: Dump)
     entries = list(entries)
     unknown_train = {e.train_key for e in entries if e.train_key not in train.entries}
     unknown_rollout = {k for k in itertools.chain.from_iterable(e.rollout_keys for e in entries)
-                       if k not in rollout.entries}
+                       if k not in rollout.entries and not rollout.calls_of(k)}
     if not unknown_train and not unknown_rollout:
         return []
     return [e for e in entries if e.train_key in unknown_train or not unknown_rollout.isdisjoint(e.rollout_keys)]
@@ -62,7 +65,7 @@ def unknown_key_issues(mapping: ParsedMapping, flagged: list[MappingEntry], trai
             issues.append(unknown.issue("unknown-train-key", "train", entry.train_key, train, spans.key,
                                         entry.train_key))
         for rollout_key, span in zip(entry.rollout_keys, spans.values):
-            if rollout_key not in rollout.entries:
+            if rollout_key not in rollout.entries and not rollout.calls_of(rollout_key):
                 issues.append(unknown.issue("unknown-rollout-key", "rollout", rollout_key, rollout, span,
                                             entry.train_key))
     return issues

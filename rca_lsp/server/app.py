@@ -160,7 +160,7 @@ class RcaServer(LanguageServer):
                 doc.problems.append(pair.problem)
             self.publish(doc, version)
             return
-        self.watcher.watch([pair.train, pair.rollout], self.folders())
+        self.watcher.watch(pair.files(), self.folders())
         try:
             analysis = await self._analyse(pair, parsed, doc.uri, doc.analysis)
             laps.lap("analysis")
@@ -208,8 +208,8 @@ class RcaServer(LanguageServer):
             return await loop.run_in_executor(self.executor, self.engine.analyse, pair, parsed, self.settings.tolerances,
                                               previous)
         token = str(uuid.uuid4())
-        self.notify_status("loading", uri, f"loading dumps {pair.train.name}, {pair.rollout.name}")
-        progress = await self._begin_progress(token, f"rca-lsp: loading {pair.train} and {pair.rollout}")
+        self.notify_status("loading", uri, f"loading dumps {pair.train.root.name}, {pair.rollout.root.name}")
+        progress = await self._begin_progress(token, f"rca-lsp: loading {pair.train.label} and {pair.rollout.label}")
         try:
             await loop.run_in_executor(self.executor, self.engine.load, pair)
             if progress:
@@ -282,7 +282,7 @@ class RcaServer(LanguageServer):
     def dump_changed(self, path: Path) -> None:
         resolved = path.resolve()
         for doc in self.documents.values():
-            if isinstance(doc.pair, Pair) and resolved in (doc.pair.train, doc.pair.rollout):
+            if isinstance(doc.pair, Pair) and resolved in doc.pair.files():
                 self.schedule(doc.uri, DUMP_DELAY)
 
     def analysis_at(self, uri: str) -> tuple[MappingDocument, ParsedMapping, Analysis | None] | None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 from rca_lsp.core.analysis import Analysis, analyze
 from rca_lsp.core.dump import Dump, DumpCache
+from rca_lsp.core.dumpsource import DumpSource
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.forkload import BackgroundDump
 from rca_lsp.core.mapping import ParsedMapping
@@ -23,7 +23,7 @@ MAX_COUNTERPART_LOOKUPS = 300
 class Engine:
     def __init__(self) -> None:
         self.dumps = DumpCache()
-        self._comparators: dict[tuple[Path, Path], Comparator] = {}
+        self._comparators: dict[tuple[DumpSource, DumpSource], Comparator] = {}
         self._lock = threading.Lock()
         self.matchers = MatcherCache()
         self._best_of: tuple[object, dict[str, Candidate | None]] = (None, {})
@@ -56,9 +56,6 @@ class Engine:
                 previous: Analysis | None = None) -> Analysis:
         """`previous`: the last analysis of this mapping file; reused where the dumps and tolerances are the same."""
         return analyze(mapping, self.comparator(pair, tolerances), previous)
-
-    def forget_dump(self, path: Path) -> None:
-        self.dumps.forget(path)
 
     def has_matcher(self, analysis: Analysis) -> bool:
         return self.matchers.has(analysis.train, analysis.rollout)

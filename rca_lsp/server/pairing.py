@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from rca_lsp.core.dump import resolve_dump_path
+from rca_lsp.core.dumpsource import DumpSource, parse_layout, resolve_dump_source
 from rca_lsp.core.errors import InputError
 from rca_lsp.server.settings import PairSetting
 
@@ -18,17 +18,23 @@ MAPPING_GLOBS = ("*mapping_key*.json", "output_0_key_mapping.json")
 CONFIG_SKELETON = """# rca-lsp: which dumps belong to which mapping-key file (paths relative to this file).
 [[pair]]
 mapping_key = "{mapping}"
-train = "train"      # a dump.json or an msprobe dump directory (step*/rank*/dump.json)
+train = "train"      # a dump.json or an msprobe dump directory (step*/rank*/dump.json; all ranks are merged)
 rollout = "rollout"
+# step = 0              # which step<N> folder, when the directories hold several
+# parallel = "tp=2"     # the train rank layout, when the dumps alone cannot tell (also rollout_parallel)
 """
 
 
 @dataclass(frozen=True)
 class Pair:
     mapping: Path
-    train: Path
-    rollout: Path
+    train: DumpSource
+    rollout: DumpSource
     source: str  # where the pairing came from, for messages
+
+    def files(self) -> tuple[Path, ...]:
+        """Every dump file the analysis reads (each rank's)."""
+        return self.train.files + self.rollout.files
 
 
 @dataclass(frozen=True)
@@ -56,15 +62,26 @@ def _first_match(pattern: str) -> Path | None:
     return Path(matches[0]) if matches else None
 
 
-def _dump_pair(mapping: Path, train: str, rollout: str, source: str) -> Pair | Unpaired:
+@dataclass(frozen=True)
+class SourceOptions:
+    step: int | None = None
+    parallel: str | None = None  # train layout text
+    rollout_parallel: str | None = None
+
+
+def _dump_pair(mapping: Path, train: str, rollout: str, source: str,
+               options: SourceOptions = SourceOptions()) -> Pair | Unpaired:
     found = [_first_match(train), _first_match(rollout)]
+    if None in found:
+        return Unpaired(mapping, (source,), f"{source}: no file matches {train if found[0] is None else rollout}")
     try:
-        resolved = [resolve_dump_path(p) for p in found if p is not None]
+        layouts = (parse_layout(options.parallel, f"{source}: parallel"),
+                   parse_layout(options.rollout_parallel, f"{source}: rollout_parallel"))
+        resolved = [resolve_dump_source(p, options.step, layout)  # type: ignore[arg-type]
+                    for p, layout in zip(found, layouts)]
     except InputError as error:
         return Unpaired(mapping, (source,), f"{source}: {error}")
-    if len(resolved) != 2:
-        return Unpaired(mapping, (source,), f"{source}: no file matches {train if found[0] is None else rollout}")
-    return Pair(mapping, resolved[0].resolve(), resolved[1].resolve(), source)
+    return Pair(mapping, resolved[0], resolved[1], source)
 
 
 def _from_settings(mapping: Path, pairs: Sequence[PairSetting], folders: Sequence[Path]) -> Pair | Unpaired | None:
@@ -74,7 +91,8 @@ def _from_settings(mapping: Path, pairs: Sequence[PairSetting], folders: Sequenc
             pattern = _expand(pair.mapping_key, folder, base)
             if Path(pattern).resolve() == mapping or fnmatch.fnmatch(str(mapping), pattern):
                 return _dump_pair(mapping, _expand(pair.train, folder, base), _expand(pair.rollout, folder, base),
-                                  "settings rcaLsp.pairs")
+                                  "settings rcaLsp.pairs", SourceOptions(pair.step, pair.parallel,
+                                                                         pair.rollout_parallel))
     return None
 
 
@@ -89,13 +107,26 @@ def _from_config(mapping: Path, stop_at: Path | None) -> Pair | Unpaired | None:
             for index, item in enumerate(document.get("pair") or []):
                 if not isinstance(item, dict) or not all(isinstance(item.get(k), str) for k in ("mapping_key", "train", "rollout")):
                     return Unpaired(mapping, (str(config),), f"{config}: [[pair]] #{index + 1} needs mapping_key, train, rollout")
+                options = _config_options(item)
+                if isinstance(options, str):
+                    return Unpaired(mapping, (str(config),), f"{config}: [[pair]] #{index + 1}: {options}")
                 pattern = _expand(item["mapping_key"], None, folder)
                 if Path(pattern).resolve() == mapping or fnmatch.fnmatch(str(mapping), pattern):
                     return _dump_pair(mapping, _expand(item["train"], None, folder),
-                                      _expand(item["rollout"], None, folder), str(config))
+                                      _expand(item["rollout"], None, folder), str(config), options)
         if stop_at is not None and folder == stop_at:
             break
     return None
+
+
+def _config_options(item: dict[str, object]) -> SourceOptions | str:
+    """A [[pair]]'s step / parallel / rollout_parallel, or what is wrong with them."""
+    step, parallel, rollout_parallel = item.get("step"), item.get("parallel"), item.get("rollout_parallel")
+    if step is not None and not (isinstance(step, int) and step >= 0):
+        return "step must be a step number (0, 1, ...)"
+    if any(value is not None and not isinstance(value, str) for value in (parallel, rollout_parallel)):
+        return 'parallel must be text such as "tp=2,pp=2"'
+    return SourceOptions(step, parallel, rollout_parallel)  # type: ignore[arg-type]
 
 
 def _by_convention(mapping: Path) -> Pair | Unpaired | None:

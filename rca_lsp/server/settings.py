@@ -15,6 +15,9 @@ class PairSetting:
     mapping_key: str
     train: str
     rollout: str
+    step: int | None = None  # the step<N> folder, when a dump directory holds several
+    parallel: str | None = None  # the train run's rank layout, e.g. "tp=2,pp=2" (default: inferred)
+    rollout_parallel: str | None = None
 
 
 @dataclass(frozen=True)
@@ -34,10 +37,15 @@ class Settings:
         raw = raw.get("rcaLsp", raw) if isinstance(raw.get("rcaLsp"), dict) else raw
         pairs = []
         for index, item in enumerate(raw.get("pairs") or []):
-            if isinstance(item, dict) and all(isinstance(item.get(k), str) for k in ("mappingKey", "train", "rollout")):
-                pairs.append(PairSetting(item["mappingKey"], item["train"], item["rollout"]))
-            else:
+            if not (isinstance(item, dict) and all(isinstance(item.get(k), str) for k in ("mappingKey", "train", "rollout"))):
                 problems.append(f"rcaLsp.pairs[{index}] needs string fields mappingKey, train and rollout")
+            elif item.get("step") is not None and not (isinstance(item["step"], int) and item["step"] >= 0):
+                problems.append(f"rcaLsp.pairs[{index}].step must be a step number (0, 1, ...)")
+            elif any(item.get(k) is not None and not isinstance(item[k], str) for k in ("parallel", "rolloutParallel")):
+                problems.append(f"rcaLsp.pairs[{index}].parallel must be text such as \"tp=2,pp=2\"")
+            else:
+                pairs.append(PairSetting(item["mappingKey"], item["train"], item["rollout"], item.get("step"),
+                                         item.get("parallel"), item.get("rolloutParallel")))
         tolerances: dict[str, float] = {}
         for name, value in (raw.get("tolerances") or {}).items():
             if isinstance(value, (int, float)) and value > 0:

@@ -16,6 +16,7 @@ from rca_lsp.core.run import read_mapping_file
 from rca_lsp.suggest import suggest_mapping
 from rca_lsp.suggest.result import MappingValue
 from rca_lsp.suggest.rules import NamingRules
+from rca_lsp.source_args import add_source_arguments, side_options
 
 _BLOCKING_CODES = ("json-syntax", "invalid-value")
 
@@ -30,13 +31,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--existing", help="mapping-key file whose entries are kept; only missing ones are proposed")
     parser.add_argument("--rules", action="append", default=[], metavar="TOML",
                         help="extra naming rules, tried before the built-in ones (repeatable)")
+    add_source_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         rules = NamingRules.from_files(args.rules) if args.rules else None
         cache = DumpCache()
-        train, rollout = cache.get(args.train), cache.get(args.rollout)
+        train_options, rollout_options = side_options(args)
+        train, rollout = cache.get(train_options.resolve(args.train)), cache.get(rollout_options.resolve(args.rollout))
         existing = read_existing(args.existing) if args.existing else None
         result = suggest_mapping(train, rollout, existing, rules)
         write_mapping(Path(args.output), result.mapping)

@@ -1,0 +1,136 @@
+"""A module's calls read as one tensor along the sequence: a rollout that decodes (one prefill call, then one call
+per generated token, msprobe's `forward.0..N` of the same key) against a trainer that recomputes prompt + response
+in one forward, or several micro-batches against one or several calls.
+
+Which statistics of which slot are comparable after joining calls (the README states the same rules):
+- token-wise tensors (hidden states, norm and linear inputs/outputs, logits): all four statistics, exactly;
+- attention probabilities (outputs of a softmax module, the attention dropout): Max, Min and Norm, not the Mean
+  (decode rows never hold the masked upper triangle the one-forward side has as zeros);
+- attention masks and caches (kwargs named like them): not comparable (a float mask at prefill, zeros at decode);
+- integer tensors (ids, positions): Max and Min (msprobe gives them no Mean or Norm);
+- parameters: the same tensor in every call, compared once; calls that disagree on one mean the weights changed
+  mid-generation, which is a finding of its own.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import msgspec
+
+from rca_lsp.core.compare import aggregate, copy_difference
+from rca_lsp.core.dump import Disagreement, ModuleEntry, TensorStats
+from rca_lsp.core.tolerance import Tolerances
+
+ALL_CALLS = "*"  # `Module.<path>.<Class>.forward.*` in a mapping: every call of that module
+_NOT_COMPARABLE_KWARGS = ("mask", "cache", "past_key_value", "layer_past", "kv_cache")
+_PROBABILITY_DROPOUTS = ("attention_dropout", "attn_dropout")
+
+
+class CallSummary(NamedTuple):
+    """How many calls one side's module joined, and their tokens (from the output shapes)."""
+
+    calls: tuple[int, ...]
+    tokens: tuple[int | None, ...]
+
+    def describe(self) -> str:
+        counts = [t for t in self.tokens]
+        if len(counts) > 1 and counts[0] is not None and all(t == 1 for t in counts[1:]):
+            return f"{len(counts)} calls: prefill of {counts[0]} tokens + {len(counts) - 1} decode steps"
+        shown = "+".join("?" if t is None else str(t) for t in counts[:8]) + ("+..." if len(counts) > 8 else "")
+        return f"{len(counts)} calls ({shown} tokens)"
+
+
+def all_calls_key(key: str) -> str:
+    """`....forward.3` -> `....forward.*`."""
+    head, _, _ = key.rpartition(".")
+    return f"{head}.{ALL_CALLS}"
+
+
+def is_all_calls_key(key: str) -> bool:
+    return key.endswith(".forward." + ALL_CALLS)
+
+
+def _tokens(stats: TensorStats | None) -> int | None:
+    """Tokens a hidden-state tensor holds: all dims but the last (batch x sequence, or tokens)."""
+    if stats is None or not stats.shape or stats.numel is None:
+        return None
+    return stats.numel // stats.shape[-1] if stats.shape[-1] else None
+
+
+def _joined_shape(shapes: list[tuple[int, ...] | None]) -> tuple[int, ...] | None:
+    """The concatenation's shape, when the calls' shapes differ in one dim only (the sequence)."""
+    if any(s is None for s in shapes) or len({len(s) for s in shapes}) != 1:  # type: ignore[arg-type]
+        return None
+    first = shapes[0]
+    assert first is not None
+    differing = [d for d in range(len(first)) if len({s[d] for s in shapes}) > 1]  # type: ignore[index]
+    if len(differing) > 1:
+        return None
+    dim = differing[0] if differing else next((d for d, size in enumerate(first) if size != 1), 0)
+    return first[:dim] + (sum(s[dim] for s in shapes),) + first[dim + 1:]  # type: ignore[index]
+
+
+def _joined(parts: list[TensorStats | None], with_mean: bool = True) -> TensorStats | None:
+    if any(p is None for p in parts):
+        return None
+    stats: list[TensorStats] = parts  # type: ignore[assignment]
+    return aggregate(stats, _joined_shape([s.shape for s in stats]), with_mean)
+
+
+def _is_probability(entry: ModuleEntry) -> bool:
+    return "softmax" in entry.class_name.lower() or entry.path.rpartition(".")[2] in _PROBABILITY_DROPOUTS
+
+
+def _comparable_kwarg(name: str) -> bool:
+    lowered = name.lower()
+    return not any(token in lowered for token in _NOT_COMPARABLE_KWARGS)
+
+
+def _parameters(calls: Sequence[ModuleEntry], tolerances: Tolerances) -> list[Disagreement]:
+    first = calls[0]
+    found = []
+    for name, stats in first.parameters.items():
+        differing, worst = [], 0.0
+        for call in calls[1:]:
+            other = call.parameters.get(name)
+            error = copy_difference(stats, other) if other is not None else 0.0
+            if error > tolerances.for_dtypes(stats.dtype):
+                differing.append(call.call_index)
+                worst = max(worst, error)
+        if differing:
+            found.append(Disagreement(f"parameters.{name}", "calls", first.call_index, tuple(differing), worst))
+    return found
+
+
+def join_calls(calls: Sequence[ModuleEntry], tolerances: Tolerances) -> ModuleEntry:
+    """Several calls of one module as one entry (the first call's, with every slot joined along the sequence)."""
+    first = calls[0]
+    with_mean = not _is_probability(first)
+    kwargs = {name: joined for name in first.kwargs
+              if _comparable_kwarg(name) and (joined := _joined([c.kwargs.get(name) for c in calls])) is not None}
+    disagreements = tuple(d for c in calls for d in c.disagreements) + tuple(_parameters(calls, tolerances))
+    return msgspec.structs.replace(
+        first, key=all_calls_key(first.key), position=calls[-1].position,
+        input=_joined([c.input for c in calls], with_mean), output=_joined([c.output for c in calls], with_mean),
+        kwargs=kwargs, stream_input=_joined([c.stream_input for c in calls]),
+        stream_output=_joined([c.stream_output for c in calls]), disagreements=disagreements)
+
+
+def fold_calls(entries: Sequence[ModuleEntry], tolerances: Tolerances) -> tuple[list[ModuleEntry], list[CallSummary]]:
+    """Entries grouped by module, in first-call order; a module with several calls joined into one entry. Also the
+    call summary of every module with several calls."""
+    by_module: dict[tuple[str, str], list[ModuleEntry]] = {}
+    for entry in entries:
+        by_module.setdefault((entry.path, entry.class_name), []).append(entry)
+    if len(by_module) == len(entries):
+        return list(entries), []
+    folded, summaries = [], []
+    for calls in by_module.values():
+        if len(calls) == 1:
+            folded.append(calls[0])
+            continue
+        calls.sort(key=lambda e: e.call_index)
+        folded.append(join_calls(calls, tolerances))
+        summaries.append(CallSummary(tuple(c.call_index for c in calls), tuple(_tokens(c.output) for c in calls)))
+    return folded, summaries

@@ -1,0 +1,155 @@
+"""Which files make up one logical dump: a dump.json, or the rank folders of one step of an msprobe dump directory.
+
+msprobe writes `<dump_path>/step<N>/rank<R>/dump.json` per rank (`proc<pid>/` without a rank). A directory with
+several ranks of one step is one logical dump (the ranks are merged, see rankmerge); several steps need a choice.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rca_lsp.core.errors import InputError
+
+_STEP_RE = re.compile(r"step(\d+)$")
+_RANK_RE = re.compile(r"rank(\d+)$")
+_LAYOUT_DIMS = ("tp", "pp", "ep", "dp")
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """How the ranks of a run were laid out (Megatron's default rank order: tp fastest, then ep, dp, pp).
+
+    Given by the user (`--parallel tp=2,pp=2`, `parallel = "tp=2"` in rca-lsp.toml) when the dumps alone cannot
+    tell; a dimension left out is inferred from the dumps."""
+
+    tp: int | None = None
+    pp: int | None = None
+    ep: int | None = None
+    dp: int | None = None
+
+    def __str__(self) -> str:
+        return ",".join(f"{name}={value}" for name in _LAYOUT_DIMS if (value := getattr(self, name)) is not None)
+
+
+def parse_layout(text: str | None, where: str = "--parallel") -> ParallelLayout | None:
+    """`tp=2,pp=2,ep=1,dp=1` (any subset, any order) -> ParallelLayout; None or "" -> None."""
+    if not text or not text.strip():
+        return None
+    values: dict[str, int] = {}
+    for part in text.split(","):
+        name, _, number = part.strip().partition("=")
+        name = name.strip().lower()
+        if name not in _LAYOUT_DIMS:
+            raise InputError(where, f"unknown parallel dimension {name!r} in {text!r} (expected {', '.join(_LAYOUT_DIMS)})")
+        if not number.strip().isdigit() or int(number) < 1:
+            raise InputError(where, f"{name} must be a positive integer, got {number.strip()!r} in {text!r}")
+        values[name] = int(number)
+    return ParallelLayout(**values)
+
+
+@dataclass(frozen=True)
+class DumpSource:
+    """The dump.json files of one logical dump, in rank order, and what was asked for."""
+
+    root: Path  # what the user named, resolved (a file or a directory)
+    files: tuple[Path, ...]
+    ranks: tuple[int, ...]  # one per file; (0,) for a lone dump.json
+    step: int | None
+    layout: ParallelLayout | None = None
+
+    @property
+    def label(self) -> str:
+        """The name messages use: the file, or the directory with its step."""
+        if len(self.files) == 1:
+            return str(self.files[0])
+        step = f" step{self.step}" if self.step is not None else ""
+        return f"{self.root}{step} ({len(self.files)} ranks)"
+
+    def rank_label(self, index: int) -> str:
+        return f"rank {self.ranks[index]} ({self.files[index]})"
+
+
+def _rank_folders(folder: Path) -> list[tuple[int, Path]]:
+    found = []
+    for child in folder.iterdir() if folder.is_dir() else ():
+        match = _RANK_RE.match(child.name)
+        if match and (child / "dump.json").is_file():
+            found.append((int(match.group(1)), child / "dump.json"))
+    return sorted(found)
+
+
+def _proc_folders(folder: Path) -> list[Path]:
+    return sorted(p / "dump.json" for p in folder.glob("proc*") if (p / "dump.json").is_file())
+
+
+def _steps(folder: Path) -> dict[int, Path]:
+    steps = {}
+    for child in folder.iterdir():
+        match = _STEP_RE.match(child.name)
+        if match and child.is_dir():
+            steps[int(match.group(1))] = child
+    return dict(sorted(steps.items()))
+
+
+def _ranks_in(folder: Path, label: str) -> tuple[list[tuple[int, Path]], str | None]:
+    """Rank dumps of one step folder (or of a folder of rank folders); an error text when there are none."""
+    ranks = _rank_folders(folder)
+    if ranks:
+        numbers = [r for r, _ in ranks]
+        missing = sorted(set(range(max(numbers) + 1)) - set(numbers))
+        if missing:
+            raise InputError(label, f"rank folders {', '.join(map(str, numbers))} found, but rank "
+                                    f"{', '.join(map(str, missing))} is missing (a rank that did not dump?)")
+        return ranks, None
+    procs = _proc_folders(folder)
+    if len(procs) == 1:
+        return [(0, procs[0])], None
+    if len(procs) > 1:
+        raise InputError(label, f"{len(procs)} proc* dumps found ({', '.join(p.parent.name for p in procs[:4])}): "
+                                "without rank folders the ranks cannot be told apart; pass one dump.json")
+    return [], "no dump.json found"
+
+
+def resolve_dump_source(path: str | os.PathLike[str], step: int | None = None,
+                        layout: ParallelLayout | None = None, step_if_several: int | None = None) -> DumpSource:
+    """A dump.json, an msprobe dump directory (`step*/rank*/dump.json`), a step folder or a rank folder.
+    `step` must exist; `step_if_several` chooses only among several steps (`--step` given for the other side)."""
+    candidate = Path(path)
+    if candidate.is_file():
+        return DumpSource(candidate.resolve(), (candidate.resolve(),), (0,), None, layout)
+    if not candidate.is_dir():
+        raise InputError(str(candidate), "no such dump file or directory")
+    root = candidate.resolve()
+    if (root / "dump.json").is_file():
+        return DumpSource(root, (root / "dump.json",), (0,), None, layout)
+    steps = _steps(root)
+    if steps:
+        if step is None and len(steps) > 1 and step_if_several in steps:
+            step = step_if_several
+        if step is None:
+            if len(steps) > 1:
+                listed = "; ".join(f"step{n} ({_describe_ranks(folder)})" for n, folder in steps.items())
+                raise InputError(str(root), f"{len(steps)} steps found: {listed}; choose one with --step N "
+                                            "(setting `step`)")
+            step = next(iter(steps))
+        if step not in steps:
+            raise InputError(str(root), f"no step{step} here (steps: {', '.join(f'step{n}' for n in steps)})")
+        ranks, problem = _ranks_in(steps[step], f"{root}/step{step}")
+        if problem:
+            raise InputError(f"{root}/step{step}", f"{problem} (looked for rank*/dump.json, proc*/dump.json)")
+        return DumpSource(root, tuple(p for _, p in ranks), tuple(r for r, _ in ranks), step, layout)
+    ranks, problem = _ranks_in(root, str(root))
+    if problem:
+        raise InputError(str(root), "no dump.json found (looked for dump.json, step*/rank*/dump.json, "
+                                    "step*/proc*/dump.json, rank*/dump.json)")
+    return DumpSource(root, tuple(p for _, p in ranks), tuple(r for r, _ in ranks), step, layout)
+
+
+def _describe_ranks(folder: Path) -> str:
+    ranks = [r for r, _ in _rank_folders(folder)]
+    if ranks:
+        return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}-{ranks[-1]}"
+    return f"{len(_proc_folders(folder))} proc"

@@ -1,0 +1,464 @@
+"""One logical dump from the rank dumps of one step of a parallel run (TP, SP, PP, EP, DP).
+
+msprobe keys carry no rank: every tensor-parallel rank dumps the same keys with its shard or its replica of each
+tensor, every pipeline stage names its layers by local index, every expert-parallel rank names its experts
+`local_experts.0..`. The merge, in Megatron's default rank order (tp fastest, then ep, dp, pp):
+
+1. pipeline stages: ranks with the same key set (or a prefix of it: a rank that died mid-dump) form a stage; a
+   stage's layers are renamed to global indices (offset = distinct layers on the earlier stages); modules on every
+   stage (model, block, rotary) take their input from the first stage and their output from the last;
+2. data parallel: ranks whose first module (the embedding) read other data are replicas of another batch: the
+   first data-parallel group is analysed, and the report says so;
+3. expert parallel: ranks identical outside their experts hold different experts: `local_experts.<j>` of EP rank
+   e becomes `local_experts.<e * local + j>`;
+4. tensor parallel, per slot: identical copies are replicas; differing activations are shards (column-parallel
+   outputs and row-parallel inputs along the last dim, other sequence-parallel activations along the sequence);
+   differing parameters are shards for parallel linear / embedding classes and otherwise a disagreement of
+   replicas (a desynced weight), which is a finding of its own.
+
+Shards aggregate exactly (max of maxes, min of mins, root of summed squared norms, numel-weighted mean).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import msgspec
+
+from rca_lsp.core.compare import aggregate, copy_difference
+from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, ParallelInfo, TensorStats, load_dump_file
+from rca_lsp.core.dumpsource import DumpSource, ParallelLayout
+from rca_lsp.core.errors import InputError
+from rca_lsp.core.tolerance import Tolerances
+
+_LAYER_RE = re.compile(r"(?<![^.])layers\.(\d+)(?=\.|$)")
+_EXPERT_RE = re.compile(r"(?<![^.])local_experts\.(\d+)(?=\.|$)")
+_COLUMN_CLASSES = ("ColumnParallel", "QKVParallel", "VocabParallel")  # MergedColumnParallelLinear included
+_ROW_CLASSES = ("RowParallel",)
+_TOLERANCES = Tolerances()
+MAX_LISTED_KEYS = 5
+
+
+def load_ranks(source: DumpSource) -> Dump:
+    """Load every rank file of the source and merge them (errors name the rank file)."""
+    return merge_ranks([load_dump_file(path) for path in source.files], source)
+
+
+@dataclass
+class _Plan:
+    """Which ranks are merged how (indexes into the source's files)."""
+
+    stages: list[list[int]]  # per pipeline stage, the ranks of its first data-parallel group
+    tp: int
+    ep: int
+    dp: int
+    inferred: bool
+    notes: list[str]
+
+
+def merge_ranks(dumps: Sequence[Dump], source: DumpSource) -> Dump:
+    plan = _plan(dumps, source)
+    merger = _Merger(dumps, source)
+    stage_dumps = [merger.stage(ranks, plan) for ranks in plan.stages]
+    keys, entries, origins = _join_stages(stage_dumps, [ranks[0] for ranks in plan.stages])
+    _renumber(keys, entries)
+    merger.origins.update(origins)
+    layout = f"tp={plan.tp}, pp={len(plan.stages)}, ep={plan.ep}, dp={plan.dp}" + (
+        " (inferred from the dumps)" if plan.inferred else f" (given: {source.layout})")
+    if merger.sequence_parallel:
+        plan.notes.append("sequence parallel: norm, residual and dropout activations are sharded along the "
+                          "sequence and were merged along it")
+    info = ParallelInfo(tuple(str(p) for p in source.files), source.ranks, layout, merger.sequence_parallel,
+                        plan.notes + merger.notes, merger.merges, merger.origins, merger.dropped)
+    first = dumps[0]
+    return Dump(source.label, first.task, first.level, first.framework, keys, entries,
+                sum(d.skipped_keys for d in dumps), info)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Which ranks are stages, data-parallel replicas, expert- and tensor-parallel peers
+# ---------------------------------------------------------------------------------------------------------------
+
+def _same_stage(a: Dump, b: Dump) -> bool:
+    """Same key set, or one a prefix of the other in dump order (a rank that stopped early)."""
+    shorter, longer = (a.keys, b.keys) if len(a.keys) <= len(b.keys) else (b.keys, a.keys)
+    return longer[:len(shorter)] == shorter
+
+
+def _plan(dumps: Sequence[Dump], source: DumpSource) -> _Plan:
+    given = source.layout or ParallelLayout()
+    world = len(dumps)
+    notes: list[str] = []
+    if given.pp is not None:
+        if world % given.pp:
+            raise InputError(source.label, f"{world} ranks cannot form pp={given.pp} pipeline stages")
+        stage_size = world // given.pp
+    else:
+        stage_size = 1
+        while stage_size < world and _same_stage(dumps[0], dumps[stage_size]):
+            stage_size += 1
+        if world % stage_size:
+            raise InputError(source.label, f"cannot tell the pipeline stages: ranks 0-{stage_size - 1} dump the same "
+                                           f"modules but {world} ranks do not divide into stages of {stage_size}; "
+                                           "pass --parallel pp=N (setting `parallel`)")
+    stages = [list(range(start, start + stage_size)) for start in range(0, world, stage_size)]
+    for stage in stages:
+        odd = [i for i in stage if not _same_stage(dumps[stage[0]], dumps[i])]
+        if odd and given.pp is None:
+            raise InputError(source.label, f"cannot tell the pipeline stages: rank {source.ranks[odd[0]]} dumps other "
+                                           f"modules than rank {source.ranks[stage[0]]}; pass --parallel pp=N")
+    group = _data_group_size(dumps, stages[0], given, source)
+    dp = stage_size // group
+    if dp > 1:
+        notes.append(f"data parallel: dp={dp}; the ranks of other data-parallel groups saw other data and are not "
+                     f"merged: analysed the first group (ranks {', '.join(str(source.ranks[i]) for i in stages[0][:group])}"
+                     + (", and its peers on the other stages)" if len(stages) > 1 else ")"))
+    tp, ep = _tp_ep(dumps, stages[0][:group], given, source)
+    return _Plan([stage[:group] for stage in stages], tp, ep, dp,
+                 given.tp is None and given.pp is None and given.ep is None and given.dp is None, notes)
+
+
+def _data_group_size(dumps: Sequence[Dump], stage: list[int], given: ParallelLayout, source: DumpSource) -> int:
+    """Ranks of the first data-parallel group of a stage: those that read the same data as its first rank."""
+    if given.dp is not None:
+        if len(stage) % given.dp:
+            raise InputError(source.label, f"{len(stage)} ranks per stage cannot form dp={given.dp} groups")
+        return len(stage) // given.dp
+    first = dumps[stage[0]]
+    probe_key = first.keys[0]  # the first module to run (the embedding) reads the batch
+    probe = first.entries[probe_key].input
+    size = 1
+    while size < len(stage):
+        other = dumps[stage[size]].entries.get(probe_key)
+        if other is None or other.input != probe:
+            break
+        size += 1
+    if len(stage) % size:
+        raise InputError(source.label, f"cannot tell the data-parallel groups: ranks 0-{size - 1} read the same "
+                                       f"data, but {len(stage)} ranks per stage do not divide into such groups; "
+                                       "pass --parallel dp=N")
+    return size
+
+
+def _expert_free(dump: Dump) -> list[str]:
+    return [k for k in dump.keys if not _EXPERT_RE.search(k)]
+
+
+def _tp_ep(dumps: Sequence[Dump], group: list[int], given: ParallelLayout, source: DumpSource) -> tuple[int, int]:
+    size = len(group)
+    if given.tp is not None or given.ep is not None:
+        tp = given.tp or size // (given.ep or 1)
+        if tp * (size // tp) != size or (given.ep is not None and tp * given.ep != size):
+            raise InputError(source.label, f"{size} ranks per data-parallel group cannot be tp={tp} x ep={given.ep}")
+        return tp, size // tp
+    has_experts = any(_EXPERT_RE.search(k) for k in dumps[group[0]].keys)
+    if size == 1 or not has_experts:
+        return size, 1
+    # Expert-parallel peers agree on everything but their experts; tensor-parallel peers differ on shards.
+    shared = _expert_free(dumps[group[0]])
+
+    def fingerprint(index: int) -> tuple[object, ...]:
+        entries = dumps[index].entries
+        return tuple(entries[k].output if k in entries else None for k in shared)
+
+    reference = fingerprint(group[0])
+    ep = sum(1 for i in group if fingerprint(i) == reference)
+    tp = size // ep
+    if tp * ep != size or any(fingerprint(group[t]) != fingerprint(group[t + e * tp])
+                              for t in range(tp) for e in range(ep)):
+        raise InputError(source.label, "cannot tell tensor-parallel from expert-parallel ranks; pass --parallel "
+                                       "tp=N,ep=M (setting `parallel`)")
+    return tp, ep
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Merging
+# ---------------------------------------------------------------------------------------------------------------
+
+def _rename(entry: ModuleEntry, key: str, path: str) -> ModuleEntry:
+    return msgspec.structs.replace(entry, key=key, path=path)
+
+
+def _renamed_key(key: str, path: str, new_path: str) -> str:
+    return key.replace("." + path + ".", "." + new_path + ".", 1)
+
+
+class _Merger:
+    def __init__(self, dumps: Sequence[Dump], source: DumpSource) -> None:
+        self.dumps = dumps
+        self.source = source
+        self.notes: list[str] = []
+        self.merges: dict[str, str] = {}
+        self.origins: dict[str, tuple[int, str]] = {}
+        self.dropped: dict[str, str] = {}
+        self.sequence_parallel = False
+
+    def stage(self, ranks: list[int], plan: _Plan) -> tuple[list[str], dict[str, ModuleEntry]]:
+        """One stage's logical keys (local layer names) and entries: experts joined, then tensor shards merged."""
+        by_tp = [self._experts_joined([ranks[t + e * plan.tp] for e in range(plan.ep)]) for t in range(plan.tp)]
+        if plan.tp == 1:
+            return by_tp[0]
+        keys = self._common_keys([k for k, _ in by_tp], [ranks[t] for t in range(plan.tp)])
+        entries = {}
+        for key in keys:
+            entries[key] = self._tensor_parallel(key, [e[key] for _, e in by_tp], [ranks[t] for t in range(plan.tp)])
+        return keys, entries
+
+    def _common_keys(self, key_lists: list[list[str]], ranks: list[int]) -> list[str]:
+        """The keys every peer has, in the first peer's order; the others are dropped and said so."""
+        everywhere = set(key_lists[0]).intersection(*key_lists[1:])
+        longest = max(key_lists, key=len)
+        for keys, rank in zip(key_lists, ranks):
+            lacking = [k for k in longest if k not in set(keys)]
+            if lacking:
+                label = self.source.rank_label(rank)
+                self.notes.append(f"{label} lacks {len(lacking)} keys the other ranks have (did it stop mid-dump?), "
+                                  f"e.g. {', '.join(lacking[:MAX_LISTED_KEYS])}; they are left out, the rest is "
+                                  "analysed")
+                for key in lacking:
+                    self.dropped.setdefault(key, f"{label} lacks it")
+        return [k for k in longest if k in everywhere]
+
+    def _experts_joined(self, ranks: list[int]) -> tuple[list[str], dict[str, ModuleEntry]]:
+        """EP peers: shared modules once (checked to agree), each rank's experts under their global index."""
+        first = self.dumps[ranks[0]]
+        if len(ranks) == 1:
+            return first.keys, first.entries
+        local = len({m.group(1) for k in first.keys if (m := _EXPERT_RE.search(k))})
+        keys: list[str] = []
+        entries: dict[str, ModuleEntry] = {}
+        run: list[str] = []
+
+        def flush() -> None:
+            for ep_rank, rank in enumerate(ranks):
+                dump = self.dumps[rank]
+                for key in run:
+                    entry = dump.entries.get(key)
+                    if entry is None:
+                        self.dropped.setdefault(key, f"{self.source.rank_label(rank)} lacks it")
+                        continue
+                    match = _EXPERT_RE.search(entry.path)
+                    assert match is not None
+                    path = (entry.path[:match.start(1)] + str(ep_rank * local + int(match.group(1)))
+                            + entry.path[match.end(1):])
+                    new_key = _renamed_key(key, entry.path, path)
+                    keys.append(new_key)
+                    entries[new_key] = _rename(entry, new_key, path)
+                    if (rank, key) != (ranks[0], new_key):
+                        self.origins[new_key] = (rank, key)
+            run.clear()
+
+        for key in first.keys:
+            if _EXPERT_RE.search(key):
+                run.append(key)
+                continue
+            if run:
+                flush()
+            keys.append(key)
+            entries[key] = self._replicas(key, [self.dumps[r].entries.get(key) for r in ranks], ranks)
+        flush()
+        return keys, entries
+
+    def _replicas(self, key: str, copies: list[ModuleEntry | None], ranks: list[int]) -> ModuleEntry:
+        """A module every peer computes identically (EP peers outside the experts): the first copy, with any
+        disagreement of a slot recorded."""
+        first = copies[0]
+        assert first is not None
+        found = []
+        for slot, stats in _slots(first):
+            others = [_slot(c, slot) if c is not None else None for c in copies]
+            disagreement = _disagreement(slot, others, ranks, self.source)
+            if disagreement is not None:
+                found.append(disagreement)
+        if found:
+            self.merges[key] = "; ".join(d.describe() for d in found)
+            return msgspec.structs.replace(first, disagreements=tuple(found))
+        return first
+
+    def _tensor_parallel(self, key: str, parts: list[ModuleEntry], ranks: list[int]) -> ModuleEntry:
+        first = parts[0]
+        if all(p == first for p in parts[1:]):
+            return first
+        kind = _parallel_kind(first.class_name)
+        merged: dict[str, TensorStats | None] = {}
+        described: list[str] = []
+        found: list[Disagreement] = []
+        for slot, _ in _slots(first):
+            copies = [_slot(p, slot) for p in parts]
+            stats, how, disagreement = self._slot(slot, copies, kind, ranks)
+            merged[slot] = stats
+            if how:
+                described.append(f"{slot} {how}")
+            if disagreement is not None:
+                found.append(disagreement)
+                described.append(disagreement.describe())
+        if described:
+            self.merges[key] = "; ".join(described)
+        return _with_slots(first, merged, tuple(found))
+
+    def _slot(self, slot: str, copies: list[TensorStats | None], kind: str | None,
+              ranks: list[int]) -> tuple[TensorStats | None, str, Disagreement | None]:
+        """(merged statistics, how they were merged, a disagreement of replicas)."""
+        first = copies[0]
+        if first is None or any(c is None for c in copies):
+            return first, "", None
+        stats: list[TensorStats] = copies  # type: ignore[assignment]
+        if all(c == first for c in stats[1:]):
+            return first, "", None
+        tol = _TOLERANCES.for_dtypes(first.dtype)
+        worst = max(copy_difference(first, c) for c in stats[1:])
+        parameter = slot.startswith("parameters.")
+        dim = _shard_dim(slot, kind, first)
+        if parameter and dim is None:
+            if worst <= tol:
+                return first, "", None
+            return first, "", _disagreement(slot, copies, ranks, self.source)
+        if worst <= tol and not parameter:
+            return first, f"replicated (copies differ by {worst:.2g}, within noise)", None
+        if dim is None:  # an activation of a module that is not a parallel layer: sharded along the sequence
+            dim = 0
+            self.sequence_parallel = True
+        shape = _concatenated(first.shape, dim, len(stats))
+        return aggregate(stats, shape), f"sharded along dim {dim} over {len(stats)} ranks", None
+
+
+def _parallel_kind(class_name: str) -> str | None:
+    if any(token in class_name for token in _COLUMN_CLASSES):
+        return "column"
+    if any(token in class_name for token in _ROW_CLASSES):
+        return "row"
+    return None
+
+
+def _shard_dim(slot: str, kind: str | None, stats: TensorStats) -> int | None:
+    """The dim a slot is sharded along, as its module class says; None when the class says nothing."""
+    ndim = len(stats.shape) if stats.shape is not None else 0
+    if slot.startswith("parameters."):
+        if kind == "column":
+            return 0
+        if kind == "row":
+            return 1 if slot == "parameters.weight" and ndim == 2 else None  # a row-parallel bias is replicated
+        return None
+    if ndim >= 4:
+        return ndim - 2  # attention internals [s, b, heads, head_dim]: sharded by heads
+    if (kind == "column" and slot.startswith("output")) or (kind == "row" and slot.startswith("input")):
+        return max(ndim - 1, 0)
+    return None
+
+
+def _concatenated(shape: tuple[int, ...] | None, dim: int, count: int) -> tuple[int, ...] | None:
+    if not shape or dim >= len(shape):
+        return None
+    return shape[:dim] + (shape[dim] * count,) + shape[dim + 1:]
+
+
+def _disagreement(slot: str, copies: list[TensorStats | None], ranks: list[int],
+                  source: DumpSource) -> Disagreement | None:
+    first = copies[0]
+    if first is None:
+        return None
+    tol = _TOLERANCES.for_dtypes(first.dtype)
+    differing: list[int] = []
+    worst = 0.0
+    for rank, copy in zip(ranks[1:], copies[1:]):
+        error = copy_difference(first, copy) if copy is not None else float("inf")
+        if error > tol:
+            differing.append(source.ranks[rank])
+            worst = max(worst, error)
+    return Disagreement(slot, "ranks", source.ranks[ranks[0]], tuple(differing), worst) if differing else None
+
+
+# Slots of an entry by name: what the analysis compares, as output_3 names them.
+def _slots(entry: ModuleEntry) -> Iterable[tuple[str, TensorStats | None]]:
+    yield "input", entry.input
+    yield "output", entry.output
+    for name, stats in entry.kwargs.items():
+        yield f"input_kwargs.{name}", stats
+    for name, stats in entry.parameters.items():
+        yield f"parameters.{name}", stats
+    if entry.stream_input is not None:
+        yield "stream_input", entry.stream_input
+    if entry.stream_output is not None:
+        yield "stream_output", entry.stream_output
+
+
+def _slot(entry: ModuleEntry, slot: str) -> TensorStats | None:
+    if slot in ("input", "output", "stream_input", "stream_output"):
+        return getattr(entry, slot)  # type: ignore[no-any-return]
+    group, _, name = slot.partition(".")
+    return (entry.kwargs if group == "input_kwargs" else entry.parameters).get(name)
+
+
+def _with_slots(entry: ModuleEntry, merged: dict[str, TensorStats | None],
+                disagreements: tuple[Disagreement, ...]) -> ModuleEntry:
+    kwargs = {n: merged[f"input_kwargs.{n}"] or s for n, s in entry.kwargs.items()}
+    parameters = {n: merged[f"parameters.{n}"] or s for n, s in entry.parameters.items()}
+    return msgspec.structs.replace(
+        entry, input=merged["input"], output=merged["output"], kwargs=kwargs or entry.kwargs,
+        parameters=parameters or entry.parameters, stream_input=merged.get("stream_input", entry.stream_input),
+        stream_output=merged.get("stream_output", entry.stream_output), disagreements=disagreements)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pipeline stages
+# ---------------------------------------------------------------------------------------------------------------
+
+def _layer_indices(keys: Iterable[str]) -> list[int]:
+    return sorted({int(m.group(1)) for k in keys if (m := _LAYER_RE.search(k))})
+
+
+def _join_stages(stages: list[tuple[list[str], dict[str, ModuleEntry]]], first_ranks: list[int]) -> tuple[
+        list[str], dict[str, ModuleEntry], dict[str, tuple[int, str]]]:
+    """Stages in order, layers renamed to global indices; a module on several stages (model, block) completes on
+    the last: its input comes from the first stage that saw one, its output from the last."""
+    if len(stages) == 1:
+        keys, entries = stages[0]
+        return list(keys), dict(entries), {}
+    renamed: list[list[tuple[str, ModuleEntry]]] = []
+    origins: dict[str, tuple[int, str]] = {}
+    offset = 0
+    for (keys, entries), rank in zip(stages, first_ranks):
+        stage = []
+        for key in keys:
+            entry = entries[key]
+            match = _LAYER_RE.search(entry.path) if offset else None
+            if match is not None:
+                path = entry.path[:match.start(1)] + str(offset + int(match.group(1))) + entry.path[match.end(1):]
+                new_key = _renamed_key(key, entry.path, path)
+                entry = _rename(entry, new_key, path)
+            else:
+                new_key = key
+            stage.append((new_key, entry))
+            if rank != 0 or new_key != key:
+                origins.setdefault(new_key, (rank, key))
+        renamed.append(stage)
+        offset += len(_layer_indices(keys))
+    last_stage_of: dict[str, int] = {}
+    for index, stage in enumerate(renamed):
+        for key, _ in stage:
+            last_stage_of[key] = index
+    keys_out: list[str] = []
+    entries_out: dict[str, ModuleEntry] = {}
+    seen: dict[str, ModuleEntry] = {}
+    for index, stage in enumerate(renamed):
+        for key, entry in stage:
+            earlier = seen.get(key)
+            if earlier is not None:
+                entry = msgspec.structs.replace(entry, input=earlier.input or entry.input,
+                                                kwargs=earlier.kwargs or entry.kwargs,
+                                                output=entry.output or earlier.output)
+            if last_stage_of[key] != index:
+                seen[key] = entry
+                continue
+            keys_out.append(key)
+            entries_out[key] = entry
+    return keys_out, entries_out, {k: v for k, v in origins.items() if k in entries_out}
+
+
+def _renumber(keys: list[str], entries: dict[str, ModuleEntry]) -> None:
+    """Positions in the logical dump's order (keys were dropped, experts and stages joined)."""
+    for position, key in enumerate(keys):
+        if entries[key].position != position:
+            entries[key] = msgspec.structs.replace(entries[key], position=position)

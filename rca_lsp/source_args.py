@@ -1,0 +1,26 @@
+"""Command-line options that select one side's logical dump (step, rank layout), shared by every subcommand."""
+
+from __future__ import annotations
+
+import argparse
+
+from rca_lsp.core.dumpsource import parse_layout
+from rca_lsp.core.run import SideOptions
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """--step / --parallel: which step of a dump directory, and how its ranks were laid out (both optional)."""
+    parser.add_argument("--step", type=int, default=None, metavar="N",
+                        help="the step<N> folder to analyse when a dump directory holds several")
+    parser.add_argument("--rollout-step", type=int, default=None, metavar="N",
+                        help="the rollout's step (default: --step, when the rollout holds several)")
+    parser.add_argument("--parallel", default=None, metavar="tp=N,pp=N,ep=N,dp=N",
+                        help="the train run's rank layout when the dumps alone cannot tell (default: inferred)")
+    parser.add_argument("--rollout-parallel", default=None, metavar="tp=N,...",
+                        help="the rollout's rank layout (default: inferred)")
+
+
+def side_options(args: argparse.Namespace) -> tuple[SideOptions, SideOptions]:
+    train = SideOptions(args.step, parse_layout(args.parallel, "--parallel"))
+    rollout = SideOptions(args.rollout_step, parse_layout(args.rollout_parallel, "--rollout-parallel"), args.step)
+    return train, rollout
