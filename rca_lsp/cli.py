@@ -54,6 +54,12 @@ def _summary(analysis: Analysis, out_dir: Path) -> str:
     for suspect in analysis.suspects[:5]:
         lines.append(f"  - {suspect.classification}: {suspect.train_key}"
                      + ("" if suspect.credible_origin else " (follows from an earlier divergence)"))
+    for side, summary in report["parallel"].items():
+        lines.append(f"- {side}: merged {len(summary['ranks'])} ranks ({summary['layout']})")
+        lines += [f"  - {note}" for note in summary["notes"][:5]]
+    if report["disagreements"]:
+        lines.append(f"- disagreements: {len(report['disagreements'])} (copies that should be identical differ)")
+        lines += [f"  - {row['side']} {row['key']}: {row['message']}" for row in report["disagreements"][:5]]
     lines += [f"- structural_false_positives: {len(report['structural_false_positives'])}",
               f"- root_cause_suspects: {len(report['root_cause_suspects'])}",
               f"- report_json: {out_dir / 'output_5_root_cause_report.json'}",

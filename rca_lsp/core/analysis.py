@@ -323,4 +323,35 @@ def root_cause_report(analysis: Analysis) -> dict[str, Any]:
             "suspects": len(analysis.suspects),
         },
         "next_checks": next_checks(analysis.suspects),
+        "parallel": {side: parallel_summary(dump) for side, dump in (("train", analysis.train),
+                                                                      ("rollout", analysis.rollout))
+                     if dump.parallel is not None},
+        "disagreements": disagreement_rows(analysis),
     }
+
+
+def parallel_summary(dump: Dump) -> dict[str, Any]:
+    """How a logical dump was merged from ranks, for the report."""
+    info = dump.parallel
+    assert info is not None
+    return {"ranks": list(info.ranks), "files": list(info.files), "layout": info.layout,
+            "sequence_parallel": info.sequence_parallel, "notes": info.notes, "dropped_keys": len(info.dropped)}
+
+
+def disagreement_rows(analysis: Analysis) -> list[dict[str, Any]]:
+    """Every slot whose copies disagree (across ranks, or a parameter across calls), mapped or not, in dump order."""
+    rows = []
+    for side, dump in (("train", analysis.train), ("rollout", analysis.rollout)):
+        for key in dump.keys:
+            for found in dump.entries[key].disagreements:
+                rows.append({"side": side, "key": key, "slot": found.slot, "across": found.across,
+                             "reference": found.reference, "members": list(found.members), "rel_err": found.rel_err,
+                             "message": found.describe()})
+    for record in analysis.records:
+        for found in record.comparison.disagreements:
+            if found.across == "calls":
+                rows.append({"side": "train" if found in record.comparison.train_disagreements else "rollout",
+                             "key": record.train_key, "slot": found.slot, "across": "calls",
+                             "reference": found.reference, "members": list(found.members), "rel_err": found.rel_err,
+                             "message": found.describe()})
+    return rows

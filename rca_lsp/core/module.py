@@ -244,7 +244,8 @@ class ModuleComparison:
         else:
             state = _summarise([quick_verdict(t.kwargs[n], r.kwargs[n], tol)[0] for n, t, r in kwarg_pairs])
             self.kwargs_consistency = "partial" if names_differ and state == "aligned" else state
-        self.disagreements = tuple(d for part in (*self._train, *self._rollout) for d in part.disagreements)
+        self.train_disagreements = tuple(d for part in self._train for d in part.disagreements)
+        self.disagreements = self.train_disagreements + tuple(d for part in self._rollout for d in part.disagreements)
         self._apply_disagreements()
         t_numel = self._output_train.numel if self._output_train is not None else None
         r_numel = self._output_rollout.numel if self._output_rollout is not None else None

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rca_lsp.core.keys import is_activation_like
-from rca_lsp.core.rootcause import IN_MODULE, MANUAL, MISSING_OP, PARAMETER, UPSTREAM, Suspect
+from rca_lsp.core.rootcause import (CALL_DISAGREEMENT, IN_MODULE, MANUAL, MISSING_OP, PARAMETER, RANK_DISAGREEMENT,
+                                    UPSTREAM, Suspect)
 
 if TYPE_CHECKING:
     from rca_lsp.core.analysis import Analysis
@@ -21,6 +22,10 @@ _MECHANISM = {
     UPSTREAM: ("data diverges in modules the mapping does not cover (a one-sided op, or a layout statistics cannot see)",
                "the unmapped train modules listed", "the unmapped rollout modules listed"),
     MANUAL: ("not determined automatically", "-", "-"),
+    RANK_DISAGREEMENT: ("ranks hold different copies of a tensor that must be identical on every rank",
+                        "the copy on the reference rank", "the copy on the other ranks"),
+    CALL_DISAGREEMENT: ("a parameter changes between calls of one module", "the weights of the first call",
+                        "the weights of later calls"),
 }
 
 
@@ -133,11 +138,28 @@ def _notes(analysis: "Analysis") -> list[str]:
     return lines
 
 
+def _provenance(analysis: "Analysis") -> list[str]:
+    """Ranks merged and calls joined: what the compared statistics were made from."""
+    report = analysis.report
+    lines = []
+    for side, summary in report["parallel"].items():
+        lines.append(f"- {side.capitalize()}: {len(summary['ranks'])} ranks merged, {summary['layout']}")
+        lines += [f"  - {note}" for note in summary["notes"]]
+    for row in report["disagreements"][:MAX_ROWS]:
+        lines.append(f"- Disagreement ({row['side']}) {_code(row['key'])}: {row['message']}")
+    joined = [r for r in analysis.records if r.comparison.calls_note]
+    if joined:
+        lines.append(f"- {len(joined)} mapped groups join several calls along the sequence, e.g. "
+                     f"{_code(joined[0].train_key)}: {joined[0].comparison.calls_note}")
+    return lines
+
+
 def render_markdown(analysis: "Analysis") -> str:
     sections = [
         ("Context", [f"- Train dump: `{analysis.train.path}` ({len(analysis.train.keys)} forward modules)",
                      f"- Rollout dump: `{analysis.rollout.path}` ({len(analysis.rollout.keys)} forward modules)",
                      f"- Mapping: `{analysis.mapping.path}` ({len(analysis.records)} groups compared)"]),
+        *([("Ranks and calls", provenance)] if (provenance := _provenance(analysis)) else []),
         ("Final judgement", _judgement(analysis)),
         ("Evidence chain", _evidence_chain(analysis)),
         ("Key suspects", _suspect_table(analysis.suspects)),

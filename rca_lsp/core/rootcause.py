@@ -11,6 +11,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 
 from rca_lsp.core.dump import Dump
 from rca_lsp.core.keys import is_activation_like, is_descendant_path, parse_module_key
+from rca_lsp.core.module import CALL_DISAGREEMENT_BUCKET, RANK_DISAGREEMENT_BUCKET
 from rca_lsp.core.records import ModuleRecord
 
 MISSING_OP = "missing_or_extra_op_between_aligned_boundary"
@@ -18,6 +19,9 @@ PARAMETER = "parameter_or_checkpoint_issue"
 IN_MODULE = "in_module_impl_difference"
 UPSTREAM = "upstream_propagation"
 MANUAL = "needs_manual_review"
+RANK_DISAGREEMENT = "rank_replica_disagreement"
+CALL_DISAGREEMENT = "call_parameter_disagreement"
+_DISAGREEMENT_CLASSIFICATION = {RANK_DISAGREEMENT_BUCKET: RANK_DISAGREEMENT, CALL_DISAGREEMENT_BUCKET: CALL_DISAGREEMENT}
 STRUCTURAL_BUCKETS = ("fused_qkv_structural_mismatch", "structural_shape_mismatch")
 MAX_LISTED = 200  # keys listed per "between" list; the count is always complete
 MAX_SCAN = 20_000  # dump keys scanned back from a suspect for unmatched modules
@@ -344,7 +348,12 @@ class RootCauseAnalysis:
         comparison = record.comparison
         between = self._between(record, boundary) if child is None else Between()
         notes: list[str] = []
-        if comparison.module_bucket == "parameter_sync_mismatch":
+        if comparison.module_bucket in _DISAGREEMENT_CLASSIFICATION:
+            classification = _DISAGREEMENT_CLASSIFICATION[comparison.module_bucket]
+            what = "ranks" if classification == RANK_DISAGREEMENT else "calls"
+            rationale = (f"its inputs are aligned, but copies that must be identical differ across {what}: "
+                         f"{comparison.reasoning}")
+        elif comparison.module_bucket == "parameter_sync_mismatch":
             classification, rationale = PARAMETER, "parameters diverged while inputs remained aligned"
             mismatched = [p.target for p in comparison.parameters if p.consistency == "mismatch"]
             notes.append(f"mismatched: {', '.join(mismatched)}")
@@ -430,6 +439,11 @@ def hypothesis(first: Suspect | None) -> tuple[str, list[str]]:
                 "boundary and the first downstream mismatch", [k for k in first.between.train if is_activation_like(k)])
     if first.classification == PARAMETER:
         return "parameter sync or checkpoint alignment issue", [first.train_key]
+    if first.classification == RANK_DISAGREEMENT:
+        return ("ranks disagree on a tensor that should be identical on every rank (a desynced replicated weight or "
+                "a non-deterministic reduction)", [first.train_key])
+    if first.classification == CALL_DISAGREEMENT:
+        return "a parameter changed between calls of the same module (weights updated mid-generation)", [first.train_key]
     if first.classification == IN_MODULE and _parameters_unseen(first.record.comparison.parameter_consistency):
         return ("in-module implementation or numeric path mismatch, or a parameter desync (the parameters are not "
                 "observable on both sides)", [first.train_key])
@@ -460,6 +474,13 @@ NEXT_CHECKS = {
     IN_MODULE: [
         "compare the module's implementation and config on both sides (eps, scaling, kernel choice, fusion flags)",
         "check the dtype/precision path inside the module (upcasts, accumulation dtype)",
+    ],
+    RANK_DISAGREEMENT: [
+        "compare the named ranks' copies of the tensor: a replicated weight loaded or updated on some ranks only",
+        "check the weight broadcast / resharding step of the trainer and any non-deterministic reduction",
+    ],
+    CALL_DISAGREEMENT: [
+        "check whether a weight sync reached the rollout engine while it was generating (between these calls)",
     ],
     UPSTREAM: [
         "inspect the unmapped or one-sided modules between the aligned boundary and this module",
@@ -531,4 +552,6 @@ def suspect_json(suspect: Suspect) -> dict[str, Any]:
         "output_reason": c.output.reason,
         "input_reasons": [t.reason for t in c.inputs if t.consistency == "mismatch"],
         "parameter_reasons": [t.reason for t in c.parameters if t.consistency == "mismatch"],
+        "calls": c.calls_note,
+        "disagreements": [d.describe() for d in c.disagreements],
     }

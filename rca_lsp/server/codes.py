@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from lsprotocol import types
 
-from rca_lsp.core.rootcause import IN_MODULE, MANUAL, MISSING_OP, PARAMETER, UPSTREAM
+from rca_lsp.core.rootcause import (CALL_DISAGREEMENT, IN_MODULE, MANUAL, MISSING_OP, PARAMETER, RANK_DISAGREEMENT,
+                                    UPSTREAM)
 
 SOURCE = "rca-lsp"
 
@@ -24,6 +25,8 @@ MANUAL_REVIEW = "needs-review"
 FUSED_STRUCTURAL = "fused-structural"
 UNMAPPED_TRAIN = "unmapped-train-module"
 NAN_INF = "nan-inf"
+RANK_DISAGREEMENT_CODE = "rank-disagreement"
+CALL_DISAGREEMENT_CODE = "call-disagreement"
 
 CLASSIFICATION_CODES = {
     MISSING_OP: MISSING_OP_CODE,
@@ -31,6 +34,8 @@ CLASSIFICATION_CODES = {
     IN_MODULE: IN_MODULE_DIFF,
     UPSTREAM: UPSTREAM_CODE,
     MANUAL: MANUAL_REVIEW,
+    RANK_DISAGREEMENT: RANK_DISAGREEMENT_CODE,
+    CALL_DISAGREEMENT: CALL_DISAGREEMENT_CODE,
 }
 
 _S = types.DiagnosticSeverity
@@ -51,5 +56,7 @@ DEFAULT_SEVERITY = {
     FUSED_STRUCTURAL: _S.Hint,
     UNMAPPED_TRAIN: _S.Hint,
     NAN_INF: _S.Error,
+    RANK_DISAGREEMENT_CODE: _S.Warning,
+    CALL_DISAGREEMENT_CODE: _S.Warning,
 }
 SEVERITY_BY_NAME = {"error": _S.Error, "warning": _S.Warning, "information": _S.Information, "hint": _S.Hint}

@@ -72,6 +72,21 @@ def _name(key: str) -> str:
     return f"{parsed.class_name} {last}" if last.isdigit() else last
 
 
+def provenance_notes(analysis: Analysis, record: ModuleRecord) -> list[str]:
+    """Where the compared statistics come from: calls joined along the sequence, ranks merged."""
+    notes = []
+    if record.comparison.calls_note:
+        notes.append(f"Calls joined along the sequence: {record.comparison.calls_note}")
+    for side, dump, keys in (("train", analysis.train, record.comparison.train_keys),
+                             ("rollout", analysis.rollout, record.comparison.rollout_keys)):
+        if dump.parallel is None:
+            continue
+        merged = [dump.parallel.merges[k] for k in dict.fromkeys(keys) if k in dump.parallel.merges]
+        how = "; ".join(merged[:3]) if merged else "every slot replicated (identical on all ranks)"
+        notes.append(f"{side.capitalize()} merged from {len(dump.parallel.files)} ranks ({dump.parallel.layout}): {how}")
+    return notes
+
+
 def hover_markdown(analysis: Analysis, train_key: str, rollout_index: int | None) -> str | None:
     record = analysis.by_train_key.get(train_key)
     if record is None:
@@ -79,8 +94,11 @@ def hover_markdown(analysis: Analysis, train_key: str, rollout_index: int | None
         return ("Not in the train dump." if row_missing else
                 "Not compared: none of the mapped rollout keys is in the rollout dump.")
     c = record.comparison
-    lines = [f"### {_name(record.train_key)} ↔ {', '.join(_name(k) for k in c.rollout_keys)} (call {record.call_index})",
-             "", _verdicts(record), ""]
+    rollout_names = ", ".join(dict.fromkeys(_name(k) for k in c.rollout_keys))
+    lines = [f"### {_name(record.train_key)} ↔ {rollout_names} (call {record.call_index})", "", _verdicts(record), ""]
+    notes = provenance_notes(analysis, record)
+    if notes:
+        lines += [f"{note}  " for note in notes] + [""]
     suspect = analysis.suspect_by_train_key.get(train_key)
     if suspect is not None:
         lines += _suspect_lines(suspect) + [""]

@@ -22,6 +22,8 @@ export const DIAGNOSTIC_CODES = [
   'fused-structural',
   'unmapped-train-module',
   'nan-inf',
+  'rank-disagreement',
+  'call-disagreement',
 ] as const;
 
 export const SEVERITIES = ['error', 'warning', 'information', 'hint', 'off'] as const;
@@ -34,6 +36,10 @@ export interface Pair {
   mappingKey: string;
   train: string;
   rollout: string;
+  /** Passed through to the server, which validates them: which step, and the rank layouts. */
+  step?: number;
+  parallel?: string;
+  rolloutParallel?: string;
 }
 
 /** What the server receives. Keys are only present when they carry a value. */
@@ -104,7 +110,11 @@ export function buildServerSettings(
         p.train.trim() &&
         p.rollout.trim()
       ) {
-        pairs.push({ mappingKey: expand(p.mappingKey.trim()), train: expand(p.train.trim()), rollout: expand(p.rollout.trim()) });
+        const pair: Pair = { mappingKey: expand(p.mappingKey.trim()), train: expand(p.train.trim()), rollout: expand(p.rollout.trim()) };
+        if (typeof p.step === 'number') pair.step = p.step;
+        if (typeof p.parallel === 'string' && p.parallel.trim()) pair.parallel = p.parallel.trim();
+        if (typeof p.rolloutParallel === 'string' && p.rolloutParallel.trim()) pair.rolloutParallel = p.rolloutParallel.trim();
+        pairs.push(pair);
       } else {
         problems.push(`rcaLsp.pairs[${i}] needs non-empty strings mappingKey, train and rollout; ignored`);
       }

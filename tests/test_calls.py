@@ -1,0 +1,106 @@
+"""A rollout's calls (prefill + decode steps) joined along the sequence against one train forward."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from builders import tensor, write_dump, write_mapping
+from rca_lsp.core.run import analyze_paths
+
+P = "Module.module.module.decoder.layers.0"
+R = "Module.model.layers.0"
+HIDDEN = 2
+RNG = random.Random(3)
+TOKENS = [3, 1, 1]  # prefill of 3 tokens, 2 decode steps
+
+
+def node(vals: list[float], tokens: int, dtype: str = "torch.float32") -> dict:
+    return tensor(vals, dtype, shape=[1, tokens, len(vals) // tokens])
+
+
+def seq(tokens: int) -> list[float]:
+    return [RNG.uniform(-2, 2) for _ in range(tokens * HIDDEN)]
+
+
+def entry(inp: dict, out: dict, weight: list[float] | None = None, kwargs: dict | None = None) -> dict:
+    return {"input_args": [inp], "input_kwargs": kwargs or {}, "output": [out, None],
+            "parameters": {"weight": tensor(weight)} if weight else {}}
+
+
+def make(tmp_path: Path, *, decode_scale: float = 1.0, weight_change: bool = False, explicit: bool = False,
+         mask: bool = False) -> tuple[Path, Path, Path]:
+    total = sum(TOKENS)
+    x, y, z = seq(total), seq(total), seq(total)
+    norm_w, down_w = [1.0, 1.1], [0.5, -0.25, 0.125, 1.0]
+    train_mask = {"attention_mask": tensor([-1e9, 0.0, 0.0, 0.0, 0.0, 0.0])} if mask else None  # a float mask
+    write_dump(tmp_path / "train" / "dump.json", {
+        f"{P}.input_layernorm.RMSNorm.forward.0": entry(node(x, total), node(y, total), norm_w, train_mask),
+        f"{P}.mlp.linear_fc2.RowParallelLinear.forward.0": entry(node(y, total), node(z, total), down_w),
+    })
+    rollout: dict = {}
+    start = 0
+    for call, tokens in enumerate(TOKENS):
+        part = slice(start * HIDDEN, (start + tokens) * HIDDEN)
+        start += tokens
+        scale = decode_scale if call > 0 else 1.0
+        weight = [w * 1.01 for w in down_w] if weight_change and call == 2 else down_w
+        mask_node = {"attention_mask": tensor([-1e9, 0.0] if call == 0 else [0.0, 0.0])} if mask else None
+        rollout[f"{R}.input_layernorm.Qwen2RMSNorm.forward.{call}"] = entry(node(x[part], tokens),
+                                                                             node(y[part], tokens), norm_w, mask_node)
+        rollout[f"{R}.mlp.down_proj.Linear.forward.{call}"] = entry(
+            node(y[part], tokens), node([v * scale for v in z[part]], tokens), weight)
+    write_dump(tmp_path / "rollout" / "dump.json", rollout)
+
+    def calls(name: str) -> str | list[str]:
+        return [f"{R}.{name}.forward.{c}" for c in range(len(TOKENS))] if explicit else f"{R}.{name}.forward.*"
+
+    mapping = {f"{P}.input_layernorm.RMSNorm.forward.0": calls("input_layernorm.Qwen2RMSNorm"),
+               f"{P}.mlp.linear_fc2.RowParallelLinear.forward.0": calls("mlp.down_proj.Linear")}
+    return tmp_path / "train", tmp_path / "rollout", write_mapping(tmp_path / "mapping_key.json", mapping)
+
+
+@pytest.mark.parametrize("explicit", [False, True], ids=["forward.*", "explicit list"])
+def test_decode_calls_aggregate_into_the_one_train_forward(tmp_path: Path, explicit: bool) -> None:
+    analysis = analyze_paths(*make(tmp_path, explicit=explicit))
+    assert analysis.issues == [] and analysis.suspects == []
+    record = analysis.by_train_key[f"{P}.mlp.linear_fc2.RowParallelLinear.forward.0"]
+    assert record.comparison.output_consistency == record.comparison.input_args_consistency == "aligned"
+    assert record.comparison.parameter_consistency == "aligned"
+    assert record.comparison.calls_note == "rollout: 3 calls: prefill of 3 tokens + 2 decode steps"
+    assert len(record.comparison.rollout_keys) == 3
+    output = record.comparison.output
+    assert output.rollout.shape == (1, 5, 2) and output.shape_relation == "exact_match"
+
+
+def test_a_decode_only_fault_is_found_inside_the_module(tmp_path: Path) -> None:
+    analysis = analyze_paths(*make(tmp_path, decode_scale=1.02))
+    first = analysis.suspects[0]
+    assert (first.train_key, first.classification) == (f"{P}.mlp.linear_fc2.RowParallelLinear.forward.0",
+                                                       "in_module_impl_difference")
+    assert first.credible_origin
+
+
+def test_weights_that_change_between_calls_are_a_finding(tmp_path: Path) -> None:
+    analysis = analyze_paths(*make(tmp_path, weight_change=True))
+    first = analysis.suspects[0]
+    assert first.classification == "call_parameter_disagreement"
+    assert "calls 0 and 2 disagree" in first.rationale
+    assert [r["across"] for r in analysis.report["disagreements"]] == ["calls"]
+
+
+def test_attention_masks_are_not_compared_across_joined_calls(tmp_path: Path) -> None:
+    analysis = analyze_paths(*make(tmp_path, mask=True))
+    record = analysis.by_train_key[f"{P}.input_layernorm.RMSNorm.forward.0"]
+    assert record.comparison.kwargs_consistency != "mismatch" and analysis.suspects == []
+
+
+def test_an_unknown_all_calls_key_is_reported(tmp_path: Path) -> None:
+    train, rollout, mapping = make(tmp_path)
+    text = mapping.read_text().replace("down_proj.Linear.forward.*", "down_prj.Linear.forward.*")
+    mapping.write_text(text)
+    analysis = analyze_paths(train, rollout, mapping)
+    issue = analysis.issues[0]
+    assert issue.code == "unknown-rollout-key" and "no calls of this module" in issue.message

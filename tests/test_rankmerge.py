@@ -1,0 +1,196 @@
+"""Merging the rank dumps of a parallel run into one logical dump, on small dumps built from real values."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from builders import tensor, write_dump, write_mapping
+from rca_lsp.core.dump import DumpCache
+from rca_lsp.core.dumpsource import ParallelLayout, resolve_dump_source
+from rca_lsp.core.errors import InputError
+from rca_lsp.core.run import SideOptions, analyze_paths
+
+P = "Module.module.module.decoder.layers"
+R = "Module.model.layers"
+RNG = random.Random(7)
+
+
+def values(n: int) -> list[float]:
+    return [RNG.uniform(-2, 2) for _ in range(n)]
+
+
+def node(vals: list[float], shape: list[int]) -> dict:
+    return tensor(vals, shape=shape)
+
+
+def module(inp: dict | None, out: dict | None, params: dict | None = None) -> dict:
+    return {"input_args": [inp] if inp else [], "input_kwargs": {}, "output": [out, None] if out else [],
+            "parameters": params or {}}
+
+
+def tp_layer(layer: int, x: list[float], fc1_w: list[float], fc1_out: list[float], norm_w: list[float],
+             prefix: str = P, rank: int = 0, tp: int = 2, local_layer: int | None = None) -> dict:
+    """A norm (replicated) and a column-parallel linear (output and weight sharded on their last/first dim)."""
+    index = layer if local_layer is None else local_layer
+    half_out, half_w = len(fc1_out) // tp, len(fc1_w) // tp
+    shard_out = fc1_out[rank * half_out:(rank + 1) * half_out]
+    shard_w = fc1_w[rank * half_w:(rank + 1) * half_w]
+    return {
+        f"{prefix}.{index}.pre_mlp_layernorm.RMSNorm.forward.0":
+            module(node(x, [len(x), 1]), node(x, [len(x), 1]), {"weight": node(norm_w, [len(norm_w)])}),
+        f"{prefix}.{index}.mlp.linear_fc1.ColumnParallelLinear.forward.0":
+            module(node(x, [len(x), 1]), node(shard_out, [len(x), half_out // len(x)]),
+                   {"weight": node(shard_w, [half_w // 2, 2])}),
+    }
+
+
+def full_layer(layer: int, x: list[float], fc1_w: list[float], fc1_out: list[float], norm_w: list[float]) -> dict:
+    return {
+        f"{R}.{layer}.post_attention_layernorm.Qwen2RMSNorm.forward.0":
+            module(node(x, [1, len(x)]), node(x, [1, len(x)]), {"weight": node(norm_w, [len(norm_w)])}),
+        f"{R}.{layer}.mlp.up_proj.Linear.forward.0":
+            module(node(x, [1, len(x)]), node(fc1_out, [1, len(fc1_out)]), {"weight": node(fc1_w, [len(fc1_w) // 2, 2])}),
+    }
+
+
+MAPPING = {f"{P}.{i}.pre_mlp_layernorm.RMSNorm.forward.0": f"{R}.{i}.post_attention_layernorm.Qwen2RMSNorm.forward.0"
+           for i in range(2)} | {f"{P}.{i}.mlp.linear_fc1.ColumnParallelLinear.forward.0":
+                                 f"{R}.{i}.mlp.up_proj.Linear.forward.0" for i in range(2)}
+
+
+def make_pair(tmp_path: Path, desync_norm_rank1: bool = False, shard_fault: bool = False) -> tuple[Path, Path, Path]:
+    layers = [(values(4), values(8), values(16), [1.0 + 0.1 * v for v in values(4)]) for _ in range(2)]
+    for rank in range(2):
+        data: dict = {}
+        for i, (x, w, out, norm_w) in enumerate(layers):
+            if rank == 1 and i == 1 and desync_norm_rank1:
+                norm_w = [v * 1.05 for v in norm_w]
+            if rank == 1 and i == 1 and shard_fault:  # its shard of the weight, and so of the output, is off
+                w, out = [v * 1.03 for v in w], [v * 1.03 for v in out]
+            data |= tp_layer(i, x, w, out, norm_w, rank=rank)
+        write_dump(tmp_path / "train" / "step0" / f"rank{rank}" / "dump.json", data)
+    rollout = {}
+    for i, (x, w, out, norm_w) in enumerate(layers):
+        rollout |= full_layer(i, x, w, out, norm_w)
+    write_dump(tmp_path / "rollout" / "step0" / "rank0" / "dump.json", rollout)
+    return tmp_path / "train", tmp_path / "rollout", write_mapping(tmp_path / "mapping_key.json", MAPPING)
+
+
+def test_tensor_parallel_shards_merge_exactly_and_a_clean_pair_stays_clean(tmp_path: Path) -> None:
+    train, rollout, mapping = make_pair(tmp_path)
+    analysis = analyze_paths(train, rollout, mapping)
+    assert analysis.suspects == []
+    merged = analysis.train.entries[f"{P}.0.mlp.linear_fc1.ColumnParallelLinear.forward.0"]
+    full = analysis.rollout.entries[f"{R}.0.mlp.up_proj.Linear.forward.0"]
+    for mine, theirs in ((merged.output, full.output), (merged.parameters["weight"], full.parameters["weight"])):
+        assert mine.numel == theirs.numel and (mine.max, mine.min) == (theirs.max, theirs.min)
+        assert math.isclose(mine.norm, theirs.norm, rel_tol=1e-12) and math.isclose(mine.mean, theirs.mean,
+                                                                                      rel_tol=1e-9, abs_tol=1e-12)
+    assert merged.output.shape == (4, 4) and merged.parameters["weight"].shape == (4, 2)
+    info = analysis.train.parallel
+    assert info is not None and info.layout.startswith("tp=2, pp=1, ep=1, dp=1")
+    assert "sharded along dim 1 over 2 ranks" in info.merges[f"{P}.0.mlp.linear_fc1.ColumnParallelLinear.forward.0"]
+    assert analysis.report["parallel"]["train"]["ranks"] == [0, 1]
+
+
+def test_one_ranks_shard_desynced_is_a_parameter_issue(tmp_path: Path) -> None:
+    analysis = analyze_paths(*make_pair(tmp_path, shard_fault=True))
+    first = analysis.suspects[0]
+    assert (first.train_key, first.classification) == (f"{P}.1.mlp.linear_fc1.ColumnParallelLinear.forward.0",
+                                                       "parameter_or_checkpoint_issue")
+
+
+def test_replicas_that_disagree_are_a_finding_of_their_own(tmp_path: Path) -> None:
+    analysis = analyze_paths(*make_pair(tmp_path, desync_norm_rank1=True))
+    first = analysis.suspects[0]
+    assert (first.train_key, first.classification) == (f"{P}.1.pre_mlp_layernorm.RMSNorm.forward.0",
+                                                       "rank_replica_disagreement")
+    assert first.credible_origin and "ranks 0 and 1 disagree" in first.rationale
+    rows = analysis.report["disagreements"]
+    assert [(r["key"], r["slot"], r["members"]) for r in rows] == [
+        (f"{P}.1.pre_mlp_layernorm.RMSNorm.forward.0", "parameters.weight", [1])]
+    assert "ranks disagree" in analysis.report["top_hypothesis"]
+
+
+def test_pipeline_stages_are_named_by_global_layer(tmp_path: Path) -> None:
+    layers = [(values(4), values(8), values(16), values(4)) for _ in range(4)]
+    for stage in range(2):
+        data: dict = {}
+        if stage == 0:
+            data["Module.module.module.embedding.word_embeddings.VocabParallelEmbedding.forward.0"] = module(
+                node([1.0, 5.0, 3.0, 2.0], [1, 4]), node(values(8), [4, 1, 2]))
+        for local in range(2):
+            x, w, out, norm_w = layers[stage * 2 + local]
+            data |= tp_layer(stage * 2 + local, x, w, out, norm_w, tp=1, local_layer=local)
+        if stage == 1:
+            data["Module.module.module.output_layer.ColumnParallelLinear.forward.0"] = module(
+                node(values(4), [4, 1]), node(values(8), [4, 2]))
+        data["Module.module.module.GPTModel.forward.0"] = module(node([1.0, 5.0], [1, 2]) if stage == 0 else None,
+                                                                 node(values(6), [2, 3]))
+        write_dump(tmp_path / "train" / "step0" / f"rank{stage}" / "dump.json", data)
+    dump = DumpCache().get(tmp_path / "train")
+    assert dump.keys[0].startswith("Module.module.module.embedding")
+    assert [k for k in dump.keys if "linear_fc1" in k] == [
+        f"{P}.{i}.mlp.linear_fc1.ColumnParallelLinear.forward.0" for i in range(4)]
+    model = dump.entries["Module.module.module.GPTModel.forward.0"]
+    assert dump.keys[-1] == "Module.module.module.GPTModel.forward.0" and model.input is not None
+    assert [e.position for e in map(dump.entries.get, dump.keys)] == list(range(len(dump.keys)))
+    assert dump.parallel is not None and "pp=2" in dump.parallel.layout
+    assert dump.file_key(f"{P}.3.mlp.linear_fc1.ColumnParallelLinear.forward.0") == (
+        str((tmp_path / "train/step0/rank1/dump.json").resolve()), f"{P}.1.mlp.linear_fc1.ColumnParallelLinear.forward.0")
+    file, line = dump.location_of(f"{P}.3.mlp.linear_fc1.ColumnParallelLinear.forward.0")
+    assert f"{P}.1.mlp.linear_fc1" in Path(file).read_text().splitlines()[line]
+
+
+def test_a_rank_that_stopped_early_loses_only_its_missing_keys(tmp_path: Path) -> None:
+    train, rollout, mapping = make_pair(tmp_path)
+    rank1 = train / "step0" / "rank1" / "dump.json"
+    import json
+    document = json.loads(rank1.read_text())
+    keys = list(document["data"])
+    document["data"] = {k: document["data"][k] for k in keys[:-1]}
+    rank1.write_text(json.dumps(document))
+    analysis = analyze_paths(train, rollout, mapping)
+    lost = keys[-1]
+    assert lost not in analysis.train.entries
+    notes = analysis.report["parallel"]["train"]["notes"]
+    assert any("rank 1" in n and "lacks 1 keys" in n and lost in n for n in notes)
+    issue = next(i for i in analysis.issues if i.key == lost)
+    assert "left out of the merged ranks" in issue.message and "rank 1" in issue.message
+
+
+def test_a_truncated_rank_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    train, rollout, mapping = make_pair(tmp_path)
+    rank1 = train / "step0" / "rank1" / "dump.json"
+    rank1.write_text(rank1.read_text()[:200])
+    with pytest.raises(InputError) as raised:
+        analyze_paths(train, rollout, mapping)
+    assert str(rank1.resolve()) in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_data_parallel_replicas_are_not_merged(tmp_path: Path) -> None:
+    x, w, out, norm_w = values(4), values(8), values(16), values(4)
+    for rank in range(2):
+        data = {"Module.module.module.embedding.word_embeddings.VocabParallelEmbedding.forward.0": module(
+            node([1.0, 2.0 + rank], [1, 2]), node(values(4), [2, 1, 2]))}
+        data |= tp_layer(0, x if rank == 0 else values(4), w, out if rank == 0 else values(16), norm_w, tp=1)
+        write_dump(tmp_path / "train" / "step0" / f"rank{rank}" / "dump.json", data)
+    dump = DumpCache().get(tmp_path / "train")
+    assert dump.parallel is not None and "dp=2" in dump.parallel.layout
+    assert any("analysed the first group (ranks 0)" in n for n in dump.parallel.notes)
+    assert dump.entries[f"{P}.0.mlp.linear_fc1.ColumnParallelLinear.forward.0"].output.numel == 16
+
+
+def test_an_explicit_layout_overrides_inference(tmp_path: Path) -> None:
+    train, _, _ = make_pair(tmp_path)
+    source = resolve_dump_source(train, layout=ParallelLayout(tp=1, dp=2))
+    dump = DumpCache().get(source)
+    assert dump.parallel is not None and "given: tp=1,dp=2" in dump.parallel.layout
+    assert dump.entries[f"{P}.0.mlp.linear_fc1.ColumnParallelLinear.forward.0"].output.numel == 8  # one rank's
+    with pytest.raises(InputError, match="cannot form pp=3"):
+        DumpCache().get(resolve_dump_source(train, layout=ParallelLayout(pp=3)))
+    assert SideOptions(layout=ParallelLayout(tp=2)).resolve(train).layout == ParallelLayout(tp=2)
