@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
 import pytest
 
 from builders import tensor, write_dump, write_mapping
+from rca_lsp.core.dump import DumpCache
 from rca_lsp.core.run import analyze_paths
+from rca_lsp.suggest import suggest_mapping
 
 P = "Module.module.module.decoder.layers.0"
 R = "Module.model.layers.0"
@@ -35,7 +38,7 @@ def make(tmp_path: Path, *, decode_scale: float = 1.0, weight_change: bool = Fal
     total = sum(TOKENS)
     x, y, z = seq(total), seq(total), seq(total)
     norm_w, down_w = [1.0, 1.1], [0.5, -0.25, 0.125, 1.0]
-    train_mask = {"attention_mask": tensor([-1e9, 0.0, 0.0, 0.0, 0.0, 0.0])} if mask else None  # a float mask
+    train_mask = {"attention_mask": tensor([-1e9] * 10 + [0.0] * 15)} if mask else None  # the full causal mask
     write_dump(tmp_path / "train" / "dump.json", {
         f"{P}.input_layernorm.RMSNorm.forward.0": entry(node(x, total), node(y, total), norm_w, train_mask),
         f"{P}.mlp.linear_fc2.RowParallelLinear.forward.0": entry(node(y, total), node(z, total), down_w),
@@ -104,3 +107,11 @@ def test_an_unknown_all_calls_key_is_reported(tmp_path: Path) -> None:
     analysis = analyze_paths(train, rollout, mapping)
     issue = analysis.issues[0]
     assert issue.code == "unknown-rollout-key" and "no calls of this module" in issue.message
+
+
+def test_suggest_mapping_proposes_every_call_of_the_counterpart(tmp_path: Path) -> None:
+    train, rollout, mapping = make(tmp_path)
+    cache = DumpCache()
+    result = suggest_mapping(cache.get(train), cache.get(rollout))
+    assert result.mapping == json.loads(mapping.read_text())
+    assert analyze_paths(train, rollout, mapping).suspects == []

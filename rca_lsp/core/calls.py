@@ -19,7 +19,7 @@ from typing import NamedTuple, Sequence
 import msgspec
 
 from rca_lsp.core.compare import aggregate, copy_difference
-from rca_lsp.core.dump import Disagreement, ModuleEntry, TensorStats
+from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, TensorStats
 from rca_lsp.core.tolerance import Tolerances
 
 ALL_CALLS = "*"  # `Module.<path>.<Class>.forward.*` in a mapping: every call of that module
@@ -134,3 +134,27 @@ def fold_calls(entries: Sequence[ModuleEntry], tolerances: Tolerances) -> tuple[
         folded.append(join_calls(calls, tolerances))
         summaries.append(CallSummary(tuple(c.call_index for c in calls), tuple(_tokens(c.output) for c in calls)))
     return folded, summaries
+
+
+def joined_calls_view(dump: Dump, tolerances: Tolerances) -> Dump:
+    """The dump with every module's calls joined into one `forward.*` entry (call 0): what a side that ran the
+    sequence in one forward is matched against (a decoding rollout against a train recompute)."""
+    keys: list[str] = []
+    entries: dict[str, ModuleEntry] = {}
+    seen: set[str] = set()
+    for key in dump.keys:
+        head = key.rpartition(".")[0]
+        if head in seen:
+            continue
+        seen.add(head)
+        calls = dump.calls_of(f"{head}.{ALL_CALLS}")
+        if len(calls) == 1:
+            entry = dump.entries[key]
+        else:
+            entry = msgspec.structs.replace(join_calls([dump.entries[k] for k in calls], tolerances), call_index=0)
+        keys.append(entry.key)
+        entries[entry.key] = entry
+    keys.sort(key=lambda k: entries[k].position)
+    for position, key in enumerate(keys):
+        entries[key] = msgspec.structs.replace(entries[key], position=position)
+    return Dump(dump.path, dump.task, dump.level, dump.framework, keys, entries, dump.skipped_keys, dump.parallel)

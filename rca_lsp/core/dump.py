@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 import os
 import threading
 from dataclasses import dataclass, field
@@ -181,6 +182,12 @@ class Dump:
             if len(keys) > 1:
                 keys.sort(key=lambda k: self.entries[k].call_index)
         return calls
+
+    def typical_calls(self) -> int:
+        """How many calls most modules have: 1 for one forward, 1 + steps for a decode (a module called several
+        times inside one forward, like a shared rotary embedding or per-expert activations, does not count)."""
+        counts = Counter(map(len, self._calls.values()))
+        return counts.most_common(1)[0][0] if counts else 1
 
     def calls_of(self, key: str) -> list[str]:
         """The keys a mapping key names: every call for `....forward.*`, else the key itself if present."""

@@ -110,6 +110,25 @@ _NORM_INPUT = " [output.1 = input + residual]"
 _SUM_INPUT = " [input + residual, Mean only]"
 
 
+ALL_PARAMETERS = "*"  # every parameter of a side together (fused experts)
+_FUSED_EXPERTS_NOTE = ("per-expert modules against one module holding every expert: compared through their "
+                       "parameters together (the MoE layer's output compares the activations)")
+
+
+def is_experts_container(entry: ModuleEntry) -> bool:
+    return entry.path.rpartition(".")[2] == "experts" or "experts" in entry.class_name.lower() or \
+        "fusedmoe" in entry.class_name.lower()
+
+
+def _is_fused_experts(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> bool:
+    """One side is a single module holding all experts; the other side several modules inside an experts module."""
+    for one, many in ((train, rollout), (rollout, train)):
+        if len(one) == 1 and len(many) > 1 and is_experts_container(one[0]) and all(
+                ".experts." in part.path for part in many) and any(part.parameters for part in many):
+            return True
+    return False
+
+
 def _summarise(states: Sequence[str]) -> str:
     if "mismatch" in states:
         return "mismatch"
@@ -244,6 +263,9 @@ class ModuleComparison:
         else:
             state = _summarise([quick_verdict(t.kwargs[n], r.kwargs[n], tol)[0] for n, t, r in kwarg_pairs])
             self.kwargs_consistency = "partial" if names_differ and state == "aligned" else state
+        self._fused_experts = _is_fused_experts(train, rollout)
+        if self._fused_experts:
+            self._compare_fused_experts()
         self.train_disagreements = tuple(d for part in self._train for d in part.disagreements)
         self.disagreements = self.train_disagreements + tuple(d for part in self._rollout for d in part.disagreements)
         self._apply_disagreements()
@@ -255,6 +277,21 @@ class ModuleComparison:
             self.parameter_consistency, self.kwargs_consistency, self.disagreements)
         if reading is not None:
             self.reasoning += f"; {reading.note}"
+        if self._fused_experts:
+            self.reasoning += f"; {_FUSED_EXPERTS_NOTE}"
+
+    def _compare_fused_experts(self) -> None:
+        """Per-expert modules against one module holding every expert's weights (HF MixtralExperts, vLLM FusedMoE):
+        their activations are different tensors (each expert sees its routed tokens), their weights together are
+        the same elements. The weights are compared; a weight difference makes the experts' contribution differ."""
+        self._parameter_names = [ALL_PARAMETERS]
+        self.parameter_consistency = _summarise_parameters([quick_verdict(*self._parameter_stats(ALL_PARAMETERS),
+                                                                          self._tol)[0]])
+        self._output_train = self._output_rollout = None
+        self.output_consistency = "mismatch" if self.parameter_consistency == "mismatch" else "missing"
+        self.input_args_consistency = "missing"
+        self.kwargs_consistency = "not_applicable"
+        self._kwarg_pairs = []
 
     def _apply_disagreements(self) -> None:
         """A slot whose copies disagree (across ranks, or a parameter across calls) is not one tensor: mismatch."""
@@ -278,6 +315,9 @@ class ModuleComparison:
         return "; ".join(notes)
 
     def _parameter_stats(self, name: str) -> tuple[TensorStats, TensorStats]:
+        if name == ALL_PARAMETERS:
+            return (aggregate([p for t in self._train for p in t.parameters.values()]),
+                    aggregate([p for r in self._rollout for p in r.parameters.values()]))
         return (aggregate([t.parameters[name] for t in self._train]),
                 aggregate([r.parameters[name] for r in self._rollout]))
 
@@ -319,7 +359,9 @@ class ModuleComparison:
                          for name in self._parameter_names]
         specs = [("output.0", train_id, rollout_id, self._output_train, self._output_rollout, aggregated)]
         pairs = _pairwise(self._train, self._rollout)
-        if pairs:
+        if self._fused_experts:
+            pass  # the inputs are different tensors: only the parameters are compared
+        elif pairs:
             specs += [("input_args.0", t.key, r.key, t.input, r.input, False) for t, r in pairs]
         else:
             specs.append(("input_args.0", train_id, rollout_id, _combined(self._train, "input"),
@@ -330,7 +372,8 @@ class ModuleComparison:
 
     def target_count(self) -> int:
         """len(self.target_specs()), without building them."""
-        return 1 + (len(_pairwise(self._train, self._rollout)) or 1) + len(self._parameter_names)
+        inputs = 0 if self._fused_experts else (len(_pairwise(self._train, self._rollout)) or 1)
+        return 1 + inputs + len(self._parameter_names)
 
     def assessed_targets(self) -> list[tuple[SpecTuple, Assessment]]:
         """Each target (as target_specs gives it, a plain tuple) with its assessment: output_3 streams these."""

@@ -35,6 +35,7 @@ from rca_lsp.core.tolerance import Tolerances
 
 _LAYER_RE = re.compile(r"(?<![^.])layers\.(\d+)(?=\.|$)")
 _EXPERT_RE = re.compile(r"(?<![^.])local_experts\.(\d+)(?=\.|$)")
+_EXPERTS_SCOPE_RE = re.compile(r"(?<![^.])experts(?=\.|$)")  # a module of the experts: per-rank partial on EP ranks
 _COLUMN_CLASSES = ("ColumnParallel", "QKVParallel", "VocabParallel")  # MergedColumnParallelLinear included
 _ROW_CLASSES = ("RowParallel",)
 _TOLERANCES = Tolerances()
@@ -143,7 +144,7 @@ def _data_group_size(dumps: Sequence[Dump], stage: list[int], given: ParallelLay
 
 
 def _expert_free(dump: Dump) -> list[str]:
-    return [k for k in dump.keys if not _EXPERT_RE.search(k)]
+    return [k for k in dump.keys if not _EXPERTS_SCOPE_RE.search(dump.entries[k].path)]
 
 
 def _tp_ep(dumps: Sequence[Dump], group: list[int], given: ParallelLayout, source: DumpSource) -> tuple[int, int]:
@@ -257,7 +258,12 @@ class _Merger:
             if run:
                 flush()
             keys.append(key)
-            entries[key] = self._replicas(key, [self.dumps[r].entries.get(key) for r in ranks], ranks)
+            copies = [self.dumps[r].entries.get(key) for r in ranks]
+            if _EXPERTS_SCOPE_RE.search(first.entries[key].path) and all(c is not None for c in copies):
+                # the experts' container on each EP rank handles the tokens routed to its experts: shards
+                entries[key] = self._shards(key, copies, ranks, "expert-parallel")  # type: ignore[arg-type]
+            else:
+                entries[key] = self._replicas(key, copies, ranks)
         flush()
         return keys, entries
 
@@ -276,6 +282,21 @@ class _Merger:
             self.merges[key] = "; ".join(d.describe() for d in found)
             return msgspec.structs.replace(first, disagreements=tuple(found))
         return first
+
+    def _shards(self, key: str, parts: list[ModuleEntry], ranks: list[int], what: str) -> ModuleEntry:
+        """Every differing slot concatenated along the token dim (the ranks' partial results of one module)."""
+        first = parts[0]
+        if all(p == first for p in parts[1:]):
+            return first
+        merged: dict[str, TensorStats | None] = {}
+        for slot, stats in _slots(first):
+            copies = [_slot(p, slot) for p in parts]
+            if stats is None or any(c is None for c in copies) or all(c == stats for c in copies[1:]):
+                merged[slot] = stats
+            else:
+                merged[slot] = aggregate(copies, _concatenated(stats.shape, 0, len(copies)))  # type: ignore[arg-type]
+        self.merges[key] = f"{what} partial results concatenated over {len(parts)} ranks"
+        return _with_slots(first, merged, ())
 
     def _tensor_parallel(self, key: str, parts: list[ModuleEntry], ranks: list[int]) -> ModuleEntry:
         first = parts[0]

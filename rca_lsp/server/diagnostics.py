@@ -51,12 +51,13 @@ def issue_diagnostics(issues: list[MappingIssue], positions: Positions, severity
 
 
 def _dump_location(dump: Dump, key: str) -> types.Location | None:
-    line = dump.line_of(key)
-    if line is None:
+    """The key's entry in its dump file (one rank's file for a merged dump)."""
+    found = dump.location_of(key)
+    if found is None:
         return None
-    return types.Location(uri=Path(dump.path).as_uri(),
-                          range=types.Range(start=types.Position(line=line, character=0),
-                                            end=types.Position(line=line, character=0)))
+    file, line = found
+    return types.Location(uri=Path(file).as_uri(), range=types.Range(start=types.Position(line=line, character=0),
+                                                                     end=types.Position(line=line, character=0)))
 
 
 def _related(location: types.Location | None, message: str) -> list[types.DiagnosticRelatedInformation]:

@@ -18,11 +18,13 @@ MAX_SYMBOL_ENTRIES = 5000
 
 def definition(analysis: Analysis, train_key: str, rollout_key: str | None) -> types.Location | None:
     dump, key = (analysis.rollout, rollout_key) if rollout_key is not None else (analysis.train, train_key)
-    line = dump.line_of(key) if key in dump.entries else None
-    if line is None:
+    calls = dump.calls_of(key)  # `forward.*`: its first call
+    found = dump.location_of(calls[0]) if calls else None
+    if found is None:
         return None
+    file, line = found
     position = types.Position(line=line, character=0)
-    return types.Location(uri=Path(dump.path).as_uri(), range=types.Range(start=position, end=position))
+    return types.Location(uri=Path(file).as_uri(), range=types.Range(start=position, end=position))
 
 
 def document_symbols(mapping: ParsedMapping, positions: Positions,

@@ -7,9 +7,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rca_lsp.core.cancel import ShouldStop, never, stop_if
+from rca_lsp.core.calls import joined_calls_view
 from rca_lsp.core.dump import Dump
+from rca_lsp.core.tolerance import Tolerances
 from rca_lsp.suggest.align import align_leftovers
 from rca_lsp.suggest.canonical import Canonicalizer
+from rca_lsp.suggest.experts import fused_expert_proposals
 from rca_lsp.suggest.index import SideIndex
 from rca_lsp.suggest.proposal import Assessor, Proposal
 from rca_lsp.suggest.ranking import rank_rollout, rank_train
@@ -24,6 +27,10 @@ class Matcher:
     """Indexes of one (train, rollout) dump pair, built once; cache one per pair and call it interactively."""
 
     def __init__(self, train: Dump, rollout: Dump, rules: NamingRules | None = None) -> None:
+        if train.typical_calls() == 1 < rollout.typical_calls():
+            # A decoding rollout (prefill + a call per step) against one train forward: match the train modules
+            # with every call of their counterparts joined, and propose `forward.*` values.
+            rollout = joined_calls_view(rollout, Tolerances())
         self.rules = rules or NamingRules.default()
         self.canonicalizer = Canonicalizer(self.rules)
         with _gc_paused():
@@ -72,6 +79,16 @@ class Matcher:
                     proposals.append(proposal)
         stop_if(should_stop)
         accepted, rejected = _claim(proposals, claimed_train, claimed_rollout, self.train)
+        existing_owners: dict[str, list[str]] = {}
+        for train_key, value in existing.items():
+            for rollout_key in mapping_keys(value):
+                existing_owners.setdefault(rollout_key, []).append(train_key)
+        experts = fused_expert_proposals(self.train, self.rollout, claimed_train, claimed_rollout, existing_owners)
+        for proposal in experts:  # each names its own container and unclaimed experts: no contest between them
+            (accepted if proposal.assessment.accepted else rejected).append(proposal)
+            if proposal.assessment.accepted:
+                claimed_train.update(proposal.train_keys)
+                claimed_rollout.update(proposal.rollout_keys)
         aligned = align_leftovers(self.assessor, accepted, claimed_train, claimed_rollout)
         accepted += aligned.accepted
         return build_result(self.train, self.rollout, existing, accepted, rejected + aligned.rejected)
