@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import itertools
 import re
+from typing import Iterator
 
 from lsprotocol import types
 
 from rca_lsp.core.analysis import Analysis
+from rca_lsp.core.calls import all_calls_key, is_all_calls_key
+from rca_lsp.core.dump import Dump
 from rca_lsp.core.mapping import ParsedMapping
 from rca_lsp.server.matching import MatcherCache
 
@@ -57,8 +60,24 @@ def _rollout_candidates(analysis: Analysis, mapping: ParsedMapping, offset: int,
         matcher = matchers.get(analysis.train, analysis.rollout)
         for candidate in matcher.rank_rollout_candidates(found[0].train_key, limit=10, text_hint=prefix or None):
             ranked += [k for k in candidate.keys if k not in ranked]
-    rest = (k for k in analysis.rollout.keys if prefix in k and k not in ranked)
+    rest = (k for k in _with_all_calls(analysis.rollout) if prefix in k and k not in ranked)
     return ranked[:MAX_ITEMS] + list(itertools.islice(rest, max(0, MAX_ITEMS - len(ranked))))
+
+
+def _with_all_calls(dump: Dump) -> Iterator[str]:
+    """The dump's keys, each module with several calls offered first as `forward.*` (every call)."""
+    for key in dump.keys:
+        if dump.entries[key].call_index == 0 and len(dump.calls_of(all_calls_key(key))) > 1:
+            yield all_calls_key(key)
+        yield key
+
+
+def _detail(analysis: Analysis, kind: str, key: str) -> str:
+    if kind == "key":
+        return "train module"
+    if is_all_calls_key(key):
+        return f"every call of this rollout module ({len(analysis.rollout.calls_of(key))} calls)"
+    return "rollout module"
 
 
 def complete(analysis: Analysis, mapping: ParsedMapping, offset: int, matchers: MatcherCache,
@@ -73,5 +92,5 @@ def complete(analysis: Analysis, mapping: ParsedMapping, offset: int, matchers: 
     items = [types.CompletionItem(
         label=key, kind=types.CompletionItemKind.Field if kind == "key" else types.CompletionItemKind.Value,
         sort_text=f"{rank:05d}", filter_text=key, text_edit=types.TextEdit(range=edit_range, new_text=key),
-        detail="train module" if kind == "key" else "rollout module") for rank, key in enumerate(keys)]
+        detail=_detail(analysis, kind, key)) for rank, key in enumerate(keys)]
     return types.CompletionList(is_incomplete=True, items=items)

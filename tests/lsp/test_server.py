@@ -273,7 +273,9 @@ async def test_unmapped_train_module_hint_and_its_quick_fix(client: LanguageClie
 
 @pytest.mark.asyncio(loop_scope="function")
 @pytest.mark.parametrize("variant", ["healthy_fp32", "vllm_healthy", "vllm_missing_activation", "vllm_param_desync",
-                                     "in_module_diff", "bf16_healthy"])
+                                     "in_module_diff", "bf16_healthy", "decode_healthy", "decode_norm_eps",
+                                     "decode_missing_activation", "microbatch_fault", "moe_ep2_healthy",
+                                     "moe_ep2_expert_desync"])
 async def test_each_variant_gets_its_finding_on_the_root_cause_entry(client: LanguageClient, variant: str) -> None:
     from rca_lsp.server.codes import CLASSIFICATION_CODES
 
@@ -293,3 +295,53 @@ async def test_each_variant_gets_its_finding_on_the_root_cause_entry(client: Lan
     cause = truth["root_cause"]
     assert [(d.code, d.range.start.line) for d in origins] == [
         (CLASSIFICATION_CODES[cause["classification"]], line_of(mapping, cause["train_key"]))]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_all_calls_notation_in_hover_completion_and_definition(client: LanguageClient) -> None:
+    mapping = copy_variant(client, "decode_missing_activation")
+    uri = open_document(client, mapping)
+    truth = expected("decode_missing_activation")["root_cause"]
+    diagnostics = await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    missing = next(d for d in diagnostics if d.code == "missing-op")
+    line = line_of(mapping, truth["train_key"])
+    assert missing.range.start.line == line
+    text = mapping.read_text().split("\n")[line]
+    value_column = text.index(".forward.*") - 5
+    hover = await client.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=value_column)))
+    assert hover is not None and "prefill of 12 tokens + 4 decode steps" in hover.contents.value
+
+    location = await client.text_document_definition_async(types.DefinitionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=value_column)))
+    target = location if isinstance(location, types.Location) else location[0]
+    dump_line = Path(target.uri.removeprefix("file://")).read_text().split("\n")[target.range.start.line]
+    assert truth["rollout_key"].replace(".forward.*", ".forward.0") in dump_line
+
+    start = text.index('": "') + 4
+    values = await client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=start)))
+    stars = [item for item in values.items if item.label.endswith(".forward.*")]
+    assert stars and "every call of this rollout module (5 calls)" == stars[0].detail
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_rank_file_being_rewritten_keeps_the_last_analysis(client: LanguageClient) -> None:
+    mapping = copy_variant(client, "moe_ep2_expert_desync")
+    uri = open_document(client, mapping)
+    before = await wait_for(client, uri, lambda ds: any(d.code == "parameter-sync" for d in ds))
+    rank1 = mapping.parent / "train" / "step0" / "rank1" / "dump.json"
+    good = rank1.read_bytes()
+    rank1.write_bytes(good[: len(good) // 2])
+    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
+        types.FileEvent(uri=rank1.as_uri(), type=types.FileChangeType.Changed)]))
+    during = await wait_for(client, uri, lambda ds: any(d.code == "dump-problem" for d in ds))
+    problem = next(d for d in during if d.code == "dump-problem")
+    assert "rank1" in problem.message
+    assert [(d.code, d.range.start.line) for d in during if d.code == "parameter-sync"] == [
+        (d.code, d.range.start.line) for d in before if d.code == "parameter-sync"]
+    rank1.write_bytes(good)
+    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
+        types.FileEvent(uri=rank1.as_uri(), type=types.FileChangeType.Changed)]))
+    await wait_for(client, uri, lambda ds: not any(d.code == "dump-problem" for d in ds)
+                   and any(d.code == "parameter-sync" for d in ds))
