@@ -194,3 +194,28 @@ def test_an_explicit_layout_overrides_inference(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot form pp=3"):
         DumpCache().get(resolve_dump_source(train, layout=ParallelLayout(pp=3)))
     assert SideOptions(layout=ParallelLayout(tp=2)).resolve(train).layout == ParallelLayout(tp=2)
+
+
+@pytest.mark.parametrize("variant", ["tp2_healthy", "tp2_sp_healthy", "pp2_healthy"])
+def test_real_merged_ranks_equal_the_unsharded_run(variant: str) -> None:
+    """Real Megatron-core TP=2 / TP=2+SP / PP=2 dumps, merged, against the TP=1 run of the same model and inputs."""
+    from conftest import FIXTURES
+    from rca_lsp.core.compare import copy_difference
+    from rca_lsp.core.rankmerge import _slots
+
+    merged = DumpCache().get(FIXTURES / variant / "train")
+    reference = DumpCache().get(FIXTURES / "tp1_healthy4" / "train")
+    assert set(merged.keys) == set(reference.keys)
+    compared = 0
+    for key in reference.keys:
+        mine = dict(_slots(merged.entries[key]))
+        for slot, theirs in _slots(reference.entries[key]):
+            if theirs is None or mine.get(slot) is None or theirs.norm is None:
+                continue
+            ours = mine[slot]
+            assert ours.numel == theirs.numel, (key, slot)
+            assert copy_difference(theirs, ours.__class__(theirs.dtype, theirs.shape, ours.max, ours.min, ours.mean,
+                                                          ours.norm)) <= 1e-5, (key, slot)
+            compared += 1
+    assert compared > 100
+    assert merged.parallel is not None and merged.parallel.sequence_parallel == (variant == "tp2_sp_healthy")

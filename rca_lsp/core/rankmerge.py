@@ -195,6 +195,7 @@ class _Merger:
         self.origins: dict[str, tuple[int, str]] = {}
         self.dropped: dict[str, str] = {}
         self.sequence_parallel = False
+        self._token_counts: dict[tuple[int, int], int] = {}
 
     def stage(self, ranks: list[int], plan: _Plan) -> tuple[list[str], dict[str, ModuleEntry]]:
         """One stage's logical keys (local layer names) and entries: experts joined, then tensor shards merged."""
@@ -308,7 +309,7 @@ class _Merger:
         found: list[Disagreement] = []
         for slot, _ in _slots(first):
             copies = [_slot(p, slot) for p in parts]
-            stats, how, disagreement = self._slot(slot, copies, kind, ranks)
+            stats, how, disagreement = self._slot(slot, copies, kind, ranks, first.call_index)
             merged[slot] = stats
             if how:
                 described.append(f"{slot} {how}")
@@ -319,8 +320,19 @@ class _Merger:
             self.merges[key] = "; ".join(described)
         return _with_slots(first, merged, tuple(found))
 
-    def _slot(self, slot: str, copies: list[TensorStats | None], kind: str | None,
-              ranks: list[int]) -> tuple[TensorStats | None, str, Disagreement | None]:
+    def _tokens(self, rank: int, call: int) -> int:
+        """Tokens one call of the run holds: the most any float activation (2-D or 3-D) of that call spans."""
+        found = self._token_counts.get((rank, call))
+        if found is None:
+            dump = self.dumps[rank]
+            found = max((_leading(stats) for key in dump.keys if dump.entries[key].call_index == call
+                         for stats in (dump.entries[key].input, dump.entries[key].output)
+                         if stats is not None and stats.shape and len(stats.shape) in (2, 3)), default=0)
+            self._token_counts[(rank, call)] = found
+        return found
+
+    def _slot(self, slot: str, copies: list[TensorStats | None], kind: str | None, ranks: list[int],
+              call: int) -> tuple[TensorStats | None, str, Disagreement | None]:
         """(merged statistics, how they were merged, a disagreement of replicas)."""
         first = copies[0]
         if first is None or any(c is None for c in copies):
@@ -338,9 +350,12 @@ class _Merger:
             return first, "", _disagreement(slot, copies, ranks, self.source)
         if worst <= tol and not parameter:
             return first, f"replicated (copies differ by {worst:.2g}, within noise)", None
-        if dim is None:  # an activation of a module that is not a parallel layer: sharded along the sequence
-            dim = 0
-            self.sequence_parallel = True
+        if dim is None:  # an activation of a module that is not a parallel layer: along the sequence or features
+            if _leading(first) * len(stats) == self._tokens(ranks[0], call):
+                dim = 0  # sequence parallel: each rank holds a slice of the tokens
+                self.sequence_parallel = True
+            else:
+                dim = max(len(first.shape or ()) - 1, 0)
         shape = _concatenated(first.shape, dim, len(stats))
         return aggregate(stats, shape), f"sharded along dim {dim} over {len(stats)} ranks", None
 
@@ -367,6 +382,13 @@ def _shard_dim(slot: str, kind: str | None, stats: TensorStats) -> int | None:
     if (kind == "column" and slot.startswith("output")) or (kind == "row" and slot.startswith("input")):
         return max(ndim - 1, 0)
     return None
+
+
+def _leading(stats: TensorStats) -> int:
+    """Elements per feature vector: all dims but the last (sequence x batch, or tokens)."""
+    if not stats.shape or stats.numel is None or not stats.shape[-1]:
+        return 0
+    return stats.numel // stats.shape[-1]
 
 
 def _concatenated(shape: tuple[int, ...] | None, dim: int, count: int) -> tuple[int, ...] | None:
