@@ -63,6 +63,7 @@ MAPPING = {f"{P}.{i}.pre_mlp_layernorm.RMSNorm.forward.0": f"{R}.{i}.post_attent
 
 
 def make_pair(tmp_path: Path, desync_norm_rank1: bool = False, shard_fault: bool = False) -> tuple[Path, Path, Path]:
+    RNG.seed(7)  # the same values in every pair: only the fault differs
     layers = [(values(4), values(8), values(16), [1.0 + 0.1 * v for v in values(4)]) for _ in range(2)]
     for rank in range(2):
         data: dict = {}
@@ -219,3 +220,16 @@ def test_real_merged_ranks_equal_the_unsharded_run(variant: str) -> None:
             compared += 1
     assert compared > 100
     assert merged.parallel is not None and merged.parallel.sequence_parallel == (variant == "tp2_sp_healthy")
+
+
+def test_the_same_layout_on_both_sides_is_compared_rank_by_rank(tmp_path: Path) -> None:
+    clean, _, _ = make_pair(tmp_path / "clean")
+    faulty, _, _ = make_pair(tmp_path / "faulty", shard_fault=True)
+    # the same TP=2 run on both sides, but one side's rank 1 shard of layer 1 fc1 is desynced
+    mapping = write_mapping(tmp_path / "identity_mapping_key.json", {k: k for k in MAPPING})
+    analysis = analyze_paths(clean, faulty, mapping)
+    first = analysis.report["first_divergence"]
+    assert first["train_key"] == f"{P}.1.mlp.linear_fc1.ColumnParallelLinear.forward.0"
+    assert first["rank_by_rank"] == ["rank 1: output.0, parameters.weight differ"]
+    assert {(row["slot"], row["rank"]) for row in first["train_per_rank"]} == {
+        ("output.0", 0), ("output.0", 1), ("parameters.weight", 0), ("parameters.weight", 1)}

@@ -13,7 +13,8 @@ from functools import cached_property
 from operator import attrgetter
 from typing import Any
 
-from rca_lsp.core.dump import Dump
+from rca_lsp.core.dump import Dump, slot_label
+from rca_lsp.core.rankview import merged_slots, per_rank_rows, rank_by_rank
 from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.keys import block_of, layer_index
 from rca_lsp.core.mapping import MappingEntry, MappingIssue, ParsedMapping
@@ -312,7 +313,7 @@ def root_cause_report(analysis: Analysis) -> dict[str, Any]:
         "root_cause_suspects_total": len(analysis.suspects),
         "top_hypothesis": top_hypothesis,
         "top_evidence": top_evidence,
-        "first_divergence": suspect_json(first) if first and first.credible_origin else None,
+        "first_divergence": _with_ranks(analysis, suspect_json(first), first) if first and first.credible_origin else None,
         "nonfinite_on_both_sides": nonfinite,
         "mapping_issues": [{"code": i.code, "line": analysis.mapping.line_of(i.span), "message": i.message, "key": i.key}
                            for i in analysis.issues],
@@ -328,6 +329,21 @@ def root_cause_report(analysis: Analysis) -> dict[str, Any]:
                      if dump.parallel is not None},
         "disagreements": disagreement_rows(analysis),
     }
+
+
+def _with_ranks(analysis: Analysis, found: dict[str, Any], suspect: Suspect) -> dict[str, Any]:
+    """The first divergence with each rank's statistics of its merged slots, and rank-by-rank verdicts."""
+    record = suspect.record
+    for side, dump, key in (("train", analysis.train, record.train_key), ("rollout", analysis.rollout, record.rollout_key)):
+        slots = merged_slots(dump, key)
+        if slots:
+            found[f"{side}_per_rank"] = [{"slot": slot_label(slot), "rank": rank, "Max": v[0], "Min": v[1], "Mean": v[2],
+                                          "Norm": v[3]} for slot, rank, v in per_rank_rows(dump, key, slots)]
+    verdicts = rank_by_rank(analysis.train, analysis.rollout, record.train_key, record.rollout_key,
+                            analysis.comparator.tolerances)
+    if verdicts:
+        found["rank_by_rank"] = verdicts
+    return found
 
 
 def parallel_summary(dump: Dump) -> dict[str, Any]:

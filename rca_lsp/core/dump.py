@@ -352,6 +352,15 @@ def _entry(key: str, position: int, raw: Any) -> ModuleEntry | None:
     )
 
 
+def raw_entry(key: str, value: dict[str, Any]) -> ModuleEntry | None:
+    """One entry from its parsed JSON object (a rank file's entry read on demand)."""
+    try:
+        raw = msgspec.convert(value, _RawEntry)
+    except msgspec.ValidationError:
+        return None
+    return _entry(key, 0, raw)
+
+
 def build_dump(path: str, document: Any) -> Dump:
     """The index of a decoded dump (or of any parsed JSON document, checked to be one)."""
     if type(document) is not _RawDump:

@@ -210,10 +210,13 @@ class _Merger:
 
     def _common_keys(self, key_lists: list[list[str]], ranks: list[int]) -> list[str]:
         """The keys every peer has, in the first peer's order; the others are dropped and said so."""
+        if all(keys == key_lists[0] for keys in key_lists[1:]):
+            return key_lists[0]
         everywhere = set(key_lists[0]).intersection(*key_lists[1:])
         longest = max(key_lists, key=len)
         for keys, rank in zip(key_lists, ranks):
-            lacking = [k for k in longest if k not in set(keys)]
+            present = set(keys)
+            lacking = [k for k in longest if k not in present]
             if lacking:
                 label = self.source.rank_label(rank)
                 self.notes.append(f"{label} lacks {len(lacking)} keys the other ranks have (did it stop mid-dump?), "
@@ -275,7 +278,7 @@ class _Merger:
         assert first is not None
         found = []
         for slot, stats in _slots(first):
-            others = [_slot(c, slot) if c is not None else None for c in copies]
+            others = [slot_stats(c, slot) if c is not None else None for c in copies]
             disagreement = _disagreement(slot, others, ranks, self.source)
             if disagreement is not None:
                 found.append(disagreement)
@@ -291,7 +294,7 @@ class _Merger:
             return first
         merged: dict[str, TensorStats | None] = {}
         for slot, stats in _slots(first):
-            copies = [_slot(p, slot) for p in parts]
+            copies = [slot_stats(p, slot) for p in parts]
             if stats is None or any(c is None for c in copies) or all(c == stats for c in copies[1:]):
                 merged[slot] = stats
             else:
@@ -308,7 +311,7 @@ class _Merger:
         described: list[str] = []
         found: list[Disagreement] = []
         for slot, _ in _slots(first):
-            copies = [_slot(p, slot) for p in parts]
+            copies = [slot_stats(p, slot) for p in parts]
             stats, how, disagreement = self._slot(slot, copies, kind, ranks, first.call_index)
             merged[slot] = stats
             if how:
@@ -427,7 +430,7 @@ def _slots(entry: ModuleEntry) -> Iterable[tuple[str, TensorStats | None]]:
         yield "stream_output", entry.stream_output
 
 
-def _slot(entry: ModuleEntry, slot: str) -> TensorStats | None:
+def slot_stats(entry: ModuleEntry, slot: str) -> TensorStats | None:
     if slot in ("input", "output", "stream_input", "stream_output"):
         return getattr(entry, slot)  # type: ignore[no-any-return]
     group, _, name = slot.partition(".")

@@ -6,6 +6,8 @@ import math
 
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.compare import TargetComparison
+from rca_lsp.core.dump import slot_label
+from rca_lsp.core.rankview import merged_slots, per_rank_rows, rank_by_rank
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.keys import parse_module_key
 from rca_lsp.core.rootcause import Suspect, next_checks
@@ -87,6 +89,25 @@ def provenance_notes(analysis: Analysis, record: ModuleRecord) -> list[str]:
     return notes
 
 
+def _per_rank_lines(analysis: Analysis, record: ModuleRecord) -> list[str]:
+    """Each rank's statistics of the merged slots of a divergence, and rank-by-rank verdicts when both sides were
+    merged from the same number of ranks: which rank carries it."""
+    lines = []
+    for side, dump, key in (("train", analysis.train, record.train_key), ("rollout", analysis.rollout, record.rollout_key)):
+        slots = merged_slots(dump, key)[:3]
+        rows = per_rank_rows(dump, key, slots) if slots else []
+        if rows:
+            lines += [f"Per-rank statistics ({side}):", "", "| slot | rank | Max | Min | Mean | Norm |",
+                      "|---|---|---|---|---|---|"]
+            lines += [f"| {slot_label(slot)} | {rank} | " + " | ".join(_number(v) for v in values) + " |"
+                      for slot, rank, values in rows] + [""]
+    verdicts = rank_by_rank(analysis.train, analysis.rollout, record.train_key, record.rollout_key,
+                            analysis.comparator.tolerances)
+    if verdicts:
+        lines += ["Rank by rank: " + "; ".join(verdicts), ""]
+    return lines
+
+
 def hover_markdown(analysis: Analysis, train_key: str, rollout_index: int | None) -> str | None:
     record = analysis.by_train_key.get(train_key)
     if record is None:
@@ -102,6 +123,8 @@ def hover_markdown(analysis: Analysis, train_key: str, rollout_index: int | None
     suspect = analysis.suspect_by_train_key.get(train_key)
     if suspect is not None:
         lines += _suspect_lines(suspect) + [""]
+        if suspect.credible_origin:
+            lines += _per_rank_lines(analysis, record)
     elif c.module_priority_rank >= 3:
         lines += [c.reasoning, ""]
     inputs = list(c.inputs)

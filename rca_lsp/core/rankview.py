@@ -1,0 +1,96 @@
+"""One key's entry as each rank dumped it, read on demand from the rank files (the merged dump keeps only the
+merge): what the hover and the report show when a sharded slot diverges, so the rank carrying it can be seen."""
+
+from __future__ import annotations
+
+import json
+import mmap
+from pathlib import Path
+from typing import NamedTuple
+
+from rca_lsp.core.compare import quick_verdict
+from rca_lsp.core.dump import Dump, ModuleEntry, quoted_key, raw_entry, slot_label
+from rca_lsp.core.rankmerge import slot_stats
+from rca_lsp.core.tolerance import Tolerances
+
+_WINDOW = 1 << 20  # bytes read after the key: an entry is a few KB, a module with many kwargs some 100 KB
+
+
+class RankCopy(NamedTuple):
+    rank: int
+    file: str
+    entry: ModuleEntry
+
+
+def rank_copies(dump: Dump, key: str) -> list[RankCopy]:
+    """The key's entry in every rank file that holds it (under its name there), in rank order; [] for a dump that
+    was not merged from ranks or a file that cannot be read."""
+    info = dump.parallel
+    if info is None:
+        return []
+    _, original = dump.file_key(key)
+    found = []
+    for rank, file in zip(info.ranks, info.files):
+        entry = _read_entry(Path(file), original)
+        if entry is not None:
+            found.append(RankCopy(rank, file, entry))
+    return found
+
+
+def _read_entry(path: Path, key: str) -> ModuleEntry | None:
+    try:
+        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            start = data.find(quoted_key(key) + b":")
+            if start < 0:
+                start = data.find(quoted_key(key))
+            if start < 0:
+                return None
+            window = data[start:start + _WINDOW].decode("utf-8", errors="replace")
+    except (OSError, ValueError):
+        return None
+    value_start = window.index(":", len(key) + 2) + 1
+    while value_start < len(window) and window[value_start] in " \t\r\n":
+        value_start += 1
+    try:
+        value, _ = json.JSONDecoder().raw_decode(window, value_start)  # stops at the entry's end
+    except ValueError:  # cut by the window, or broken: nothing to show
+        return None
+    return raw_entry(key, value) if isinstance(value, dict) else None
+
+
+def per_rank_rows(dump: Dump, key: str, slots: list[str]) -> list[tuple[str, int, tuple[float | None, ...]]]:
+    """(slot, rank, (Max, Min, Mean, Norm)) for each slot on each rank."""
+    rows = []
+    copies = rank_copies(dump, key)
+    for slot in slots:
+        for copy in copies:
+            stats = slot_stats(copy.entry, slot)
+            if stats is not None:
+                rows.append((slot, copy.rank, (stats.max, stats.min, stats.mean, stats.norm)))
+    return rows
+
+
+def merged_slots(dump: Dump, key: str) -> list[str]:
+    """The slots of a key that were merged from shards or whose copies disagree (what per-rank rows are for)."""
+    how = dump.parallel.merges.get(key, "") if dump.parallel is not None else ""
+    return [slot for slot in ("input", "output") if f"{slot} sharded" in how] + sorted(
+        {part.split(" ", 1)[0] for part in how.split("; ") if part.startswith("parameters.")})
+
+
+def rank_by_rank(train: Dump, rollout: Dump, train_key: str, rollout_key: str,
+                 tolerances: Tolerances) -> list[str]:
+    """When both sides were merged from the same number of ranks: each rank's copy of each slot against the same
+    rank's on the other side, naming the ranks that differ ([] when the layouts differ or nothing differs)."""
+    if train.parallel is None or rollout.parallel is None or len(train.parallel.files) != len(rollout.parallel.files):
+        return []
+    theirs = {copy.rank: copy.entry for copy in rank_copies(rollout, rollout_key)}
+    found = []
+    for copy in rank_copies(train, train_key):
+        other = theirs.get(copy.rank)
+        if other is None:
+            continue
+        differing = [slot for slot in ("input", "output", *(f"parameters.{n}" for n in copy.entry.parameters))
+                     if quick_verdict(slot_stats(copy.entry, slot), slot_stats(other, slot), tolerances)[0] == "mismatch"]
+        if differing:
+            found.append(f"rank {copy.rank}: {', '.join(slot_label(s) for s in differing)} differ")
+    return found
