@@ -96,3 +96,32 @@ def test_unknown_keys_are_warnings_naming_the_line(tmp_path: Path) -> None:
     assert result.returncode == 0
     line = path.read_text().split("\n").index(next(l for l in path.read_text().split("\n") if key + "x" in l)) + 1
     assert f"{path}:{line}: unknown-train-key" in result.stderr
+
+
+def test_a_parallel_run_is_merged_and_its_replica_disagreement_named(tmp_path: Path) -> None:
+    folder = FIXTURES / "tp2_sp_replica_desync"
+    result = rca("analyze", "--train", str(folder / "train"), "--rollout", str(folder / "rollout"), "--mapping-key",
+                 str(folder / "mapping_key.json"), "--out-dir", str(tmp_path / "o"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "- train: merged 2 ranks (tp=2, pp=1, ep=1, dp=1 (inferred from the dumps))" in result.stdout
+    assert "sequence parallel" in result.stdout
+    assert "rank_replica_disagreement: Module.module.module.decoder.layers.1.pre_mlp_layernorm" in result.stdout
+    assert "- disagreements: 1" in result.stdout and "ranks 0 and 1 disagree" in result.stdout
+    report = json.loads((tmp_path / "o" / "output_5_root_cause_report.json").read_text())
+    assert report["parallel"]["train"]["sequence_parallel"] is True
+    markdown = (tmp_path / "o" / "output_5_root_cause_report.md").read_text()
+    assert "## Ranks and calls" in markdown and "Disagreement (train)" in markdown
+
+
+def test_pipeline_stages_given_explicitly(tmp_path: Path) -> None:
+    folder = FIXTURES / "pp2_in_module_diff"
+    args = ("analyze", "--train", str(folder / "train"), "--rollout", str(folder / "rollout"), "--mapping-key",
+            str(folder / "mapping_key.json"), "--out-dir", str(tmp_path / "o"))
+    inferred, given = rca(*args, cwd=tmp_path), rca(*args, "--parallel", "pp=2", cwd=tmp_path)
+    assert inferred.returncode == given.returncode == 0, inferred.stderr + given.stderr
+    assert "pp=2, ep=1, dp=1 (inferred from the dumps)" in inferred.stdout and "(given: pp=2)" in given.stdout
+    for result in (inferred, given):
+        assert "in_module_impl_difference: Module.module.module.decoder.layers.3.pre_mlp_layernorm" in result.stdout
+    wrong = rca(*args, "--parallel", "tp=2,pp=2", cwd=tmp_path)
+    assert wrong.returncode == 2 and wrong.stderr.strip().endswith(
+        "--parallel tp=2,pp=2: the 1 rank(s) of a data-parallel group cannot be split into tp=2")

@@ -152,7 +152,8 @@ def _tp_ep(dumps: Sequence[Dump], group: list[int], given: ParallelLayout, sourc
     if given.tp is not None or given.ep is not None:
         tp = given.tp or size // (given.ep or 1)
         if tp * (size // tp) != size or (given.ep is not None and tp * given.ep != size):
-            raise InputError(source.label, f"{size} ranks per data-parallel group cannot be tp={tp} x ep={given.ep}")
+            raise InputError(source.label, f"--parallel {source.layout}: the {size} rank(s) of a data-parallel group "
+                                           f"cannot be split into tp={tp}" + (f" x ep={given.ep}" if given.ep else ""))
         return tp, size // tp
     has_experts = any(_EXPERT_RE.search(k) for k in dumps[group[0]].keys)
     if size == 1 or not has_experts:

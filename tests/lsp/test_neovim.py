@@ -19,7 +19,10 @@ NVIM = shutil.which("nvim")
 
 @pytest.mark.skipif(NVIM is None and not os.environ.get("CI_REQUIRE_NVIM"), reason="neovim is not installed")
 @pytest.mark.parametrize("variant, code", [("missing_activation", "missing-op"), ("param_desync", "parameter-sync"),
-                                           ("vllm_missing_activation", "missing-op")])
+                                           ("vllm_missing_activation", "missing-op"),
+                                           ("tp2_sp_replica_desync", "rank-disagreement"),
+                                           ("pp2_in_module_diff", "in-module-diff"),
+                                           ("decode_norm_eps", "in-module-diff")])
 def test_neovim_sees_diagnostics_and_hover(workspace, tmp_path: Path, variant: str, code: str) -> None:
     assert NVIM is not None, "CI_REQUIRE_NVIM is set but nvim is missing"
     mapping = workspace(variant)

@@ -275,7 +275,8 @@ async def test_unmapped_train_module_hint_and_its_quick_fix(client: LanguageClie
 @pytest.mark.parametrize("variant", ["healthy_fp32", "vllm_healthy", "vllm_missing_activation", "vllm_param_desync",
                                      "in_module_diff", "bf16_healthy", "decode_healthy", "decode_norm_eps",
                                      "decode_missing_activation", "microbatch_fault", "moe_ep2_healthy",
-                                     "moe_ep2_expert_desync"])
+                                     "moe_ep2_expert_desync", "tp2_healthy", "tp2_shard_desync",
+                                     "tp2_sp_replica_desync", "pp2_in_module_diff"])
 async def test_each_variant_gets_its_finding_on_the_root_cause_entry(client: LanguageClient, variant: str) -> None:
     from rca_lsp.server.codes import CLASSIFICATION_CODES
 
