@@ -69,3 +69,20 @@ def test_a_child_in_a_new_interpreter_that_fails_leaves_the_load_and_its_error_t
     with pytest.raises(InputError) as usual:
         load_dump_file(broken)
     assert str(raised.value) == str(usual.value)
+
+
+def test_rank_files_loaded_on_both_cores_give_the_same_dumps_and_errors(tmp_path: Path) -> None:
+    from rca_lsp.core.forkload import load_files_forked
+
+    paths = sorted((FIXTURES / "tp2_sp_healthy" / "train").glob("step0/rank*/dump.json")) + sorted(
+        (FIXTURES / "pp2_healthy" / "train").glob("step0/rank*/dump.json"))
+    forked, direct = load_files_forked(paths), [load_dump_file(p) for p in paths]
+    assert [d.path for d in forked] == [d.path for d in direct] == [str(p) for p in paths]
+    assert all(f.keys == d.keys and f.entries == d.entries for f, d in zip(forked, direct))
+    broken = tmp_path / "dump.json"
+    broken.write_text('{\n "data": {\n  "k": [1, 2,,]\n }\n}')
+    with pytest.raises(InputError) as raised:
+        load_files_forked([paths[0], broken])
+    with pytest.raises(InputError) as usual:
+        load_dump_file(broken)
+    assert str(raised.value) == str(usual.value)

@@ -14,11 +14,11 @@ import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Sequence
 
 import msgspec
 
-from rca_lsp.core.dump import Dump, ModuleEntry, ParallelInfo, check_unchanged, load_source, signatures
+from rca_lsp.core.dump import Dump, ModuleEntry, ParallelInfo, check_unchanged, load_dump_file, load_source, signatures
 from rca_lsp.core.dumpsource import DumpSource, ParallelLayout
 from rca_lsp.core.gcpause import paused_gc
 
@@ -149,3 +149,55 @@ def _unpack(data: bytes) -> Dump:
     entries = {entry.key: entry for entry in sent.entries}
     return Dump(sent.path, sent.task, sent.level, sent.framework, list(entries), entries, sent.skipped_keys,
                 sent.parallel)
+
+
+def load_files_forked(paths: Sequence[Path]) -> list[Dump]:
+    """Several dump files (the ranks of one logical dump), the later half loaded by a forked child meanwhile, so
+    both cores parse. Single-threaded callers only; if the child fails, its files are loaded here (same errors)."""
+    if len(paths) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return [load_dump_file(path) for path in paths]
+    split = (len(paths) + 1) // 2
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_load_many_and_send, args=(list(paths[split:]), sender), daemon=True)
+    child.start()
+    sender.close()
+    try:
+        loaded = [load_dump_file(path) for path in paths[:split]]
+        for path in paths[split:]:
+            try:
+                data = receiver.recv_bytes()
+            except (EOFError, OSError):
+                data = b""
+            if data:
+                with paused_gc():
+                    loaded.append(_unpack(data))
+            else:  # the child stopped (e.g. a broken file): load here, which reports the problem
+                loaded.append(load_dump_file(path))
+        return loaded
+    finally:
+        receiver.close()
+        if child.exitcode is None:
+            child.kill()
+        child.join()
+
+
+def _load_many_and_send(paths: list[Path], sender: Connection) -> None:
+    """Packs every file before sending any: the parent reads the pipe only after its own files, and a send would
+    block on the full pipe meanwhile."""
+    packed: list[bytes] = []
+    try:
+        for path in paths:
+            dump = load_dump_file(path)
+            with paused_gc():
+                packed.append(_pack(dump))
+            del dump
+    except Exception:  # the parent loads what was not sent and reports the problem
+        pass
+    try:
+        for data in packed:
+            sender.send_bytes(data)
+    except OSError:
+        pass
+    finally:
+        sender.close()

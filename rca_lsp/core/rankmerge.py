@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
 
 import msgspec
 
@@ -42,9 +43,11 @@ _TOLERANCES = Tolerances()
 MAX_LISTED_KEYS = 5
 
 
-def load_ranks(source: DumpSource) -> Dump:
-    """Load every rank file of the source and merge them (errors name the rank file)."""
-    return merge_ranks([load_dump_file(path) for path in source.files], source)
+def load_ranks(source: DumpSource, load_files: Callable[[Sequence[Path]], list[Dump]] | None = None) -> Dump:
+    """Load every rank file of the source (with `load_files`, e.g. on both cores) and merge them; errors name the
+    rank file."""
+    dumps = load_files(source.files) if load_files is not None else [load_dump_file(path) for path in source.files]
+    return merge_ranks(dumps, source)
 
 
 @dataclass

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import ContextManager
 
 from rca_lsp.core.analysis import Analysis, analyze
-from rca_lsp.core.dump import DumpCache
+from rca_lsp.core.dump import Dump, DumpCache
 from rca_lsp.core.dumpsource import DumpSource, ParallelLayout, resolve_dump_source
 from rca_lsp.core.errors import InputError
-from rca_lsp.core.forkload import BackgroundDump
+from rca_lsp.core.forkload import BackgroundDump, load_files_forked
 from rca_lsp.core.mapping import ParsedMapping, parse_mapping
 from rca_lsp.core.records import Comparator
 from rca_lsp.core.tolerance import Tolerances
@@ -49,11 +49,19 @@ def analyze_paths(train: str | os.PathLike[str], rollout: str | os.PathLike[str]
     cache = cache or DumpCache()
     with _background_load(rollout, rollout_options if fork else None) as background:
         parsed = read_mapping_file(mapping)
-        train_dump = cache.get(train_options.resolve(train))
+        train_source = train_options.resolve(train)
+        train_dump = cache.get(train_source, _forked_ranks if fork and len(train_source.files) > 1 else None)
         rollout_source = rollout_options.resolve(rollout)
         rollout_dump = cache.get(rollout_source, background.load) if background else cache.get(rollout_source)
     comparator = Comparator(train_dump, rollout_dump, tolerances or Tolerances())
     return analyze(parsed, comparator)
+
+
+def _forked_ranks(source: DumpSource) -> Dump:
+    """A merged dump whose rank files are parsed on both cores."""
+    from rca_lsp.core.rankmerge import load_ranks
+
+    return load_ranks(source, load_files_forked)
 
 
 def _background_load(path: str | os.PathLike[str], options: SideOptions | None) -> ContextManager[BackgroundDump | None]:
