@@ -41,7 +41,10 @@ from pygls.lsp.client import LanguageClient
 
 from bench_analyze import (Cost, analyze_argv, ensure_dataset, floor_argv, run_child, summarize,
                            warm_page_cache)
-from bench_common import DatasetPaths, EXIT_NOT_STRICT_JSON, REPO_ROOT, benchmark_parser, mib
+from bench_common import (DECODE, DEFAULT_DATA_DIR, LARGE, TP8, DataSet, DatasetPaths, EXIT_NOT_STRICT_JSON, REPO_ROOT,
+                          benchmark_parser, mib)
+
+DATA_SETS = {spec.name: spec for spec in (LARGE, TP8, DECODE)}
 
 TARGET_COLD_RATIO = 1.3
 TARGET_SAVE_S = 0.5
@@ -660,6 +663,9 @@ def fmt_ratio(value: Figure) -> str:
 
 def main(argv: list[str]) -> int:
     parser = benchmark_parser(__doc__, "dataset written by make_synthetic.py (generated with defaults if missing)")
+    parser.add_argument("--set", choices=sorted(DATA_SETS), default="large",
+                        help="which synthetic set (large: one rank, 4 calls; tp8: 8 train ranks; decode: 256 decode "
+                             "steps); --data-dir defaults to benchmarks/data/<set>")
     parser.add_argument("--entries", type=int, default=60_000, help="mapping entries in the workspace (60000)")
     parser.add_argument("--saves", type=int, default=15, help="timed didSave round trips (15)")
     parser.add_argument("--hovers", type=int, default=50, help="hover requests (50)")
@@ -670,7 +676,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="rca-bench-server-"))
     try:
-        workspace, paths, logs = prepare(args.data_dir.resolve(), work, args.entries)
+        dataset = DATA_SETS[args.set]
+        data_dir = args.data_dir if args.data_dir != DEFAULT_DATA_DIR else dataset.default_dir
+        workspace, paths, logs = prepare(data_dir.resolve(), work, args.entries, dataset)
     except Exception as error:  # noqa: BLE001 - one line, no traceback
         print(f"setup failed: {type(error).__name__}: {error}", file=sys.stderr)
         shutil.rmtree(work, ignore_errors=True)
@@ -684,14 +692,14 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def prepare(data_dir: Path, work: Path, entries: int) -> tuple[Workspace, DatasetPaths, Path]:
+def prepare(data_dir: Path, work: Path, entries: int, spec: DataSet) -> tuple[Workspace, DatasetPaths, Path]:
     """The data set (generated if missing), the workspace, the three CLI inputs (page cache warm), the log folder."""
-    dataset = ensure_dataset(data_dir)
+    dataset = ensure_dataset(data_dir, spec)
     logs = data_dir / "bench_server"
     logs.mkdir(exist_ok=True)
     (work / "ws").mkdir()
     workspace = make_workspace(work / "ws", data_dir, dataset.mapping_key, entries)
-    paths = DatasetPaths(dataset.train_dump, dataset.rollout_dump, workspace.mapping)
+    paths = DatasetPaths(dataset.train_dump, dataset.rollout_dump, workspace.mapping, dataset.train_ranks)
     warm_page_cache(paths)
     return workspace, paths, logs
 

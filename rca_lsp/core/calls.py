@@ -94,7 +94,9 @@ def _parameters(calls: Sequence[ModuleEntry], tolerances: Tolerances) -> list[Di
         differing, worst = [], 0.0
         for call in calls[1:]:
             other = call.parameters.get(name)
-            error = copy_difference(stats, other) if other is not None else 0.0
+            if other is None or other == stats:  # the same weights in every call: the common case
+                continue
+            error = copy_difference(stats, other)
             if error > tolerances.for_dtypes(stats.dtype):
                 differing.append(call.call_index)
                 worst = max(worst, error)

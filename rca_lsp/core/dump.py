@@ -178,9 +178,12 @@ class Dump:
         calls: dict[str, list[str]] = {}
         for key in self.keys:
             calls.setdefault(key.rpartition(".")[0], []).append(key)
+        entries = self.entries
         for keys in calls.values():
             if len(keys) > 1:
-                keys.sort(key=lambda k: self.entries[k].call_index)
+                order = [entries[k].call_index for k in keys]
+                if any(a > b for a, b in zip(order, order[1:])):  # dump order is call order but for odd dumps
+                    keys.sort(key=lambda k: entries[k].call_index)
         return calls
 
     def typical_calls(self) -> int:

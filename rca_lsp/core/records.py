@@ -55,7 +55,8 @@ _new = tuple.__new__
 
 
 def _paths(entries: list[ModuleEntry]) -> tuple[str, ...]:
-    return (entries[0].path,) if len(entries) == 1 else tuple(e.path for e in entries)
+    """Each module once (a group over decode steps has every call of a module: one path, hundreds of entries)."""
+    return (entries[0].path,) if len(entries) == 1 else tuple(dict.fromkeys(e.path for e in entries))
 
 
 def _prefixes(paths: tuple[str, ...]) -> tuple[str, ...]:
