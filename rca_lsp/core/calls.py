@@ -60,15 +60,15 @@ def _tokens(stats: TensorStats | None) -> int | None:
 
 def _joined_shape(shapes: list[tuple[int, ...] | None]) -> tuple[int, ...] | None:
     """The concatenation's shape, when the calls' shapes differ in one dim only (the sequence)."""
-    if any(s is None for s in shapes) or len({len(s) for s in shapes}) != 1:  # type: ignore[arg-type]
+    known = [s for s in shapes if s is not None]
+    if len(known) != len(shapes) or len({len(s) for s in known}) != 1:
         return None
-    first = shapes[0]
-    assert first is not None
-    differing = [d for d in range(len(first)) if len({s[d] for s in shapes}) > 1]  # type: ignore[index]
+    first = known[0]
+    differing = [d for d in range(len(first)) if len({s[d] for s in known}) > 1]
     if len(differing) > 1:
         return None
     dim = differing[0] if differing else next((d for d, size in enumerate(first) if size != 1), 0)
-    return first[:dim] + (sum(s[dim] for s in shapes),) + first[dim + 1:]  # type: ignore[index]
+    return first[:dim] + (sum(s[dim] for s in known),) + first[dim + 1:]
 
 
 def _joined(parts: list[TensorStats | None], with_mean: bool = True) -> TensorStats | None:

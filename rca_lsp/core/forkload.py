@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import msgspec
 
 from rca_lsp.core.dump import Dump, ModuleEntry, ParallelInfo, check_unchanged, load_dump_file, load_source, signatures
-from rca_lsp.core.dumpsource import DumpSource, ParallelLayout
+from rca_lsp.core.dumpsource import DumpSource
 from rca_lsp.core.gcpause import paused_gc
 
 

@@ -11,7 +11,7 @@ from typing import NamedTuple, Sequence
 
 from rca_lsp.core.compare import (NONFINITE_BOTH, Assessment, TargetComparison, aggregate, assess, compare_target,
                                   quick_verdict, sum_of)
-from rca_lsp.core.calls import CallSummary, fold_calls
+from rca_lsp.core.calls import fold_calls
 from rca_lsp.core.dump import Disagreement, ModuleEntry, TensorStats
 from rca_lsp.core.tolerance import Tolerances, normalise_dtype
 

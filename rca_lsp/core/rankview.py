@@ -58,9 +58,12 @@ def _read_entry(path: Path, key: str) -> ModuleEntry | None:
     return raw_entry(key, value) if isinstance(value, dict) else None
 
 
-def per_rank_rows(dump: Dump, key: str, slots: list[str]) -> list[tuple[str, int, tuple[float | None, ...]]]:
+StatRow = tuple[str, int, tuple[float | None, float | None, float | None, float | None]]
+
+
+def per_rank_rows(dump: Dump, key: str, slots: list[str]) -> list[StatRow]:
     """(slot, rank, (Max, Min, Mean, Norm)) for each slot on each rank."""
-    rows = []
+    rows: list[StatRow] = []
     copies = rank_copies(dump, key)
     for slot in slots:
         for copy in copies:
