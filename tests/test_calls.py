@@ -115,3 +115,33 @@ def test_suggest_mapping_proposes_every_call_of_the_counterpart(tmp_path: Path) 
     result = suggest_mapping(cache.get(train), cache.get(rollout))
     assert result.mapping == json.loads(mapping.read_text())
     assert analyze_paths(train, rollout, mapping).suspects == []
+
+
+def test_train_micro_batches_against_rollout_calls_aggregate_both_sides(tmp_path: Path) -> None:
+    """Two train micro-batches (forward.0, forward.1) against three rollout calls of other token counts: both
+    train keys name the rollout module's every call, which makes one group aggregated on both sides."""
+    total = sum(TOKENS)
+    x, y = seq(total), seq(total)
+    split = 2  # train micro-batches of 2 and 3 tokens; rollout calls of 3, 1, 1
+    train = {}
+    for call, part in enumerate((slice(0, split * HIDDEN), slice(split * HIDDEN, total * HIDDEN))):
+        tokens = (part.stop - part.start) // HIDDEN
+        train[f"{P}.mlp.linear_fc2.RowParallelLinear.forward.{call}"] = entry(node(x[part], tokens),
+                                                                             node(y[part], tokens), [1.0, 2.0])
+    write_dump(tmp_path / "train" / "dump.json", train)
+    rollout, start = {}, 0
+    for call, tokens in enumerate(TOKENS):
+        part = slice(start * HIDDEN, (start + tokens) * HIDDEN)
+        start += tokens
+        rollout[f"{R}.mlp.down_proj.Linear.forward.{call}"] = entry(node(x[part], tokens), node(y[part], tokens),
+                                                                    [1.0, 2.0])
+    write_dump(tmp_path / "rollout" / "dump.json", rollout)
+    star = f"{R}.mlp.down_proj.Linear.forward.*"
+    mapping = write_mapping(tmp_path / "mapping_key.json", {
+        f"{P}.mlp.linear_fc2.RowParallelLinear.forward.0": star, f"{P}.mlp.linear_fc2.RowParallelLinear.forward.1": star})
+    analysis = analyze_paths(tmp_path / "train", tmp_path / "rollout", mapping)
+    assert analysis.issues == [] and analysis.suspects == [] and len(analysis.records) == 1
+    comparison = analysis.records[0].comparison
+    assert comparison.output_consistency == comparison.input_args_consistency == "aligned"
+    assert comparison.calls_note == ("train: 2 calls (2+3 tokens); "
+                                     "rollout: 3 calls: prefill of 3 tokens + 2 decode steps")
