@@ -186,6 +186,21 @@ class Dump:
                     keys.sort(key=lambda k: entries[k].call_index)
         return calls
 
+    @cached_property
+    def earlier_call_before(self) -> list[int]:
+        """For each position, the last earlier position whose key belongs to an earlier call (-1 if none): where a
+        call's modules start, for scans that must not run into the previous call."""
+        entries, keys = self.entries, self.keys
+        found: list[int] = []
+        stack: list[int] = []  # positions with increasing call indexes: the previous smaller element
+        for position, key in enumerate(keys):
+            call = entries[key].call_index
+            while stack and entries[keys[stack[-1]]].call_index >= call:
+                stack.pop()
+            found.append(stack[-1] if stack else -1)
+            stack.append(position)
+        return found
+
     def typical_calls(self) -> int:
         """How many calls most modules have: 1 for one forward, 1 + steps for a decode (a module called several
         times inside one forward, like a shared rotary embedding or per-expert activations, does not count)."""

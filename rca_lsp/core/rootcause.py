@@ -61,18 +61,26 @@ def _encloses(path: str, paths: Sequence[str]) -> bool:
     return any(is_descendant_path(p, path) or p == path for p in paths)
 
 
-def _collect_between(dump: Dump, matched: set[str], start: int, end: int, boundary_paths: Sequence[str],
-                     suspect_paths: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Unmatched keys completed after `start` and before `end`: (between, inside the suspect)."""
+def _collect_between(dump: Dump, unmatched: list[int], start: int, end: int, boundary_paths: Sequence[str],
+                     suspect_paths: Sequence[str], placed: dict[str, int] | None = None) -> tuple[list[str], list[str]]:
+    """Unmatched keys completed after `start` and before `end`: (between, inside the suspect). `unmatched`: the
+    dump positions of its unmatched keys, ascending (a window over hundreds of decode calls visits only those).
+    `placed` remembers where each module path went, across the windows of one suspect."""
     between: list[str] = []
     inside: list[str] = []
-    for key in dump.keys[start + 1:end]:
-        if key in matched:
-            continue
-        path = dump.entries[key].path
-        if _is_inside(path, suspect_paths):
+    keys, entries = dump.keys, dump.entries
+    placed = {} if placed is None else placed  # path -> 1 inside the suspect, 2 between, 0 neither
+    for position in unmatched[bisect.bisect_right(unmatched, start):bisect.bisect_left(unmatched, end)]:
+        key = keys[position]
+        path = entries[key].path
+        where = placed.get(path)
+        if where is None:
+            # a container of the boundary completes later; it is not "between"
+            where = placed[path] = 1 if _is_inside(path, suspect_paths) else (
+                0 if _encloses(path, boundary_paths) else 2)
+        if where == 1:
             inside.append(key)
-        elif not _encloses(path, boundary_paths):  # a container of the boundary completes later; it is not "between"
+        elif where == 2:
             between.append(key)
     return between, inside
 
@@ -265,15 +273,17 @@ class RootCauseAnalysis:
         self.matched_rollout = matched_rollout
         self._windows = (NO_WINDOW, NO_WINDOW)
 
-    def _call_start(self, dump: Dump, record_position: int, call_index: int) -> int:
+    @cached_property
+    def _unmatched_train(self) -> list[int]:
+        return [position for position, key in enumerate(self.train.keys) if key not in self.matched_train]
+
+    @cached_property
+    def _unmatched_rollout(self) -> list[int]:
+        return [position for position, key in enumerate(self.rollout.keys) if key not in self.matched_rollout]
+
+    def _call_start(self, dump: Dump, record_position: int) -> int:
         """Position before the first key of this call (keys of earlier calls are not 'between')."""
-        position = record_position
-        while position > 0 and record_position - position < MAX_SCAN:
-            parsed = parse_module_key(dump.keys[position - 1])
-            if parsed is not None and parsed.call_index < call_index:
-                return position - 1
-            position -= 1
-        return position - 1
+        return max(dump.earlier_call_before[record_position], record_position - MAX_SCAN - 1)
 
     def _between(self, record: ModuleRecord, boundary: ModuleRecord | None) -> Between:
         if boundary is not None:
@@ -281,17 +291,49 @@ class RootCauseAnalysis:
             train_start, rollout_start = boundary.train_first_position, boundary.rollout_first_position
             train_bounds, rollout_bounds = boundary.train_paths, boundary.rollout_paths
         else:
-            train_start = self._call_start(self.train, record.train_position, record.call_index)
-            rollout_start = self._call_start(self.rollout, record.rollout_position, record.call_index)
+            train_start = self._call_start(self.train, record.train_position)
+            rollout_start = self._call_start(self.rollout, record.rollout_position)
             train_bounds = rollout_bounds = ()
         train_start = max(train_start, record.train_position - MAX_SCAN)
         rollout_start = max(rollout_start, record.rollout_position - MAX_SCAN)
         self._windows = ((train_start + 1, record.train_position), (rollout_start + 1, record.rollout_position))
-        train_between, train_inside = _collect_between(self.train, self.matched_train, train_start,
-                                                       record.train_position, train_bounds, record.train_paths)
-        rollout_between, rollout_inside = _collect_between(self.rollout, self.matched_rollout, rollout_start,
-                                                           record.rollout_position, rollout_bounds, record.rollout_paths)
+        train_between, train_inside = self._collect(self.train, self._unmatched_train, train_start, record,
+                                                    boundary, train_bounds, record.train_paths, "train")
+        rollout_between, rollout_inside = self._collect(self.rollout, self._unmatched_rollout, rollout_start,
+                                                        record, boundary, rollout_bounds, record.rollout_paths,
+                                                        "rollout")
         return Between(train_between, rollout_between, train_inside, rollout_inside)
+
+    def _collect(self, dump: Dump, unmatched: list[int], start: int, record: ModuleRecord,
+                 boundary: ModuleRecord | None, boundary_paths: Sequence[str], suspect_paths: Sequence[str],
+                 side: str) -> tuple[list[str], list[str]]:
+        """What lies between, call by call when the record joins several calls of a module: in call k, from the
+        boundary's part of call k to the record's (a window over all calls would take other layers of later
+        calls for "between")."""
+        keys = record.comparison.train_keys if side == "train" else record.comparison.rollout_keys
+        end = record.train_position if side == "train" else record.rollout_position
+        entries = dump.entries
+        calls: dict[int, int] = {}
+        for key in keys:
+            entry = entries[key]
+            calls[entry.call_index] = max(calls.get(entry.call_index, -1), entry.position)
+        if len(calls) == 1:
+            return _collect_between(dump, unmatched, start, end, boundary_paths, suspect_paths)
+        starts: dict[int, int] = {}
+        for key in (() if boundary is None else
+                    boundary.comparison.train_keys if side == "train" else boundary.comparison.rollout_keys):
+            entry = entries[key]
+            starts[entry.call_index] = min(starts.get(entry.call_index, entry.position), entry.position)
+        between: list[str] = []
+        inside: list[str] = []
+        placed: dict[str, int] = {}
+        for call, call_end in calls.items():
+            call_start = starts.get(call, self._call_start(dump, call_end))
+            found_between, found_inside = _collect_between(dump, unmatched, max(call_start, call_end - MAX_SCAN),
+                                                           call_end, boundary_paths, suspect_paths, placed)
+            between += found_between
+            inside += found_inside
+        return between, inside
 
     def suspect(self, call: _CallIndex, index: int) -> tuple[Suspect, _Basis]:
         self._windows = (NO_WINDOW, NO_WINDOW)
