@@ -54,6 +54,13 @@ def _summary(analysis: Analysis, out_dir: Path) -> str:
     for suspect in analysis.suspects[:5]:
         lines.append(f"  - {suspect.classification}: {suspect.train_key}"
                      + ("" if suspect.credible_origin else " (follows from an earlier divergence)"))
+    for summary in report["calibration"].values():
+        lines.append(f"- calibration: {summary['summary']}")
+    first = report["first_divergence"]
+    if first is not None and first["confidence"]["above_noise"] is not None:
+        alternatives = first["confidence"]["alternatives"]
+        lines.append(f"- confidence: the first divergence is {first['confidence']['above_noise']:.3g}x the noise floor"
+                     + (f"; {len(alternatives)} other credible origin(s)" if alternatives else "; no other credible origin"))
     for side, summary in report["parallel"].items():
         lines.append(f"- {side}: merged {len(summary['ranks'])} ranks ({summary['layout']})")
         lines += [f"  - {note}" for note in summary["notes"][:5]]

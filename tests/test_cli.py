@@ -110,7 +110,8 @@ def test_a_parallel_run_is_merged_and_its_replica_disagreement_named(tmp_path: P
     report = json.loads((tmp_path / "o" / "output_5_root_cause_report.json").read_text())
     assert report["parallel"]["train"]["sequence_parallel"] is True
     markdown = (tmp_path / "o" / "output_5_root_cause_report.md").read_text()
-    assert "## Ranks and calls" in markdown and "Disagreement (train)" in markdown
+    assert "## Calibration, ranks and calls" in markdown and "Disagreement (train)" in markdown
+    assert "- Calibration: float32: noise floor" in markdown
 
 
 def test_pipeline_stages_given_explicitly(tmp_path: Path) -> None:

@@ -20,13 +20,7 @@ def test_fixture_set_covers_every_kind_of_cause() -> None:
     assert any(expected(v)["clean"] for v in variants())
 
 
-def _with_known_limits(names: list[str]) -> list:
-    """Variants whose expected.json names a known limit of the analysis must fail until it is lifted (strict)."""
-    return [pytest.param(v, marks=pytest.mark.xfail(reason=expected(v)["known_limit"], strict=True))
-            if "known_limit" in expected(v) else v for v in names]
-
-
-@pytest.mark.parametrize("variant", _with_known_limits(variants()))
+@pytest.mark.parametrize("variant", variants())
 def test_variant_is_diagnosed(variant: str) -> None:
     truth = expected(variant)
     analysis = analyse(variant)

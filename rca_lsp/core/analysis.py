@@ -13,6 +13,8 @@ from functools import cached_property
 from operator import attrgetter
 from typing import Any
 
+from rca_lsp.core.calibrate import ROUNDING, Calibration, calibrate
+from rca_lsp.core.tolerance import normalise_dtype
 from rca_lsp.core.dump import Dump, slot_label
 from rca_lsp.core.rankview import merged_slots, per_rank_rows, rank_by_rank
 from rca_lsp.core.gcpause import paused_gc
@@ -57,6 +59,8 @@ class Analysis:
     calls: dict[int, CallEvidence]  # root-cause evidence per call index, in train order of the calls
     unmapped_by_call: dict[int, dict[str, list[str]]]
     suspects: list[Suspect]
+    calibration: Calibration  # the run's noise floor per dtype, and the thresholds the records were judged by
+    judge: Comparator  # the comparator under those thresholds (comparator itself when nothing was tightened)
 
     @property
     def train(self) -> Dump:
@@ -192,10 +196,17 @@ def _by_call(records: list[ModuleRecord]) -> dict[int, list[ModuleRecord]]:
     return calls
 
 
+def _calibrated(comparator: Comparator, records: list[ModuleRecord]) -> tuple[Calibration, Comparator]:
+    calibration = calibrate(records, comparator.tolerances)
+    return calibration, comparator.with_tolerances(calibration.tolerances(comparator.tolerances))
+
+
 def _analyze(mapping: ParsedMapping, comparator: Comparator) -> Analysis:
     train, rollout = comparator.train, comparator.rollout
     usable = _usable_mapping(mapping.effective(), train, rollout)
-    records = comparator.records(build_groups(usable, train, rollout))
+    groups = build_groups(usable, train, rollout)
+    calibration, judge = _calibrated(comparator, comparator.records(groups))
+    records = judge.records(groups)
     matched_train = {k for r in records for k in r.comparison.train_keys}
     matched_rollout = {k for r in records for k in r.comparison.rollout_keys}
     root_cause = RootCauseAnalysis(train, rollout, matched_train, matched_rollout)
@@ -205,7 +216,7 @@ def _analyze(mapping: ParsedMapping, comparator: Comparator) -> Analysis:
     return Analysis(comparator, mapping, flagged, _issues(mapping, flagged, comparator), usable, owners_of(usable),
                     records,
                     {k: r for r in records for k in r.comparison.train_keys}, matched_train, matched_rollout, calls,
-                    unmapped, ranked_suspects(calls.values()))
+                    unmapped, ranked_suspects(calls.values()), calibration, judge)
 
 
 def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
@@ -217,11 +228,11 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
     if not changed:
         return Analysis(comparator, mapping, flagged, issues, usable, previous.owners, previous.records,
                         previous.by_train_key, previous.matched_train, previous.matched_rollout, previous.calls,
-                        previous.unmapped_by_call, previous.suspects)
+                        previous.unmapped_by_call, previous.suspects, previous.calibration, previous.judge)
     owners = updated_owners(previous.owners, previous.usable, usable, changed)
     dirty, groups = regroup(changed, usable, owners, previous.by_train_key, train, rollout)
     old = {id(r): r for k in dirty if (r := previous.by_train_key.get(k)) is not None}
-    new = {id(r): r for r in comparator.records(groups)}
+    new = {id(r): r for r in previous.judge.records(groups)}
     removed = [r for i, r in old.items() if i not in new]
     added = [r for i, r in new.items() if i not in old]
 
@@ -247,8 +258,12 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
     unmapped = dict(previous.unmapped_by_call)
     for call in {train.entries[k].call_index for k in flipped_train}:
         unmapped[call] = _unmapped_between(train, comparator.train_calls[call], matched_train)
-    return Analysis(comparator, mapping, flagged, issues, usable, owners, _replaced(previous.records, removed, added),
-                    by_train_key, matched_train, matched_rollout, calls, unmapped, ranked_suspects(calls.values()))
+    records = _replaced(previous.records, removed, added)
+    calibration, judge = _calibrated(comparator, records)
+    if judge is not previous.judge:  # the edit moved the noise floor: every verdict may change
+        return _analyze(mapping, comparator)
+    return Analysis(comparator, mapping, flagged, issues, usable, owners, records, by_train_key, matched_train,
+                    matched_rollout, calls, unmapped, ranked_suspects(calls.values()), calibration, judge)
 
 
 def _calls_after(previous: Analysis, removed: list[ModuleRecord], added: list[ModuleRecord],
@@ -324,6 +339,7 @@ def root_cause_report(analysis: Analysis) -> dict[str, Any]:
             "suspects": len(analysis.suspects),
         },
         "next_checks": next_checks(analysis.suspects),
+        "calibration": calibration_summary(analysis),
         "parallel": {side: parallel_summary(dump) for side, dump in (("train", analysis.train),
                                                                       ("rollout", analysis.rollout))
                      if dump.parallel is not None},
@@ -331,8 +347,23 @@ def root_cause_report(analysis: Analysis) -> dict[str, Any]:
     }
 
 
+def confidence(analysis: Analysis, suspect: Suspect) -> dict[str, Any]:
+    """How far above the run's noise a divergence is, and which other credible origins remain."""
+    comparison = suspect.record.comparison
+    calibrated = analysis.calibration.by_dtype.get(normalise_dtype(comparison.output_dtype) or "")
+    error = comparison.output_error
+    above = None
+    if calibrated is not None and error is not None:
+        above = error / max(calibrated.floor, ROUNDING.get(calibrated.dtype, 0.0), 1e-300)
+    alternatives = [s.train_key for s in analysis.suspects if s.credible_origin and s is not suspect][:5]
+    return {"error": error, "noise_floor": calibrated.floor if calibrated else None, "above_noise": above,
+            "alternatives": alternatives, "dtype_path": comparison.dtype_path}
+
+
 def _with_ranks(analysis: Analysis, found: dict[str, Any], suspect: Suspect) -> dict[str, Any]:
-    """The first divergence with each rank's statistics of its merged slots, and rank-by-rank verdicts."""
+    """The first divergence with its confidence, each rank's statistics of its merged slots, and rank-by-rank
+    verdicts."""
+    found["confidence"] = confidence(analysis, suspect)
     record = suspect.record
     for side, dump, key in (("train", analysis.train, record.train_key), ("rollout", analysis.rollout, record.rollout_key)):
         slots = merged_slots(dump, key)
@@ -344,6 +375,14 @@ def _with_ranks(analysis: Analysis, found: dict[str, Any], suspect: Suspect) -> 
     if verdicts:
         found["rank_by_rank"] = verdicts
     return found
+
+
+def calibration_summary(analysis: Analysis) -> dict[str, Any]:
+    """The noise floor, threshold and first jump per dtype, as the records were judged."""
+    return {dtype: {"pairs": c.pairs, "noise_floor": c.floor, "threshold": c.threshold, "fixed_tolerance": c.ceiling,
+                    "first_jump": c.jump_key, "jump_factor": c.jump_factor, "fallback": c.fallback,
+                    "summary": c.describe()}
+            for dtype, c in analysis.calibration.by_dtype.items()}
 
 
 def parallel_summary(dump: Dump) -> dict[str, Any]:

@@ -125,6 +125,29 @@ def sum_of(a: TensorStats | None, b: TensorStats | None) -> TensorStats | None:
     return TensorStats(a.dtype if a.dtype == b.dtype else None, a.shape, None, None, a.mean + b.mean, None)
 
 
+def relative_error(train: TensorStats | None, rollout: TensorStats | None) -> float | None:
+    """The largest relative error of a statistic between the two sides, judged as quick_verdict judges them (Mean,
+    Max and Min against the tensor's scale); None when nothing is comparable, inf when only one side is finite."""
+    if train is None or rollout is None or not train.observable or not rollout.observable:
+        return None
+    dtype_match, same_form = _dtype_pair(train.dtype, rollout.dtype)
+    if not same_form:
+        return None
+    scale = _comparison_scale(train, rollout, dtype_match)
+    worst: float | None = None
+    for name, t, r in (("Max", train.max, rollout.max), ("Min", train.min, rollout.min),
+                       ("Mean", train.mean, rollout.mean), ("Norm", train.norm, rollout.norm)):
+        if t is None or r is None:
+            continue
+        if not (isfinite(t) and isfinite(r)):
+            if not ((isnan(t) and isnan(r)) or t == r):
+                return math.inf
+            continue
+        error = 0.0 if t == r else _stat_error(name, t, r, scale)
+        worst = error if worst is None else max(worst, error)
+    return worst
+
+
 def copy_difference(reference: TensorStats, copy: TensorStats) -> float:
     """The largest relative difference of a statistic between two copies of what should be one tensor (0 when
     identical, inf when only one side is finite); judged like a train/rollout comparison."""

@@ -7,10 +7,11 @@ output_3) are built on first access, so an analysis of 10^5 groups does not buil
 from __future__ import annotations
 
 from functools import cached_property
-from typing import NamedTuple, Sequence
+import math
+from typing import Callable, NamedTuple, Sequence
 
 from rca_lsp.core.compare import (NONFINITE_BOTH, Assessment, TargetComparison, aggregate, assess, compare_target,
-                                  quick_verdict, sum_of)
+                                  quick_verdict, relative_error, sum_of)
 from rca_lsp.core.calls import fold_calls
 from rca_lsp.core.dump import Disagreement, ModuleEntry, TensorStats
 from rca_lsp.core.tolerance import Tolerances, normalise_dtype
@@ -65,7 +66,10 @@ class _StreamReading(NamedTuple):
     note: str
 
 
-def _stream_reading(train: ModuleEntry, rollout: ModuleEntry, tol: Tolerances) -> _StreamReading | None:
+Judge = Callable[[TensorStats | None, TensorStats | None], tuple[str, int]]  # quick_verdict, errors remembered
+
+
+def _stream_reading(train: ModuleEntry, rollout: ModuleEntry, judge: Judge) -> _StreamReading | None:
     """How to compare a pair when one side carries the residual stream separately; None when plainly, as usual.
 
     The output is read as `output.0` when that matches, else as `output.0 + output.1` (a layer returning (branch,
@@ -83,7 +87,7 @@ def _stream_reading(train: ModuleEntry, rollout: ModuleEntry, tol: Tolerances) -
 
     def first_aligned(reference: TensorStats | None, candidates: list[tuple[TensorStats | None, str]]) -> int | None:
         return next((i for i, (stats, _label) in enumerate(candidates)
-                     if quick_verdict(*oriented(reference, stats), tol)[0] == "aligned"), None)
+                     if judge(*oriented(reference, stats))[0] == "aligned"), None)
 
     outputs = [(stream.output, ""), (sum_of(stream.output, stream.stream_output), _SUM_OUTPUT)]
     inputs = [(stream.input, ""), (stream.stream_output, _NORM_INPUT)]
@@ -229,22 +233,24 @@ class ModuleComparison:
         rollout, self.rollout_calls = fold_calls(rollout, tol)
         self._train = tuple(train)
         self._rollout = tuple(rollout)
-        reading = _stream_reading(train[0], rollout[0], tol) if len(train) == len(rollout) == 1 else None
+        self._errors: list[float] = []  # every compared statistic's relative error: see worst_error
+        judge = self._judge
+        reading = _stream_reading(train[0], rollout[0], judge) if len(train) == len(rollout) == 1 else None
         self._reading = reading
         if reading is not None:
             self._output_train, self._output_rollout = reading.output
         else:
             self._output_train = _combined(train, "output")
             self._output_rollout = _combined(rollout, "output")
-        self.output_consistency, flags = quick_verdict(self._output_train, self._output_rollout, tol)
+        self.output_consistency, flags = judge(self._output_train, self._output_rollout)
         self.output_nonfinite_both = bool(flags & NONFINITE_BOTH)
         pairs = _pairwise(train, rollout)
         if reading is not None:
-            self.input_args_consistency = quick_verdict(*reading.input, tol)[0]
+            self.input_args_consistency = judge(*reading.input)[0]
         elif pairs:
-            self.input_args_consistency = _summarise([quick_verdict(t.input, r.input, tol)[0] for t, r in pairs])
+            self.input_args_consistency = _summarise([judge(t.input, r.input)[0] for t, r in pairs])
         else:
-            self.input_args_consistency = quick_verdict(_combined(train, "input"), _combined(rollout, "input"), tol)[0]
+            self.input_args_consistency = judge(_combined(train, "input"), _combined(rollout, "input"))[0]
         names = _common_parameters(train, rollout)
         self._parameter_names = names or []
         if names is None:
@@ -253,7 +259,7 @@ class ModuleComparison:
             self.parameter_consistency = "missing"
         else:
             self.parameter_consistency = _summarise_parameters(
-                [quick_verdict(*self._parameter_stats(n), tol)[0] for n in names])
+                [judge(*self._parameter_stats(n))[0] for n in names])
         kwarg_pairs, any_kwargs, names_differ = _kwarg_pairs(pairs)
         self._kwarg_pairs = kwarg_pairs
         if not any_kwargs:
@@ -261,8 +267,11 @@ class ModuleComparison:
         elif not kwarg_pairs:
             self.kwargs_consistency = "missing"
         else:
-            state = _summarise([quick_verdict(t.kwargs[n], r.kwargs[n], tol)[0] for n, t, r in kwarg_pairs])
+            state = _summarise([judge(t.kwargs[n], r.kwargs[n])[0] for n, t, r in kwarg_pairs])
             self.kwargs_consistency = "partial" if names_differ and state == "aligned" else state
+        self.dtype_path = self._dtype_path_differs()
+        if self.dtype_path and self.output_consistency == "aligned":
+            self.output_consistency = "mismatch"
         self._fused_experts = _is_fused_experts(train, rollout)
         if self._fused_experts:
             self._compare_fused_experts()
@@ -279,19 +288,62 @@ class ModuleComparison:
             self.reasoning += f"; {reading.note}"
         if self._fused_experts:
             self.reasoning += f"; {_FUSED_EXPERTS_NOTE}"
+        if self.dtype_path:
+            self.reasoning += (f"; the output dtype differs ({self._output_train.dtype} vs "  # type: ignore[union-attr]
+                               f"{self._output_rollout.dtype}) while the inputs' agree: a numeric-path difference "  # type: ignore[union-attr]
+                               "inside this module (autocast, a different compute dtype)")
+
+    def _dtype_path_differs(self) -> bool:
+        """The output dtype differs while the inputs' dtypes agree: the module itself changes precision."""
+        t_out, r_out = self._output_train, self._output_rollout
+        if t_out is None or r_out is None or self._reading is not None:
+            return False
+        if normalise_dtype(t_out.dtype) == normalise_dtype(r_out.dtype) or None in (t_out.dtype, r_out.dtype):
+            return False
+        inputs = [(t.input, r.input) for t, r in _pairwise(self._train, self._rollout)] or [
+            (_combined(self._train, "input"), _combined(self._rollout, "input"))]
+        return all(t is not None and r is not None and t.dtype is not None
+                   and normalise_dtype(t.dtype) == normalise_dtype(r.dtype) for t, r in inputs)
 
     def _compare_fused_experts(self) -> None:
         """Per-expert modules against one module holding every expert's weights (HF MixtralExperts, vLLM FusedMoE):
         their activations are different tensors (each expert sees its routed tokens), their weights together are
         the same elements. The weights are compared; a weight difference makes the experts' contribution differ."""
         self._parameter_names = [ALL_PARAMETERS]
-        self.parameter_consistency = _summarise_parameters([quick_verdict(*self._parameter_stats(ALL_PARAMETERS),
-                                                                          self._tol)[0]])
+        self.parameter_consistency = _summarise_parameters([self._judge(*self._parameter_stats(ALL_PARAMETERS))[0]])
         self._output_train = self._output_rollout = None
         self.output_consistency = "mismatch" if self.parameter_consistency == "mismatch" else "missing"
         self.input_args_consistency = "missing"
         self.kwargs_consistency = "not_applicable"
         self._kwarg_pairs = []
+
+    def _judge(self, train: TensorStats | None, rollout: TensorStats | None) -> tuple[str, int]:
+        error = relative_error(train, rollout)
+        if error is not None and error != math.inf:
+            self._errors.append(error)
+        return quick_verdict(train, rollout, self._tol)
+
+    @property
+    def worst_error(self) -> float:
+        """The largest finite relative error among the statistics compared: under any tolerance at least this
+        large, every verdict of this group is the same (what calibration needs to know)."""
+        return max(self._errors, default=0.0)
+
+    @property
+    def output_dtype(self) -> str | None:
+        stats = self._output_train or self._output_rollout
+        return stats.dtype if stats is not None else None
+
+    @cached_property
+    def output_error(self) -> float | None:
+        """The relative error of the output (or of the input, when that is larger): one point of the run's
+        error-along-depth series."""
+        errors = [relative_error(self._output_train, self._output_rollout)]
+        if self._reading is None and not self._fused_experts:
+            errors += [relative_error(t.input, r.input) for t, r in _pairwise(self._train, self._rollout)] or [
+                relative_error(_combined(self._train, "input"), _combined(self._rollout, "input"))]
+        found = [e for e in errors if e is not None and e != math.inf]
+        return max(found) if found else None
 
     def _apply_disagreements(self) -> None:
         """A slot whose copies disagree (across ranks, or a parameter across calls) is not one tensor: mismatch."""

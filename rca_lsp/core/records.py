@@ -161,12 +161,28 @@ def _joined_groups(mapping: dict[str, tuple[str, ...]], train: Dump, rollout: Du
 class Comparator:
     """Compares groups for one (train, rollout, tolerances) triple, remembering results across mapping edits."""
 
-    def __init__(self, train: Dump, rollout: Dump, tolerances: Tolerances) -> None:
+    def __init__(self, train: Dump, rollout: Dump, tolerances: Tolerances, base: "Comparator | None" = None) -> None:
         self.train = train
         self.rollout = rollout
         self.tolerances = tolerances
         self._cache: dict[tuple[tuple[str, ...], tuple[str, ...]], ModuleRecord] = {}
-        self.suggestions: Suggestions = {}  # fuzzy lookups for unknown keys
+        self.suggestions: Suggestions = base.suggestions if base is not None else {}  # fuzzy lookups, unknown keys
+        self._base = base
+        # A base record whose worst error is at most this keeps every verdict under these (tighter) tolerances.
+        tightened = [value for dtype, value in tolerances.by_dtype.items()
+                     if base is not None and value < base.tolerances.by_dtype.get(dtype, value)]
+        self._reuse_below = min(tightened, default=float("inf"))
+        self._derived: dict[tuple[tuple[str, float], ...], Comparator] = {}
+
+    def with_tolerances(self, tolerances: Tolerances) -> "Comparator":
+        """The same dumps judged under other (calibrated) tolerances; records whose verdicts cannot change are
+        shared with this comparator."""
+        if tolerances.key() == self.tolerances.key():
+            return self
+        found = self._derived.get(tolerances.key())
+        if found is None:
+            found = self._derived[tolerances.key()] = Comparator(self.train, self.rollout, tolerances, self)
+        return found
 
     @cached_property
     def train_calls(self) -> dict[int, list[int]]:
@@ -179,6 +195,10 @@ class Comparator:
 
     def record(self, train_keys: tuple[str, ...], rollout_keys: tuple[str, ...]) -> ModuleRecord:
         cached = self._cache.get((train_keys, rollout_keys))
+        if cached is None and self._base is not None:
+            shared = self._base.record(train_keys, rollout_keys)
+            if shared.comparison.worst_error <= self._reuse_below:
+                cached = self._cache[(train_keys, rollout_keys)] = shared
         if cached is None:
             train_entries = [self.train.entries[k] for k in train_keys]
             rollout_entries = [self.rollout.entries[k] for k in rollout_keys]

@@ -139,9 +139,13 @@ def _notes(analysis: "Analysis") -> list[str]:
 
 
 def _provenance(analysis: "Analysis") -> list[str]:
-    """Ranks merged and calls joined: what the compared statistics were made from."""
+    """Calibration, ranks merged and calls joined: how the compared statistics were made and judged."""
     report = analysis.report
-    lines = []
+    lines = [f"- Calibration: {summary['summary']}" for summary in report["calibration"].values()]
+    first = report["first_divergence"]
+    if first is not None and first["confidence"]["above_noise"] is not None:
+        lines.append(f"- Confidence: the first divergence is {first['confidence']['above_noise']:.3g}x the noise floor; "
+                     f"other credible origins: {', '.join(map(_code, first['confidence']['alternatives'])) or 'none'}")
     for side, summary in report["parallel"].items():
         lines.append(f"- {side.capitalize()}: {len(summary['ranks'])} ranks merged, {summary['layout']}")
         lines += [f"  - {note}" for note in summary["notes"]]
@@ -159,7 +163,7 @@ def render_markdown(analysis: "Analysis") -> str:
         ("Context", [f"- Train dump: `{analysis.train.path}` ({len(analysis.train.keys)} forward modules)",
                      f"- Rollout dump: `{analysis.rollout.path}` ({len(analysis.rollout.keys)} forward modules)",
                      f"- Mapping: `{analysis.mapping.path}` ({len(analysis.records)} groups compared)"]),
-        *([("Ranks and calls", provenance)] if (provenance := _provenance(analysis)) else []),
+        *([("Calibration, ranks and calls", provenance)] if (provenance := _provenance(analysis)) else []),
         ("Final judgement", _judgement(analysis)),
         ("Evidence chain", _evidence_chain(analysis)),
         ("Key suspects", _suspect_table(analysis.suspects)),

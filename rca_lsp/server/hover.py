@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from rca_lsp.core.analysis import Analysis
+from rca_lsp.core.analysis import Analysis, confidence
 from rca_lsp.core.compare import TargetComparison
 from rca_lsp.core.dump import slot_label
 from rca_lsp.core.rankview import merged_slots, per_rank_rows, rank_by_rank
@@ -89,6 +89,15 @@ def provenance_notes(analysis: Analysis, record: ModuleRecord) -> list[str]:
     return notes
 
 
+def _confidence_lines(analysis: Analysis, suspect: Suspect) -> list[str]:
+    found = confidence(analysis, suspect)
+    if found["above_noise"] is None:
+        return []
+    others = ", ".join(f"`{k}`" for k in found["alternatives"]) or "none"
+    return [f"Confidence: {found['above_noise']:.3g}x the run's noise floor ({found['noise_floor']:.2g}); other "
+            f"credible origins: {others}", ""]
+
+
 def _per_rank_lines(analysis: Analysis, record: ModuleRecord) -> list[str]:
     """Each rank's statistics of the merged slots of a divergence, and rank-by-rank verdicts when both sides were
     merged from the same number of ranks: which rank carries it."""
@@ -124,7 +133,7 @@ def hover_markdown(analysis: Analysis, train_key: str, rollout_index: int | None
     if suspect is not None:
         lines += _suspect_lines(suspect) + [""]
         if suspect.credible_origin:
-            lines += _per_rank_lines(analysis, record)
+            lines += _confidence_lines(analysis, suspect) + _per_rank_lines(analysis, record)
     elif c.module_priority_rank >= 3:
         lines += [c.reasoning, ""]
     inputs = list(c.inputs)
