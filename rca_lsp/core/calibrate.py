@@ -16,7 +16,8 @@ from typing import Iterable, Sequence
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.tolerance import Tolerances, normalise_dtype
 
-JUMP_FACTOR = 10.0  # an error this many times the noise floor is a divergence
+JUMP_FACTOR = 8.0  # an error this many times the noise floor is a divergence (a jump of ~30x the noise is found)
+THRESHOLD_STEPS = 4  # thresholds are rounded up to 2**(1/4) steps
 WARMUP_PAIRS = 6  # compared pairs of a dtype needed to calibrate it at all; fewer: the fixed tolerance
 MIN_PRIOR_PAIRS = 2  # pairs before a jump (with the rounding unit as the least floor, a layer-0 fault is found)
 PERSIST_WINDOW = 4  # the next pairs after a jump, of which half must stay above the threshold too
@@ -81,10 +82,12 @@ def error_series(records: Iterable[ModuleRecord]) -> dict[str, list[tuple[str, f
 
 
 def _threshold(floor: float, rounding: float, ceiling: float) -> float:
-    """JUMP_FACTOR x the floor, rounded up to a power of two (a slightly different floor after an edit keeps the
-    same threshold, so the analysis is not redone), at most the ceiling."""
+    """JUMP_FACTOR x the floor, rounded up on a grid of 2**(1/THRESHOLD_STEPS) (a slightly different floor after an
+    edit keeps the same threshold, so the analysis is not redone), at most the ceiling."""
     wanted = JUMP_FACTOR * max(floor, rounding)
-    return min(ceiling, 2.0 ** math.ceil(math.log2(wanted))) if wanted > 0 else ceiling
+    if wanted <= 0:
+        return ceiling
+    return min(ceiling, 2.0 ** (math.ceil(math.log2(wanted) * THRESHOLD_STEPS) / THRESHOLD_STEPS))
 
 
 def calibrate_series(dtype: str, series: Sequence[tuple[str, float]], ceiling: float) -> DtypeCalibration:

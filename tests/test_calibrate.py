@@ -1,0 +1,59 @@
+"""Calibration on the run's own noise: properties of the change point on error-along-depth series."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rca_lsp.core.calibrate import JUMP_FACTOR, ROUNDING, calibrate_series
+
+CEILING = 1e-4  # float32's fixed tolerance
+# Healthy noise is uniform along depth: every error within a factor of 3 of the run's level.
+levels = st.floats(min_value=1e-9, max_value=1e-6)
+floors = st.floats(min_value=ROUNDING["float32"], max_value=1e-6)  # noise at least the rounding unit
+spreads = st.lists(st.floats(min_value=-0.5, max_value=0.0), min_size=8, max_size=120)
+
+
+def series(level: float, spread: list[float]) -> list[tuple[str, float]]:
+    return [(f"module {i}", level * 10 ** s) for i, s in enumerate(spread)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(levels, spreads)
+def test_healthy_series_never_jump(level: float, spread: list[float]) -> None:
+    found = calibrate_series("float32", series(level, spread), CEILING)
+    assert found.jump_key is None
+    assert all(error <= found.threshold for _, error in series(level, spread))  # so no pair is a mismatch
+    assert found.threshold <= CEILING
+
+
+@settings(max_examples=300, deadline=None)
+@given(floors, spreads, st.floats(min_value=32.0, max_value=1e4), st.data())
+def test_a_planted_jump_is_found_where_it_starts(level: float, spread: list[float], factor: float,
+                                                 data: st.DataObject) -> None:
+    at = data.draw(st.integers(min_value=2, max_value=len(spread) - 1))
+    planted = [(key, error * factor if i >= at else error) for i, (key, error) in enumerate(series(level, spread))]
+    if planted[at][1] > CEILING:  # above the fixed tolerance anyway: nothing for calibration to find
+        return
+    found = calibrate_series("float32", planted, CEILING)
+    assert found.jump_key == f"module {at}"
+    assert found.jump_factor is not None and found.jump_factor > JUMP_FACTOR
+    assert all(error <= found.threshold for _, error in planted[:at])  # no false mismatch before it
+
+
+def test_uniform_bf16_noise_keeps_the_fixed_tolerance() -> None:
+    noise = [(f"m{i}", 1e-2 * (1 + 0.5 * math.sin(i))) for i in range(40)]
+    found = calibrate_series("bfloat16", noise, 3e-2)
+    assert found.jump_key is None and found.threshold == 3e-2 and found.floor < 3e-2
+
+
+def test_too_few_pairs_fall_back_to_the_fixed_tolerance() -> None:
+    found = calibrate_series("float32", [("a", 1e-8), ("b", 5e-5)], CEILING)
+    assert found.fallback and found.threshold == CEILING and "too few to calibrate" in found.describe()
+
+
+def test_identical_runs_still_allow_rounding() -> None:
+    found = calibrate_series("float32", [(f"m{i}", 0.0) for i in range(10)], CEILING)
+    assert JUMP_FACTOR * ROUNDING["float32"] <= found.threshold < CEILING
