@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from operator import attrgetter, itemgetter
 from typing import Any, Iterable, NamedTuple, Sequence
 
+from rca_lsp.core.calibrate import JUMP_FACTOR
 from rca_lsp.core.dump import Dump
 from rca_lsp.core.keys import is_activation_like, is_descendant_path, parse_module_key
 from rca_lsp.core.module import CALL_DISAGREEMENT_BUCKET, RANK_DISAGREEMENT_BUCKET
@@ -158,12 +159,40 @@ class CallEvidence:
         origins: list[Suspect] = []
         explained: list[Suspect] = []
         propagated: list[Suspect] = []
-        for suspect in self.suspects:
+        for suspect in self._settled():
             if suspect.credible_origin:
                 origins.append(suspect)
             else:
                 (explained if suspect.classification != UPSTREAM else propagated).append(suspect)
         return origins, explained, propagated
+
+    def _settled(self) -> list[Suspect]:
+        """The suspects, a later origin demoted when its error does not jump well above the errors downstream of the
+        first origin (an in-module reading of what is propagation: the divergence raised the level, it stays up)."""
+        first = next((s for s in self.suspects if s.credible_origin), None)
+        if first is None:
+            return self.suspects
+        level = 0.0  # the largest error since the first origin
+        errors: dict[int, float] = {}
+        started = False
+        for record in self.records:
+            started = started or record is first.record
+            error = record.comparison.output_error
+            if started and error is not None:
+                errors[id(record)] = level
+                level = max(level, error)
+        settled = []
+        for suspect in self.suspects:
+            before = errors.get(id(suspect.record))
+            error = suspect.record.comparison.output_error
+            if (suspect.credible_origin and suspect is not first and before is not None and error is not None
+                    and error <= JUMP_FACTOR * before):
+                suspect = replace(suspect, credible_origin=False, explained_by=first.train_key,
+                                  rationale=f"{suspect.rationale}; its error ({error:.2g}) does not jump above the "
+                                            f"level downstream of the first divergence ({before:.2g}): it follows "
+                                            f"from {first.train_key}")
+            settled.append(suspect)
+        return settled
 
     @cached_property
     def windowed(self) -> list[int]:

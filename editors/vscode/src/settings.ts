@@ -111,9 +111,15 @@ export function buildServerSettings(
         p.rollout.trim()
       ) {
         const pair: Pair = { mappingKey: expand(p.mappingKey.trim()), train: expand(p.train.trim()), rollout: expand(p.rollout.trim()) };
-        if (typeof p.step === 'number') pair.step = p.step;
-        if (typeof p.parallel === 'string' && p.parallel.trim()) pair.parallel = p.parallel.trim();
-        if (typeof p.rolloutParallel === 'string' && p.rolloutParallel.trim()) pair.rolloutParallel = p.rolloutParallel.trim();
+        if (typeof p.step === 'number') {
+          pair.step = p.step;
+        }
+        if (typeof p.parallel === 'string' && p.parallel.trim()) {
+          pair.parallel = p.parallel.trim();
+        }
+        if (typeof p.rolloutParallel === 'string' && p.rolloutParallel.trim()) {
+          pair.rolloutParallel = p.rolloutParallel.trim();
+        }
         pairs.push(pair);
       } else {
         problems.push(`rcaLsp.pairs[${i}] needs non-empty strings mappingKey, train and rollout; ignored`);

@@ -74,3 +74,14 @@ test('config changes: interpreter restarts, data settings notify, trace and othe
   assert.equal(classifyConfigChange(affects(['rcaLsp.trace.server'])), 'none');
   assert.equal(classifyConfigChange(affects(['editor.fontSize'])), 'none');
 });
+
+test('a pair passes its step and rank layouts through to the server, which validates them', () => {
+  const { settings, problems } = buildServerSettings(
+    { pairs: [{ mappingKey: 'm.json', train: 't', rollout: 'r', step: 2, parallel: ' tp=2,pp=2 ', rolloutParallel: 'tp=4' }] },
+    vars,
+  );
+  assert.deepEqual(problems, []);
+  assert.deepEqual(settings.pairs, [
+    { mappingKey: 'm.json', train: 't', rollout: 'r', step: 2, parallel: 'tp=2,pp=2', rolloutParallel: 'tp=4' },
+  ]);
+});
