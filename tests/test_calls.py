@@ -145,3 +145,32 @@ def test_train_micro_batches_against_rollout_calls_aggregate_both_sides(tmp_path
     assert comparison.output_consistency == comparison.input_args_consistency == "aligned"
     assert comparison.calls_note == ("train: 2 calls (2+3 tokens); "
                                      "rollout: 3 calls: prefill of 3 tokens + 2 decode steps")
+
+
+def test_suggest_mapping_pairs_train_micro_batches_with_the_rollout_calls_holding_their_tokens(tmp_path: Path) -> None:
+    """Train: 2 micro-batches of 5 tokens; rollout: 2 sequences each as prefill (3) + 2 decode steps = 6 calls."""
+    def sequence_calls(values: list[float]) -> list[list[float]]:
+        return [values[:3 * HIDDEN], values[3 * HIDDEN:4 * HIDDEN], values[4 * HIDDEN:]]
+
+    train, rollout = {}, {}
+    call = 0
+    for batch in range(2):
+        x, y = seq(5), seq(5)
+        train[f"{P}.input_layernorm.RMSNorm.forward.{batch}"] = entry(node(x, 5), node(y, 5), [1.0, 1.1])
+        for part_x, part_y in zip(sequence_calls(x), sequence_calls(y)):
+            tokens = len(part_x) // HIDDEN
+            rollout[f"{R}.input_layernorm.Qwen2RMSNorm.forward.{call}"] = entry(node(part_x, tokens),
+                                                                                node(part_y, tokens), [1.0, 1.1])
+            call += 1
+    write_dump(tmp_path / "train" / "dump.json", train)
+    write_dump(tmp_path / "rollout" / "dump.json", rollout)
+    cache = DumpCache()
+    result = suggest_mapping(cache.get(tmp_path / "train"), cache.get(tmp_path / "rollout"))
+    assert result.mapping == {
+        f"{P}.input_layernorm.RMSNorm.forward.0": [f"{R}.input_layernorm.Qwen2RMSNorm.forward.{c}" for c in (0, 1, 2)],
+        f"{P}.input_layernorm.RMSNorm.forward.1": [f"{R}.input_layernorm.Qwen2RMSNorm.forward.{c}" for c in (3, 4, 5)]}
+    assert result.unmatched_rollout == []
+    mapping = write_mapping(tmp_path / "mapping_key.json", result.mapping)
+    analysis = analyze_paths(tmp_path / "train", tmp_path / "rollout", mapping)
+    assert analysis.suspects == [] and len(analysis.records) == 2
+    assert all(r.comparison.output_consistency == "aligned" for r in analysis.records)

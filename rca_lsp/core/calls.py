@@ -19,7 +19,7 @@ from typing import NamedTuple, Sequence
 import msgspec
 
 from rca_lsp.core.compare import aggregate, copy_difference
-from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, TensorStats
+from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, TensorStats, leading_size
 from rca_lsp.core.tolerance import Tolerances
 
 ALL_CALLS = "*"  # `Module.<path>.<Class>.forward.*` in a mapping: every call of that module
@@ -49,13 +49,6 @@ def all_calls_key(key: str) -> str:
 
 def is_all_calls_key(key: str) -> bool:
     return key.endswith(".forward." + ALL_CALLS)
-
-
-def _tokens(stats: TensorStats | None) -> int | None:
-    """Tokens a hidden-state tensor holds: all dims but the last (batch x sequence, or tokens)."""
-    if stats is None or not stats.shape or stats.numel is None:
-        return None
-    return stats.numel // stats.shape[-1] if stats.shape[-1] else None
 
 
 def _joined_shape(shapes: list[tuple[int, ...] | None]) -> tuple[int, ...] | None:
@@ -134,29 +127,65 @@ def fold_calls(entries: Sequence[ModuleEntry], tolerances: Tolerances) -> tuple[
             continue
         calls.sort(key=lambda e: e.call_index)
         folded.append(join_calls(calls, tolerances))
-        summaries.append(CallSummary(tuple(c.call_index for c in calls), tuple(_tokens(c.output) for c in calls)))
+        summaries.append(CallSummary(tuple(c.call_index for c in calls),
+                                     tuple(leading_size(c.output) if c.output is not None else None for c in calls)))
     return folded, summaries
 
 
 def joined_calls_view(dump: Dump, tolerances: Tolerances) -> Dump:
     """The dump with every module's calls joined into one `forward.*` entry (call 0): what a side that ran the
     sequence in one forward is matched against (a decoding rollout against a train recompute)."""
+    view, _ = regrouped_view(dump, [list(dump.tokens_per_call)], tolerances)
+    return view
+
+
+def partition_calls(wanted: dict[int, int], calls: dict[int, int]) -> list[list[int]] | None:
+    """The calls (by their tokens, in call order) grouped so that group i holds as many tokens as wanted call i
+    (train micro-batches against rollout calls); None when the token counts do not line up."""
+    groups: list[list[int]] = []
+    pending = list(calls.items())
+    for _, tokens in wanted.items():
+        group, total = [], 0
+        while pending and total < tokens:
+            call, count = pending.pop(0)
+            group.append(call)
+            total += count
+        if total != tokens:
+            return None
+        groups.append(group)
+    return groups if not pending else None
+
+
+def regrouped_view(dump: Dump, groups: list[list[int]], tolerances: Tolerances) -> tuple[Dump, dict[str, list[str]]]:
+    """The dump with each module's calls of group i joined into one entry of call index i (keyed `forward.*` when
+    one group holds every call, else `forward.<i>`), and each view key's dump keys."""
     keys: list[str] = []
     entries: dict[str, ModuleEntry] = {}
+    members: dict[str, list[str]] = {}
     seen: set[str] = set()
     for key in dump.keys:
         head = key.rpartition(".")[0]
         if head in seen:
             continue
         seen.add(head)
-        calls = dump.calls_of(f"{head}.{ALL_CALLS}")
-        if len(calls) == 1:
-            entry = dump.entries[key]
-        else:
-            entry = msgspec.structs.replace(join_calls([dump.entries[k] for k in calls], tolerances), call_index=0)
-        keys.append(entry.key)
-        entries[entry.key] = entry
+        by_call = {dump.entries[k].call_index: k for k in dump.calls_of(f"{head}.{ALL_CALLS}")}
+        for index, group in enumerate(groups):
+            present = [by_call[c] for c in group if c in by_call]
+            if not present:
+                continue
+            label = ALL_CALLS if len(groups) == 1 else str(index)
+            if len(present) == 1 and len(groups) > 1 or len(by_call) == 1:
+                entry = dump.entries[present[0]]
+                view_key = present[0] if len(by_call) == 1 else f"{head}.{label}"
+            else:
+                entry = join_calls([dump.entries[k] for k in present], tolerances)
+                view_key = f"{head}.{label}"
+            entry = msgspec.structs.replace(entry, key=view_key, call_index=index)
+            keys.append(view_key)
+            entries[view_key] = entry
+            members[view_key] = present
     keys.sort(key=lambda k: entries[k].position)
     for position, key in enumerate(keys):
         entries[key] = msgspec.structs.replace(entries[key], position=position)
-    return Dump(dump.path, dump.task, dump.level, dump.framework, keys, entries, dump.skipped_keys, dump.parallel)
+    view = Dump(dump.path, dump.task, dump.level, dump.framework, keys, entries, dump.skipped_keys, dump.parallel)
+    return view, members

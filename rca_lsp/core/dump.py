@@ -68,6 +68,13 @@ class TensorStats(msgspec.Struct, gc=False):
         return self.dtype is not None
 
 
+def leading_size(stats: TensorStats) -> int:
+    """Elements per feature vector: all dims but the last (sequence x batch, or tokens); 0 when unknown."""
+    if not stats.shape or stats.numel is None or not stats.shape[-1]:
+        return 0
+    return stats.numel // stats.shape[-1]
+
+
 def _numel(shape: tuple[Any, ...] | None) -> int | None:
     if shape is None:
         return None
@@ -200,6 +207,18 @@ class Dump:
             found.append(stack[-1] if stack else -1)
             stack.append(position)
         return found
+
+    @cached_property
+    def tokens_per_call(self) -> dict[int, int]:
+        """Tokens each call holds: the most any 2-D or 3-D float activation of the call spans (all dims but the
+        last: sequence x batch, or tokens). Micro-batches and decode steps are told apart by these."""
+        found: dict[int, int] = {}
+        for key in self.keys:
+            entry = self.entries[key]
+            for stats in (entry.input, entry.output):
+                if stats is not None and stats.shape and len(stats.shape) in (2, 3) and not _is_integer_dtype(stats.dtype):
+                    found[entry.call_index] = max(found.get(entry.call_index, 0), leading_size(stats))
+        return dict(sorted(found.items()))
 
     def typical_calls(self) -> int:
         """How many calls most modules have: 1 for one forward, 1 + steps for a decode (a module called several

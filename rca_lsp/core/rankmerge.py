@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Sequence
 import msgspec
 
 from rca_lsp.core.compare import aggregate, copy_difference
-from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, ParallelInfo, TensorStats, load_dump_file
+from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, ParallelInfo, TensorStats, leading_size, load_dump_file
 from rca_lsp.core.dumpsource import DumpSource, ParallelLayout
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.tolerance import Tolerances
@@ -199,7 +199,6 @@ class _Merger:
         self.origins: dict[str, tuple[int, str]] = {}
         self.dropped: dict[str, str] = {}
         self.sequence_parallel = False
-        self._token_counts: dict[tuple[int, int], int] = {}
 
     def stage(self, ranks: list[int], plan: _Plan) -> tuple[list[str], dict[str, ModuleEntry]]:
         """One stage's logical keys (local layer names) and entries: experts joined, then tensor shards merged."""
@@ -327,17 +326,6 @@ class _Merger:
             self.merges[key] = "; ".join(described)
         return _with_slots(first, merged, tuple(found))
 
-    def _tokens(self, rank: int, call: int) -> int:
-        """Tokens one call of the run holds: the most any float activation (2-D or 3-D) of that call spans."""
-        found = self._token_counts.get((rank, call))
-        if found is None:
-            dump = self.dumps[rank]
-            found = max((_leading(stats) for key in dump.keys if dump.entries[key].call_index == call
-                         for stats in (dump.entries[key].input, dump.entries[key].output)
-                         if stats is not None and stats.shape and len(stats.shape) in (2, 3)), default=0)
-            self._token_counts[(rank, call)] = found
-        return found
-
     def _slot(self, slot: str, copies: list[TensorStats | None], kind: str | None, ranks: list[int],
               call: int) -> tuple[TensorStats | None, str, Disagreement | None]:
         """(merged statistics, how they were merged, a disagreement of replicas)."""
@@ -358,7 +346,7 @@ class _Merger:
         if worst <= tol and not parameter:
             return first, f"replicated (copies differ by {worst:.2g}, within noise)", None
         if dim is None:  # an activation of a module that is not a parallel layer: along the sequence or features
-            if _leading(first) * len(stats) == self._tokens(ranks[0], call):
+            if leading_size(first) * len(stats) == self.dumps[ranks[0]].tokens_per_call.get(call, 0):
                 dim = 0  # sequence parallel: each rank holds a slice of the tokens
                 self.sequence_parallel = True
             else:
@@ -389,13 +377,6 @@ def _shard_dim(slot: str, kind: str | None, stats: TensorStats) -> int | None:
     if (kind == "column" and slot.startswith("output")) or (kind == "row" and slot.startswith("input")):
         return max(ndim - 1, 0)
     return None
-
-
-def _leading(stats: TensorStats) -> int:
-    """Elements per feature vector: all dims but the last (sequence x batch, or tokens)."""
-    if not stats.shape or stats.numel is None or not stats.shape[-1]:
-        return 0
-    return stats.numel // stats.shape[-1]
 
 
 def _concatenated(shape: tuple[int, ...] | None, dim: int, count: int) -> tuple[int, ...] | None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from rca_lsp.core.cancel import ShouldStop, never, stop_if
-from rca_lsp.core.calls import joined_calls_view
+from rca_lsp.core.calls import joined_calls_view, partition_calls, regrouped_view
 from rca_lsp.core.dump import Dump
 from rca_lsp.core.tolerance import Tolerances
 from rca_lsp.suggest.align import align_leftovers
@@ -16,8 +17,8 @@ from rca_lsp.suggest.experts import fused_expert_proposals
 from rca_lsp.suggest.index import SideIndex
 from rca_lsp.suggest.proposal import Assessor, Proposal
 from rca_lsp.suggest.ranking import rank_rollout, rank_train
-from rca_lsp.suggest.resolve import build_result
-from rca_lsp.suggest.result import Candidate, MappingValue, SuggestionResult, mapping_keys
+from rca_lsp.suggest.resolve import build_result, find_groups
+from rca_lsp.suggest.result import Candidate, MappingValue, SuggestionResult, as_mapping_value, mapping_keys
 from rca_lsp.suggest.rules import NamingRules
 
 STOP_CHECK_EVERY = 1024  # train keys between two looks at should_stop
@@ -27,10 +28,17 @@ class Matcher:
     """Indexes of one (train, rollout) dump pair, built once; cache one per pair and call it interactively."""
 
     def __init__(self, train: Dump, rollout: Dump, rules: NamingRules | None = None) -> None:
+        self._members: dict[str, list[str]] = {}  # a view key -> the rollout keys it stands for
+        self._rollout_keys = rollout.keys
         if train.typical_calls() == 1 < rollout.typical_calls():
             # A decoding rollout (prefill + a call per step) against one train forward: match the train modules
             # with every call of their counterparts joined, and propose `forward.*` values.
             rollout = joined_calls_view(rollout, Tolerances())
+        elif 1 < train.typical_calls() != rollout.typical_calls():
+            # Train micro-batches against rollout calls: each micro-batch against the calls holding its tokens.
+            groups = partition_calls(train.tokens_per_call, rollout.tokens_per_call)
+            if groups is not None:
+                rollout, self._members = regrouped_view(rollout, groups, Tolerances())
         self.rules = rules or NamingRules.default()
         self.canonicalizer = Canonicalizer(self.rules)
         with _gc_paused():
@@ -60,7 +68,21 @@ class Matcher:
                 should_stop: ShouldStop = never) -> SuggestionResult:
         """Raises Cancelled once `should_stop` says so."""
         with _gc_paused():
-            return self._suggest(dict(existing or {}), should_stop)
+            result = self._suggest(dict(existing or {}), should_stop)
+        return self._in_dump_keys(result) if self._members else result
+
+    def _in_dump_keys(self, result: SuggestionResult) -> SuggestionResult:
+        """Proposals made against grouped calls, written with the rollout keys of those calls."""
+        def keys(view_keys: list[str]) -> list[str]:
+            return [key for view_key in view_keys for key in self._members.get(view_key, [view_key])]
+
+        mapping = {train_key: as_mapping_value(keys(mapping_keys(value))) for train_key, value in result.mapping.items()}
+        suggestions = [replace(s, rollout_keys=keys(s.rollout_keys)) for s in result.suggestions]
+        mapped = {key for value in mapping.values() for key in mapping_keys(value)}
+        rollout_keys = self._rollout_keys
+        return SuggestionResult(mapping, suggestions, [s for s in suggestions if not s.accepted], result.unmatched_train,
+                                [k for k in rollout_keys if k not in mapped], find_groups(mapping), result.kept,
+                                result.train_total, len(rollout_keys))
 
     def _suggest(self, existing: dict[str, MappingValue], should_stop: ShouldStop) -> SuggestionResult:
         claimed_train = set(existing)
