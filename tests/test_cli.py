@@ -126,3 +126,16 @@ def test_pipeline_stages_given_explicitly(tmp_path: Path) -> None:
     wrong = rca(*args, "--parallel", "tp=2,pp=2", cwd=tmp_path)
     assert wrong.returncode == 2 and wrong.stderr.strip().endswith(
         "--parallel tp=2,pp=2: the 1 rank(s) of a data-parallel group cannot be split into tp=2")
+
+
+def test_a_decoding_rollout_through_the_cli(tmp_path: Path) -> None:
+    folder = FIXTURES / "decode_norm_eps"
+    result = rca("analyze", "--train", str(folder / "train"), "--rollout", str(folder / "rollout"), "--mapping-key",
+                 str(folder / "mapping_key.json"), "--out-dir", str(tmp_path / "o"), cwd=tmp_path)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert "in_module_impl_difference: Module.module.module.decoder.layers.1.pre_mlp_layernorm" in result.stdout
+    assert "- calibration: float32: noise floor" in result.stdout
+    markdown = (tmp_path / "o" / "output_5_root_cause_report.md").read_text()
+    assert "5 calls: prefill of 12 tokens + 4 decode steps" in markdown
+    report = json.loads((tmp_path / "o" / "output_5_root_cause_report.json").read_text())
+    assert report["first_divergence"]["calls"] == "rollout: 5 calls: prefill of 12 tokens + 4 decode steps"

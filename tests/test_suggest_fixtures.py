@@ -42,3 +42,15 @@ def test_existing_entries_leave_the_rest_unchanged(variant: str) -> None:
     assert resumed.mapping == full.mapping
     assert resumed.kept == len(half)
     assert {s.train_key for s in resumed.suggestions}.isdisjoint(half)
+
+
+@pytest.mark.parametrize("variant", ["decode_healthy", "microbatch_healthy", "tp2_sp_healthy", "moe_ep2_healthy"])
+def test_the_suggested_mapping_of_a_clean_pair_analyses_clean(variant: str, tmp_path: Path) -> None:
+    from rca_lsp.core.run import analyze_paths
+    from rca_lsp.suggest.cli import write_mapping
+
+    folder = FIXTURES / variant
+    result = suggest_mapping(CACHE.get(folder / "train"), CACHE.get(folder / "rollout"))
+    write_mapping(tmp_path / "mapping_key.json", result.mapping)
+    analysis = analyze_paths(folder / "train", folder / "rollout", tmp_path / "mapping_key.json")
+    assert analysis.issues == [] and analysis.suspects == [] and len(analysis.records) >= len(result.mapping) // 2

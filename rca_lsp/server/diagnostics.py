@@ -50,6 +50,28 @@ def issue_diagnostics(issues: list[MappingIssue], positions: Positions, severity
     return found
 
 
+RELATED_PER_FINDING = 3  # dump modules a finding points at
+
+
+def missing_ops(suspect: Suspect) -> tuple[str, list[str]]:
+    """The side and the activation-like one-sided ops a missing-op finding names."""
+    ops = [k for k in suspect.between.rollout if is_activation_like(k)]
+    if ops:
+        return "rollout", ops
+    return "train", [k for k in suspect.between.train if is_activation_like(k)]
+
+
+def related_dump_keys(suspect: Suspect) -> tuple[list[str], list[str]]:
+    """(train keys, rollout keys) in the dumps that a suspect's finding points at, to look up in one pass."""
+    if suspect.classification == MISSING_OP:
+        side, ops = missing_ops(suspect)
+        return ([], ops[:RELATED_PER_FINDING]) if side == "rollout" else (ops[:RELATED_PER_FINDING], [])
+    if suspect.classification == UPSTREAM and suspect.credible_origin:
+        keys = (suspect.between.train + suspect.between.rollout)[:RELATED_PER_FINDING]
+        return [k for k in keys if k in suspect.between.train], [k for k in keys if k not in suspect.between.train]
+    return [], []
+
+
 def _dump_location(dump: Dump, key: str) -> types.Location | None:
     """The key's entry in its dump file (one rank's file for a merged dump)."""
     found = dump.location_of(key)
@@ -138,10 +160,9 @@ class FindingBuilder:
         related: list[types.DiagnosticRelatedInformation] = []
         found: list[types.Diagnostic | None] = []
         if suspect.classification == MISSING_OP:
-            ops = [k for k in suspect.between.rollout if is_activation_like(k)]
-            side, dump = ("rollout", self.analysis.rollout) if ops else ("train", self.analysis.train)
-            ops = ops or [k for k in suspect.between.train if is_activation_like(k)]
-            for op in ops[:3]:
+            side, ops = missing_ops(suspect)
+            dump = self.analysis.rollout if side == "rollout" else self.analysis.train
+            for op in ops[:RELATED_PER_FINDING]:
                 related += _related(_dump_location(dump, op), f"{side}-only op {op}")
             other = "train" if side == "rollout" else "rollout"
             message = (f"{prefix}missing/extra op: {side} runs {', '.join(ops[:3])} between the last aligned boundary "
@@ -157,7 +178,7 @@ class FindingBuilder:
         else:
             message = f"{prefix}{suspect.classification.replace('_', ' ')}: {suspect.rationale}"
             if suspect.classification == UPSTREAM and suspect.credible_origin:
-                for key in (suspect.between.train + suspect.between.rollout)[:3]:
+                for key in (suspect.between.train + suspect.between.rollout)[:RELATED_PER_FINDING]:
                     dump = self.analysis.train if key in self.analysis.train.entries else self.analysis.rollout
                     related += _related(_dump_location(dump, key), f"unmapped module {key}")
         key_range = self.positions.range(self.current.spans(entry).key)

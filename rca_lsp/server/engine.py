@@ -12,11 +12,13 @@ from rca_lsp.core.forkload import BackgroundDump
 from rca_lsp.core.mapping import ParsedMapping
 from rca_lsp.core.records import Comparator
 from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.server.diagnostics import related_dump_keys
 from rca_lsp.server.matching import MatcherCache
 from rca_lsp.server.pairing import Pair
 from rca_lsp.suggest import Candidate
 
 COUNTERPART_MIN_SCORE = 0.6
+MAX_FINDINGS_LOCATED = 1000  # at most Settings.max_findings are published
 MAX_COUNTERPART_LOOKUPS = 300
 
 
@@ -84,6 +86,7 @@ class Engine:
 
     def prefetch_locations(self, analysis: Analysis) -> None:
         """Dump lines of the modules findings point at, found in one pass per dump, off the event loop."""
-        origins = [s for s in analysis.suspects if s.credible_origin]
-        analysis.train.prefetch_lines(k for s in origins for k in s.between.train)
-        analysis.rollout.prefetch_lines(k for s in origins for k in s.between.rollout)
+        # one read of each dump file for every module the findings point at, not one per finding
+        related = [related_dump_keys(s) for s in analysis.suspects[:MAX_FINDINGS_LOCATED]]
+        analysis.train.prefetch_lines(k for train, _ in related for k in train)
+        analysis.rollout.prefetch_lines(k for _, rollout in related for k in rollout)

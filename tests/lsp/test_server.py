@@ -276,7 +276,8 @@ async def test_unmapped_train_module_hint_and_its_quick_fix(client: LanguageClie
                                      "in_module_diff", "bf16_healthy", "decode_healthy", "decode_norm_eps",
                                      "decode_missing_activation", "microbatch_fault", "moe_ep2_healthy",
                                      "moe_ep2_expert_desync", "tp2_healthy", "tp2_shard_desync",
-                                     "tp2_sp_replica_desync", "pp2_in_module_diff"])
+                                     "tp2_sp_replica_desync", "pp2_in_module_diff", "decode_kv_bf16",
+                                     "autocast_down_proj", "weight_scale_1e5"])
 async def test_each_variant_gets_its_finding_on_the_root_cause_entry(client: LanguageClient, variant: str) -> None:
     from rca_lsp.server.codes import CLASSIFICATION_CODES
 
@@ -346,3 +347,18 @@ async def test_a_rank_file_being_rewritten_keeps_the_last_analysis(client: Langu
         types.FileEvent(uri=rank1.as_uri(), type=types.FileChangeType.Changed)]))
     await wait_for(client, uri, lambda ds: not any(d.code == "dump-problem" for d in ds)
                    and any(d.code == "parameter-sync" for d in ds))
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_sub_tolerance_divergence_shows_its_calibration_in_the_hover(client: LanguageClient) -> None:
+    mapping = copy_variant(client, "decode_kv_bf16")
+    uri = open_document(client, mapping)
+    truth = expected("decode_kv_bf16")["root_cause"]
+    line = line_of(mapping, truth["train_key"])
+    diagnostics = await wait_for(client, uri, lambda ds: any(d.code == "upstream-propagation"
+                                                             and d.range.start.line == line for d in ds))
+    origin = next(d for d in diagnostics if d.code == "upstream-propagation" and d.range.start.line == line)
+    hover = await client.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=origin.range.start))
+    assert hover is not None
+    assert "Confidence:" in hover.contents.value and "x the run's noise floor" in hover.contents.value
