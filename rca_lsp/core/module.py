@@ -133,6 +133,18 @@ def _is_fused_experts(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntr
     return False
 
 
+_ROUTER_NOTE = ("routers of two implementations return different forms (probabilities + routing map against "
+                "logits + top-k scores and indices): their outputs are not compared, their weights and inputs are")
+
+
+def _routers_of_other_forms(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> bool:
+    """A router against a router of another class (Megatron TopKRouter against HF MixtralTopKRouter, ...)."""
+    if len(train) != 1 or len(rollout) != 1:
+        return False
+    classes = (train[0].class_name, rollout[0].class_name)
+    return classes[0] != classes[1] and any("router" in name.lower() for name in classes)
+
+
 def _summarise(states: Sequence[str]) -> str:
     if "mismatch" in states:
         return "mismatch"
@@ -275,6 +287,10 @@ class ModuleComparison:
         self._fused_experts = _is_fused_experts(train, rollout)
         if self._fused_experts:
             self._compare_fused_experts()
+        self._routers = _routers_of_other_forms(train, rollout)
+        if self._routers:  # the parameters and inputs still compare
+            self._output_train = self._output_rollout = None
+            self.output_consistency = "mismatch" if self.parameter_consistency == "mismatch" else "missing"
         self.train_disagreements = tuple(d for part in self._train for d in part.disagreements)
         self.disagreements = self.train_disagreements + tuple(d for part in self._rollout for d in part.disagreements)
         self._apply_disagreements()
@@ -288,6 +304,8 @@ class ModuleComparison:
             self.reasoning += f"; {reading.note}"
         if self._fused_experts:
             self.reasoning += f"; {_FUSED_EXPERTS_NOTE}"
+        if self._routers:
+            self.reasoning += f"; {_ROUTER_NOTE}"
         if self.dtype_path:
             self.reasoning += (f"; the output dtype differs ({self._output_train.dtype} vs "  # type: ignore[union-attr]
                                f"{self._output_rollout.dtype}) while the inputs' agree: a numeric-path difference "  # type: ignore[union-attr]
