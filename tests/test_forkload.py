@@ -86,3 +86,47 @@ def test_rank_files_loaded_on_both_cores_give_the_same_dumps_and_errors(tmp_path
     with pytest.raises(InputError) as usual:
         load_dump_file(broken)
     assert str(raised.value) == str(usual.value)
+
+
+@pytest.mark.parametrize("loader", ["rank files", "background dump"])
+def test_the_loading_child_does_not_outlive_a_killed_parent(tmp_path: Path, loader: str) -> None:
+    """The parent dies (SIGKILL) while it loads its own rank files: the child must not block forever on the pipe,
+    holding its dumps (it inherited the pipe's read end, so no EPIPE would ever tell it)."""
+    import psutil
+    import subprocess
+    import sys
+    import time
+
+    big = {f"Module.model.layers.{i}.mlp.down_proj.Linear.forward.0": entry([1.0, 2.0 + i], [3.0, 4.0])
+           for i in range(3000)}  # packed, far more than a pipe buffer
+    paths = [write_dump(tmp_path / f"rank{r}" / "dump.json", big) for r in range(2)]
+    pids = tmp_path / "children.txt"
+    script = f"""
+import os, psutil
+from pathlib import Path
+import rca_lsp.core.forkload as forkload
+parent, real = os.getpid(), forkload.load_dump_file
+def load(path):
+    if os.getpid() == parent:
+        Path({str(pids)!r}).write_text(" ".join(str(c.pid) for c in psutil.Process().children()))
+        os.kill(parent, 9)
+    return real(path)
+forkload.load_dump_file = load
+if {loader!r} == "rank files":
+    forkload.load_files_forked([Path({str(paths[0])!r}), Path({str(paths[1])!r})])
+else:
+    from rca_lsp.core.dumpsource import resolve_dump_source
+    background = forkload.BackgroundDump(resolve_dump_source({str(paths[1])!r}))
+    load(Path({str(paths[0])!r}))  # the parent's own load, during which it is killed
+"""
+    subprocess.run([sys.executable, "-c", script], timeout=60)
+    children = [int(pid) for pid in pids.read_text().split()]
+    assert children
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
+                                              for pid in children):
+        time.sleep(0.1)
+    alive = [pid for pid in children if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    for pid in alive:
+        psutil.Process(pid).kill()
+    assert alive == []

@@ -64,7 +64,7 @@ class BackgroundDump:
         else:
             context = multiprocessing.get_context("fork")
             self._receiver, sender = context.Pipe(duplex=False)
-            self._child = context.Process(target=_load_and_send, args=(source, sender), daemon=True)
+            self._child = context.Process(target=_load_and_send, args=(source, sender, self._receiver), daemon=True)
             self._child.start()
             sender.close()
 
@@ -127,7 +127,8 @@ def write_packed() -> None:
     sys.stdout.buffer.flush()
 
 
-def _load_and_send(source: DumpSource, sender: Connection) -> None:
+def _load_and_send(source: DumpSource, sender: Connection, inherited: Connection) -> None:
+    inherited.close()  # the parent's end: held here too, a dead parent's pipe would never break (EPIPE)
     try:
         dump = load_source(source)
         with paused_gc():
@@ -159,7 +160,7 @@ def load_files_forked(paths: Sequence[Path]) -> list[Dump]:
     split = (len(paths) + 1) // 2
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_load_many_and_send, args=(list(paths[split:]), sender), daemon=True)
+    child = context.Process(target=_load_many_and_send, args=(list(paths[split:]), sender, receiver), daemon=True)
     child.start()
     sender.close()
     try:
@@ -182,9 +183,10 @@ def load_files_forked(paths: Sequence[Path]) -> list[Dump]:
         child.join()
 
 
-def _load_many_and_send(paths: list[Path], sender: Connection) -> None:
+def _load_many_and_send(paths: list[Path], sender: Connection, inherited: Connection) -> None:
     """Packs every file before sending any: the parent reads the pipe only after its own files, and a send would
     block on the full pipe meanwhile."""
+    inherited.close()  # as in _load_and_send: a send to a parent that died must fail, not block
     packed: list[bytes] = []
     try:
         for path in paths:
