@@ -248,9 +248,11 @@ class RcaServer(LanguageServer):
             found.append(types.Diagnostic(range=top_of_file(), message=message, code=codes.UNPAIRED,
                                           source=codes.SOURCE, severity=severity(codes.UNPAIRED,
                                                                                    codes.DEFAULT_SEVERITY[codes.UNPAIRED])))
-        for problem in doc.problems:
-            found.append(types.Diagnostic(range=top_of_file(), message=problem, code=codes.DUMP_PROBLEM,
-                                          source=codes.SOURCE, severity=types.DiagnosticSeverity.Error))
+        problem_severity = severity(codes.DUMP_PROBLEM, codes.DEFAULT_SEVERITY[codes.DUMP_PROBLEM])
+        if problem_severity is not None:  # "off" in rcaLsp.severity
+            for problem in doc.problems:
+                found.append(types.Diagnostic(range=top_of_file(), message=problem, code=codes.DUMP_PROBLEM,
+                                              source=codes.SOURCE, severity=problem_severity))
         analysis = doc.analysis if doc.analysis is not None and doc.analysis.mapping is parsed else None
         issues = analysis.issues if analysis is not None else parsed.issues
         found += issue_diagnostics(issues, positions, severity)

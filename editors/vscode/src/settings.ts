@@ -24,6 +24,9 @@ export const DIAGNOSTIC_CODES = [
   'nan-inf',
   'rank-disagreement',
   'call-disagreement',
+  'aligned-boundary',
+  'needs-review',
+  'dump-problem',
 ] as const;
 
 export const SEVERITIES = ['error', 'warning', 'information', 'hint', 'off'] as const;
