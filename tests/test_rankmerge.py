@@ -117,7 +117,8 @@ def test_replicas_that_disagree_are_a_finding_of_their_own(tmp_path: Path) -> No
     assert "ranks disagree" in analysis.report["top_hypothesis"]
 
 
-def test_pipeline_stages_are_named_by_global_layer(tmp_path: Path) -> None:
+@pytest.mark.parametrize("first_rank", [0, 1], ids=["rank order", "stages in other ranks"])
+def test_pipeline_stages_are_named_by_global_layer(tmp_path: Path, first_rank: int) -> None:
     layers = [(values(4), values(8), values(16), values(4)) for _ in range(4)]
     for stage in range(2):
         data: dict = {}
@@ -132,17 +133,19 @@ def test_pipeline_stages_are_named_by_global_layer(tmp_path: Path) -> None:
                 node(values(4), [4, 1]), node(values(8), [4, 2]))
         data["Module.module.module.GPTModel.forward.0"] = module(node([1.0, 5.0], [1, 2]) if stage == 0 else None,
                                                                  node(values(6), [2, 3]))
-        write_dump(tmp_path / "train" / "step0" / f"rank{stage}" / "dump.json", data)
+        write_dump(tmp_path / "train" / "step0" / f"rank{(stage + first_rank) % 2}" / "dump.json", data)
     dump = DumpCache().get(tmp_path / "train")
     assert dump.keys[0].startswith("Module.module.module.embedding")
+    assert (first_rank == 1) == any("ordered by their content" in note for note in dump.parallel.notes)
     assert [k for k in dump.keys if "linear_fc1" in k] == [
         f"{P}.{i}.mlp.linear_fc1.ColumnParallelLinear.forward.0" for i in range(4)]
     model = dump.entries["Module.module.module.GPTModel.forward.0"]
     assert dump.keys[-1] == "Module.module.module.GPTModel.forward.0" and model.input is not None
     assert [e.position for e in map(dump.entries.get, dump.keys)] == list(range(len(dump.keys)))
     assert dump.parallel is not None and "pp=2" in dump.parallel.layout
+    second_stage = tmp_path / f"train/step0/rank{(1 + first_rank) % 2}/dump.json"
     assert dump.file_key(f"{P}.3.mlp.linear_fc1.ColumnParallelLinear.forward.0") == (
-        str((tmp_path / "train/step0/rank1/dump.json").resolve()), f"{P}.1.mlp.linear_fc1.ColumnParallelLinear.forward.0")
+        str(second_stage.resolve()), f"{P}.1.mlp.linear_fc1.ColumnParallelLinear.forward.0")
     file, line = dump.location_of(f"{P}.3.mlp.linear_fc1.ColumnParallelLinear.forward.0")
     assert f"{P}.1.mlp.linear_fc1" in Path(file).read_text().splitlines()[line]
 

@@ -333,8 +333,8 @@ def _primary_input(args: Any) -> TensorStats | None:
 
 def _after_first_float(items: Any) -> TensorStats | None:
     """In a flat list of tensors: the float tensor right after the first float one, if it has the same shape."""
-    if type(items) is not list or len(items) < 2:
-        return None
+    if type(items) is not list or len(items) < 2 or (len(items) == 2 and items[1] is None):
+        return None  # ... and Megatron's (output, None) pairs, the common case
     first: TensorStats | None = None
     for item in items:
         stats = _tensor(item) if type(item) is not list else None

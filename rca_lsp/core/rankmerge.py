@@ -113,6 +113,7 @@ def _plan(dumps: Sequence[Dump], source: DumpSource) -> _Plan:
         if odd and given.pp is None:
             raise InputError(source.label, f"cannot tell the pipeline stages: rank {source.ranks[odd[0]]} dumps other "
                                            f"modules than rank {source.ranks[stage[0]]}; pass --parallel pp=N")
+    stages = _in_pipeline_order(stages, dumps, source, notes)
     group = _data_group_size(dumps, stages[0], given, source)
     dp = stage_size // group
     if dp > 1:
@@ -122,6 +123,30 @@ def _plan(dumps: Sequence[Dump], source: DumpSource) -> _Plan:
     tp, ep = _tp_ep(dumps, stages[0][:group], given, source)
     return _Plan([stage[:group] for stage in stages], tp, ep, dp,
                  given.tp is None and given.pp is None and given.ep is None and given.dp is None, notes)
+
+
+_FIRST_STAGE_RE = re.compile(r"(?<![^.])(embedding|embed_tokens|word_embeddings|wte)(?=\.|$)")
+_LAST_STAGE_RE = re.compile(r"(?<![^.])(output_layer|lm_head|final_layernorm)(?=\.|$)")
+
+
+def _in_pipeline_order(stages: list[list[int]], dumps: Sequence[Dump], source: DumpSource,
+                       notes: list[str]) -> list[list[int]]:
+    """Stages in rank order (Megatron's pp is the slowest dimension), unless the content says otherwise: the stage
+    holding the embedding runs first, the one holding the output layer last."""
+    if len(stages) < 2:
+        return stages
+
+    def holds(stage: list[int], pattern: re.Pattern[str]) -> bool:
+        dump = dumps[stage[0]]
+        return any(pattern.search(dump.entries[key].path) for key in dump.keys)
+
+    first = next((s for s in stages if holds(s, _FIRST_STAGE_RE)), stages[0])
+    last = next((s for s in stages if holds(s, _LAST_STAGE_RE) and s is not first), stages[-1])
+    ordered = [first] + [s for s in stages if s is not first and s is not last] + ([last] if last is not first else [])
+    if ordered != stages:
+        notes.append("pipeline stages ordered by their content (the embedding's stage first, the output layer's last): "
+                     + " -> ".join(f"ranks {source.ranks[s[0]]}-{source.ranks[s[-1]]}" for s in ordered))
+    return ordered
 
 
 def _data_group_size(dumps: Sequence[Dump], stage: list[int], given: ParallelLayout, source: DumpSource) -> int:
