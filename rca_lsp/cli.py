@@ -13,13 +13,12 @@ from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.outputs import write_outputs
-from rca_lsp.core.run import analyze_paths
+from rca_lsp.core.run import analyze_paths, raise_if_unusable
 from rca_lsp.source_args import add_source_arguments, side_options
 from rca_lsp.core.tolerance import Tolerances
 from rca_lsp.suggest import cli as suggest_cli
 
 DEMO_DIR = Path(__file__).parent / "demo"
-BLOCKING_CODES = ("json-syntax", "invalid-value")
 
 
 def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
@@ -87,11 +86,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     train_options, rollout_options = side_options(args)
     analysis = analyze_paths(train, rollout, mapping, _tolerances(args.tolerance), fork=True,
                              train_options=train_options, rollout_options=rollout_options)
-    blocking = [i for i in analysis.mapping.issues if i.code in BLOCKING_CODES]
-    if blocking:
-        issue = blocking[0]
-        line, column = analysis.mapping.lines.position(issue.span.start)
-        raise InputError(str(mapping), f"{issue.code}: {issue.message}", line + 1, column + 1, issue.key)
+    raise_if_unusable(analysis.mapping)
     for issue in analysis.issues[:10]:
         print(f"warning: {mapping}:{analysis.mapping.line_of(issue.span)}: {issue.code}: {issue.message}", file=sys.stderr)
     if len(analysis.issues) > 10:

@@ -14,6 +14,7 @@ import pytest
 from rca_lsp.core.dump import Dump, TensorStats, build_dump
 from rca_lsp.core.errors import InputError
 from rca_lsp.suggest import Matcher, NamingRules, suggest_mapping
+from rca_lsp.suggest.coverage import render_coverage
 from rca_lsp.suggest.evidence import concatenate, shape_relation, stats_relation
 
 Node = dict[str, Any]
@@ -307,7 +308,7 @@ def test_existing_entries_are_kept_and_only_missing_ones_proposed() -> None:
 
 def test_coverage_text_reports_counts_groups_and_unmatched_classes() -> None:
     result = suggest_mapping(*_dumps(model_pair()))
-    text = result.coverage_text()
+    text = render_coverage(result)
     assert f"train modules mapped: {len(result.mapping)} of {len(result.mapping) + len(result.unmatched_train)}" in text
     assert "groups: 4 1:N" in text
     assert "unmatched train modules:" in text and "IdentityOp (2)" in text

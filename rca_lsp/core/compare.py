@@ -7,11 +7,10 @@ from math import isfinite, isnan
 from functools import lru_cache
 from typing import Any, NamedTuple, Sequence
 
-from rca_lsp.core.dump import TensorStats
+from rca_lsp.core.dump import TensorStats, is_integer_dtype
 from rca_lsp.core.tolerance import WARN_FACTOR, Tolerances, normalise_dtype
 
 STAT_NAMES = ("Max", "Min", "Mean", "Norm")
-_INTEGER_KINDS = ("int", "uint", "bool", "long", "short", "char", "byte")
 
 
 class StatComparison(NamedTuple):  # NamedTuples: output_3 builds ~10^6 of these, frozen dataclasses cost 3x more
@@ -40,11 +39,6 @@ class TargetComparison(NamedTuple):
     @property
     def nonfinite_one_side(self) -> bool:
         return any(s.status == "alert" and _one_nonfinite(s.train, s.rollout) for s in self.stats)
-
-    @property
-    def worst_rel_err(self) -> float | None:
-        errors = [s.rel_err for s in self.stats if s.rel_err is not None]
-        return max(errors) if errors else None
 
 
 # A NamedTuple's generated __new__ is a Python function; tuple.__new__ builds the same object in about half the
@@ -87,12 +81,6 @@ def shape_relation(train: TensorStats, rollout: TensorStats) -> str:
     if tuple(d for d in train.shape if d != 1) == tuple(d for d in rollout.shape if d != 1):
         return "singleton_compatible_numel_match"
     return "numel_match" if train.numel == rollout.numel else "numel_mismatch"
-
-
-@lru_cache(maxsize=256)
-def _is_integer_kind(dtype: str | None) -> bool:
-    name = normalise_dtype(dtype) or ""
-    return name.startswith(_INTEGER_KINDS)
 
 
 def _one_nonfinite(a: float | None, b: float | None) -> bool:
@@ -288,7 +276,7 @@ def _dtype_pair(train: str | None, rollout: str | None) -> tuple[str, bool]:
     """(dtype_match, whether both are integer or both floating)."""
     match = "unknown" if train is None or rollout is None else (
         "match" if normalise_dtype(train) == normalise_dtype(rollout) else "mismatch")
-    return match, _is_integer_kind(train) == _is_integer_kind(rollout)
+    return match, is_integer_dtype(train) == is_integer_dtype(rollout)
 
 
 def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float) -> tuple[str, str, str]:

@@ -216,7 +216,7 @@ class Dump:
         for key in self.keys:
             entry = self.entries[key]
             for stats in (entry.input, entry.output):
-                if stats is not None and stats.shape and len(stats.shape) in (2, 3) and not _is_integer_dtype(stats.dtype):
+                if stats is not None and stats.shape and len(stats.shape) in (2, 3) and not is_integer_dtype(stats.dtype):
                     found[entry.call_index] = max(found.get(entry.call_index, 0), leading_size(stats))
         return dict(sorted(found.items()))
 
@@ -322,11 +322,11 @@ def first_tensor(value: Any) -> TensorStats | None:
 def _primary_input(args: Any) -> TensorStats | None:
     """The first floating-point positional tensor: vLLM passes (positions, hidden_states, ...) to its layers."""
     first = first_tensor(args)
-    if first is None or not _is_integer_dtype(first.dtype) or type(args) is not list:
+    if first is None or not is_integer_dtype(first.dtype) or type(args) is not list:
         return first
     for item in args[1:]:
         stats = first_tensor(item)
-        if stats is not None and not _is_integer_dtype(stats.dtype):
+        if stats is not None and not is_integer_dtype(stats.dtype):
             return stats
     return first
 
@@ -338,7 +338,7 @@ def _after_first_float(items: Any) -> TensorStats | None:
     first: TensorStats | None = None
     for item in items:
         stats = _tensor(item) if type(item) is not list else None
-        if stats is None or _is_integer_dtype(stats.dtype):
+        if stats is None or is_integer_dtype(stats.dtype):
             if first is not None:
                 return None
             continue
@@ -349,10 +349,14 @@ def _after_first_float(items: Any) -> TensorStats | None:
     return None
 
 
+_INTEGER_KINDS = ("int", "uint", "bool", "long", "short", "char", "byte")
+
+
 @lru_cache(maxsize=256)
-def _is_integer_dtype(dtype: str | None) -> bool:
+def is_integer_dtype(dtype: str | None) -> bool:
+    """Integer and boolean tensors (msprobe gives them no Mean/Norm; they never compare with floating ones)."""
     name = (dtype or "").rpartition(".")[2].lower()
-    return name.startswith(("int", "uint", "long", "bool"))
+    return name.startswith(_INTEGER_KINDS)
 
 
 def _tensor_map(nodes: Any) -> Mapping[str, TensorStats]:

@@ -34,11 +34,6 @@ def parse_module_key(key: str) -> ModuleKey | None:
     return ModuleKey(prefix, path, class_name, direction, int(index))
 
 
-def is_forward_module_key(key: str) -> bool:
-    parsed = parse_module_key(key)
-    return parsed is not None and parsed.direction == "forward"
-
-
 def layer_index(key: str) -> int | None:
     """The integer after `.layers.` (the seed's definition)."""
     match = _LAYER_RE.search(key)

@@ -39,6 +39,14 @@ class Between:
     inside_rollout: list[str] = field(default_factory=list)
 
 
+def one_sided_activations(between: Between) -> tuple[str, list[str]]:
+    """The side whose unmatched activation-like modules lie between (the rollout's first) and those modules."""
+    rollout = [k for k in between.rollout if is_activation_like(k)]
+    if rollout:
+        return "rollout", rollout
+    return "train", [k for k in between.train if is_activation_like(k)]
+
+
 @dataclass
 class Suspect:
     record: ModuleRecord
@@ -395,10 +403,8 @@ class RootCauseAnalysis:
                            f"first: {child.train_key}", boundary, Between(), False, child.train_key)
         between = self._between(record, boundary)
         where = f"after the aligned boundary {boundary.train_key}" if boundary else "from the start of this call"
-        train_acts = [k for k in between.train if is_activation_like(k)]
-        rollout_acts = [k for k in between.rollout if is_activation_like(k)]
-        if rollout_acts or train_acts:
-            side, acts = ("rollout", rollout_acts) if rollout_acts else ("train", train_acts)
+        side, acts = one_sided_activations(between)
+        if acts:
             rationale = (f"{side} has unmatched activation-like intermediate modules between the last aligned boundary "
                          f"and this suspect ({', '.join(_short(k) for k in acts[:3])}); the data diverged there: "
                          f"statistics are aligned {where}, but this module's input differs")
@@ -502,12 +508,10 @@ def hypothesis(first: Suspect | None) -> tuple[str, list[str]]:
     if first is None:
         return "", []
     if first.classification == MISSING_OP:
-        rollout_acts = [k for k in first.between.rollout if is_activation_like(k)]
-        if rollout_acts:
-            return ("train may be missing an activation-like operation that exists on rollout between the last aligned "
-                    "boundary and the first downstream mismatch", rollout_acts)
-        return ("rollout may be missing an activation-like operation that exists on train between the last aligned "
-                "boundary and the first downstream mismatch", [k for k in first.between.train if is_activation_like(k)])
+        side, acts = one_sided_activations(first.between)
+        other = "train" if side == "rollout" else "rollout"
+        return (f"{other} may be missing an activation-like operation that exists on {side} between the last aligned "
+                "boundary and the first downstream mismatch", acts)
     if first.classification == PARAMETER:
         return "parameter sync or checkpoint alignment issue", [first.train_key]
     if first.classification == RANK_DISAGREEMENT:

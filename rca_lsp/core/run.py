@@ -19,6 +19,19 @@ from rca_lsp.core.records import Comparator
 from rca_lsp.core.tolerance import Tolerances
 
 
+BLOCKING_CODES = ("json-syntax", "invalid-value")  # mapping problems a command cannot go on with
+
+
+def raise_if_unusable(parsed: ParsedMapping) -> None:
+    """The first problem that stops a command (a syntax error, a value that is not a key or a list of keys), as one
+    line naming the file, line and column."""
+    blocking = [issue for issue in parsed.issues if issue.code in BLOCKING_CODES]
+    if blocking:
+        issue = blocking[0]
+        line, column = parsed.lines.position(issue.span.start)
+        raise InputError(parsed.path, f"{issue.code}: {issue.message}", line + 1, column + 1, issue.key)
+
+
 def read_mapping_file(path: str | os.PathLike[str]) -> ParsedMapping:
     try:
         text = Path(path).read_bytes().decode("utf-8-sig")

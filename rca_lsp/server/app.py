@@ -35,6 +35,7 @@ from rca_lsp.server.positions import Positions, top_of_file
 from rca_lsp.server.settings import Settings
 from rca_lsp.server.timing import Laps
 from rca_lsp.server.watcher import DumpWatcher
+from rca_lsp.suggest.coverage import render_coverage
 
 log = logging.getLogger(__name__)
 
@@ -533,7 +534,7 @@ async def cmd_suggest_mapping(ls: RcaServer, uri: str) -> dict[str, str] | None:
         train, rollout = ls.engine.load(pair)
         result = ls.engine.matchers.get(train, rollout).suggest(existing, should_stop)
         return {"content": orjson.dumps(result.mapping, option=orjson.OPT_INDENT_2).decode(),
-                "coverage": result.coverage_text()}
+                "coverage": render_coverage(result)}
 
     with ls.cancellable() as should_stop:
         try:

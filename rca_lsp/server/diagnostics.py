@@ -9,9 +9,8 @@ from lsprotocol import types
 
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.dump import Dump
-from rca_lsp.core.keys import is_activation_like
 from rca_lsp.core.mapping import MappingEntry, MappingIssue, ParsedMapping
-from rca_lsp.core.rootcause import MISSING_OP, UPSTREAM, Suspect
+from rca_lsp.core.rootcause import MISSING_OP, UPSTREAM, Suspect, one_sided_activations
 from rca_lsp.server import codes
 from rca_lsp.server.positions import Positions, top_of_file
 from rca_lsp.suggest import Candidate
@@ -53,18 +52,10 @@ def issue_diagnostics(issues: list[MappingIssue], positions: Positions, severity
 RELATED_PER_FINDING = 3  # dump modules a finding points at
 
 
-def missing_ops(suspect: Suspect) -> tuple[str, list[str]]:
-    """The side and the activation-like one-sided ops a missing-op finding names."""
-    ops = [k for k in suspect.between.rollout if is_activation_like(k)]
-    if ops:
-        return "rollout", ops
-    return "train", [k for k in suspect.between.train if is_activation_like(k)]
-
-
 def related_dump_keys(suspect: Suspect) -> tuple[list[str], list[str]]:
     """(train keys, rollout keys) in the dumps that a suspect's finding points at, to look up in one pass."""
     if suspect.classification == MISSING_OP:
-        side, ops = missing_ops(suspect)
+        side, ops = one_sided_activations(suspect.between)
         return ([], ops[:RELATED_PER_FINDING]) if side == "rollout" else (ops[:RELATED_PER_FINDING], [])
     if suspect.classification == UPSTREAM and suspect.credible_origin:
         keys = (suspect.between.train + suspect.between.rollout)[:RELATED_PER_FINDING]
@@ -160,7 +151,7 @@ class FindingBuilder:
         related: list[types.DiagnosticRelatedInformation] = []
         found: list[types.Diagnostic | None] = []
         if suspect.classification == MISSING_OP:
-            side, ops = missing_ops(suspect)
+            side, ops = one_sided_activations(suspect.between)
             dump = self.analysis.rollout if side == "rollout" else self.analysis.train
             for op in ops[:RELATED_PER_FINDING]:
                 related += _related(_dump_location(dump, op), f"{side}-only op {op}")

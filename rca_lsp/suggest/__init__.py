@@ -14,8 +14,6 @@ __all__ = [
     "NamingRules",
     "Suggestion",
     "SuggestionResult",
-    "rank_rollout_candidates",
-    "rank_train_candidates",
     "suggest_mapping",
 ]
 
@@ -24,14 +22,3 @@ def suggest_mapping(train: Dump, rollout: Dump, existing: dict[str, MappingValue
                     rules: NamingRules | None = None) -> SuggestionResult:
     """Propose rollout keys for every train key the existing mapping lacks (see Matcher.suggest)."""
     return Matcher(train, rollout, rules).suggest(existing)
-
-
-def rank_rollout_candidates(train: Dump, rollout: Dump, train_key: str, limit: int = 5,
-                            text_hint: str | None = None) -> list[Candidate]:
-    """One-off ranking; interactive callers should keep a Matcher per dump pair and call its method."""
-    return Matcher(train, rollout).rank_rollout_candidates(train_key, limit, text_hint)
-
-
-def rank_train_candidates(train: Dump, rollout: Dump, text_hint: str, limit: int = 5) -> list[Candidate]:
-    """One-off ranking; interactive callers should keep a Matcher per dump pair and call its method."""
-    return Matcher(train, rollout).rank_train_candidates(text_hint, limit)

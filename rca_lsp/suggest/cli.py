@@ -12,13 +12,13 @@ import orjson
 
 from rca_lsp.core.dump import DumpCache
 from rca_lsp.core.errors import InputError
-from rca_lsp.core.run import read_mapping_file
+from rca_lsp.core.run import raise_if_unusable, read_mapping_file
 from rca_lsp.suggest import suggest_mapping
+from rca_lsp.suggest.coverage import render_coverage
 from rca_lsp.suggest.result import MappingValue
 from rca_lsp.suggest.rules import NamingRules
 from rca_lsp.source_args import add_source_arguments, side_options
 
-_BLOCKING_CODES = ("json-syntax", "invalid-value")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,17 +46,14 @@ def run(args: argparse.Namespace) -> int:
     except InputError as error:
         print(str(error), file=sys.stderr)
         return 2
-    print(result.coverage_text(), end="")
+    print(render_coverage(result), end="")
     print(f"wrote {len(result.mapping)} entries to {args.output}")
     return 0
 
 
 def read_existing(path: str) -> dict[str, MappingValue]:
     parsed = read_mapping_file(path)
-    blocking = [issue for issue in parsed.issues if issue.code in _BLOCKING_CODES]
-    if blocking:
-        line, column = parsed.lines.position(blocking[0].span.start)
-        raise InputError(path, f"{blocking[0].code}: {blocking[0].message}", line + 1, column + 1, blocking[0].key)
+    raise_if_unusable(parsed)
     return parsed.as_dict()
 
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 
 from rca_lsp.core.cancel import ShouldStop, never, stop_if
 from rca_lsp.core.calls import joined_calls_view, partition_calls, regrouped_view
 from rca_lsp.core.dump import Dump
+from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.tolerance import Tolerances
 from rca_lsp.suggest.align import align_leftovers
 from rca_lsp.suggest.canonical import Canonicalizer
@@ -41,7 +39,7 @@ class Matcher:
                 rollout, self._members = regrouped_view(rollout, groups, Tolerances())
         self.rules = rules or NamingRules.default()
         self.canonicalizer = Canonicalizer(self.rules)
-        with _gc_paused():
+        with paused_gc():
             self.train = SideIndex(train, self.canonicalizer)
             self.rollout = SideIndex(rollout, self.canonicalizer)
         self.assessor = Assessor(self.train, self.rollout, self.rules)
@@ -67,7 +65,7 @@ class Matcher:
     def suggest(self, existing: dict[str, MappingValue] | None = None,
                 should_stop: ShouldStop = never) -> SuggestionResult:
         """Raises Cancelled once `should_stop` says so."""
-        with _gc_paused():
+        with paused_gc():
             result = self._suggest(dict(existing or {}), should_stop)
         return self._in_dump_keys(result) if self._members else result
 
@@ -116,10 +114,11 @@ class Matcher:
         return build_result(self.train, self.rollout, existing, accepted, rejected + aligned.rejected)
 
     def rank_rollout_candidates(self, train_key: str, limit: int = 5, text_hint: str | None = None) -> list[Candidate]:
-        return rank_rollout(self, train_key, limit, text_hint)
+        by_name = self.name_proposals(train_key) if train_key in self.train.names else []
+        return rank_rollout(self.train, self.rollout, self.assessor, by_name, train_key, limit, text_hint)
 
     def rank_train_candidates(self, text_hint: str, limit: int = 5) -> list[Candidate]:
-        return rank_train(self, text_hint, limit)
+        return rank_train(self.train, text_hint, limit)
 
 
 def _claim(proposals: list[Proposal], claimed_train: set[str], claimed_rollout: set[str],
@@ -137,15 +136,3 @@ def _claim(proposals: list[Proposal], claimed_train: set[str], claimed_rollout: 
         claimed_rollout.update(proposal.rollout_keys)
         accepted.append(proposal)
     return accepted, rejected
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Building many small objects next to millions of loaded ones: collections would rescan the dumps each time."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()

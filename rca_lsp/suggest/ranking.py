@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rapidfuzz import fuzz, process
 
 from rca_lsp.core.keys import parse_module_key
 from rca_lsp.suggest.confidence import NO_NAME, NameEvidence
 from rca_lsp.suggest.index import SideIndex
-from rca_lsp.suggest.proposal import Proposal
+from rca_lsp.suggest.proposal import Assessor, Proposal
 from rca_lsp.suggest.result import Candidate
-
-if TYPE_CHECKING:
-    from rca_lsp.suggest.matcher import Matcher
 
 SPELLING_CUTOFF = 60.0  # rapidfuzz ratio (0..100) below which a key is not offered as a respelling
 CLOSE_SPELLING = 90.0  # a respelling this close within the hint's own layer and call ends the search there
@@ -22,31 +17,32 @@ SAME_MODULE_BY_RULES = 0.95  # similarity given to a key that the naming rules m
 _NO_RULE = NameEvidence(NO_NAME, "no naming rule")
 
 
-def rank_rollout(matcher: Matcher, train_key: str, limit: int, text_hint: str | None) -> list[Candidate]:
-    """Rollout keys (or split groups) for `train_key`: name matches and modules under the same canonical parent,
-    plus, when `text_hint` is a whole (misspelt) key, its respellings. Ordered by match confidence, blended with
-    closeness to the hint (a typed prefix counts as close) when there is one."""
+def rank_rollout(train: SideIndex, rollout: SideIndex, assessor: Assessor, by_name: list[Proposal], train_key: str,
+                 limit: int, text_hint: str | None) -> list[Candidate]:
+    """Rollout keys (or split groups) for `train_key`: its name proposals (`by_name`) and modules under the same
+    canonical parent, plus, when `text_hint` is a whole (misspelt) key, its respellings. Ordered by match confidence,
+    blended with closeness to the hint (a typed prefix counts as close) when there is one."""
     proposals: dict[tuple[str, ...], Proposal] = {}
     respelt: dict[str, tuple[float, str]] = {}
     if text_hint and parse_module_key(text_hint) is not None:  # a whole (misspelt) key, not a prefix being typed
-        respelt = hint_matches(matcher.rollout, text_hint, limit)
-    if train_key in matcher.train.names:
-        for proposal in matcher.name_proposals(train_key):
+        respelt = hint_matches(rollout, text_hint, limit)
+    if train_key in train.names:
+        for proposal in by_name:
             proposals.setdefault(proposal.rollout_keys, proposal)
-        nearby = matcher.rollout.siblings(matcher.train.names[train_key], matcher.train.entries[train_key].call_index)
+        nearby = rollout.siblings(train.names[train_key], train.entries[train_key].call_index)
         for key in [*nearby, *respelt]:
             if (key,) not in proposals:
-                proposals[(key,)] = matcher.assessor.with_name((train_key,), (key,), _NO_RULE)
+                proposals[(key,)] = assessor.with_name((train_key,), (key,), _NO_RULE)
     candidates = [_rollout_candidate(proposal, respelt, text_hint) for proposal in proposals.values()]
     candidates += [Candidate([key], similarity, note)
                    for key, (similarity, note) in respelt.items() if (key,) not in proposals]
     return _best(candidates, limit)
 
 
-def rank_train(matcher: Matcher, text_hint: str, limit: int) -> list[Candidate]:
+def rank_train(train: SideIndex, text_hint: str, limit: int) -> list[Candidate]:
     """Train keys close to `text_hint` (a misspelt or foreign-named train key), closest first."""
     return _best([Candidate([key], similarity, note)
-                  for key, (similarity, note) in hint_matches(matcher.train, text_hint, limit).items()], limit)
+                  for key, (similarity, note) in hint_matches(train, text_hint, limit).items()], limit)
 
 
 def hint_matches(side: SideIndex, text: str, limit: int) -> dict[str, tuple[float, str]]:

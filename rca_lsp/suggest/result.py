@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rca_lsp.suggest.coverage import render_coverage
 
 MappingValue = str | list[str]
 
@@ -47,9 +46,6 @@ class SuggestionResult:
 
     def __post_init__(self) -> None:
         self.accepted = [suggestion for suggestion in self.suggestions if suggestion.accepted]
-
-    def coverage_text(self) -> str:
-        return render_coverage(self)
 
 
 def as_mapping_value(keys: list[str]) -> MappingValue:
