@@ -205,15 +205,15 @@ def test_real_merged_ranks_equal_the_unsharded_run(variant: str) -> None:
     """Real Megatron-core TP=2 / TP=2+SP / PP=2 dumps, merged, against the TP=1 run of the same model and inputs."""
     from conftest import FIXTURES
     from rca_lsp.core.compare import copy_difference
-    from rca_lsp.core.rankmerge import _slots
+    from rca_lsp.core.rankmerge import entry_slots
 
     merged = DumpCache().get(FIXTURES / variant / "train")
     reference = DumpCache().get(FIXTURES / "tp1_healthy4" / "train")
     assert set(merged.keys) == set(reference.keys)
     compared = 0
     for key in reference.keys:
-        mine = dict(_slots(merged.entries[key]))
-        for slot, theirs in _slots(reference.entries[key]):
+        mine = dict(entry_slots(merged.entries[key]))
+        for slot, theirs in entry_slots(reference.entries[key]):
             if theirs is None or mine.get(slot) is None or theirs.norm is None:
                 continue
             ours = mine[slot]

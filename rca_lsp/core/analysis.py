@@ -13,20 +13,17 @@ from functools import cached_property
 from operator import attrgetter
 from typing import Any
 
-from rca_lsp.core.calibrate import ROUNDING, Calibration, calibrate
-from rca_lsp.core.tolerance import normalise_dtype
-from rca_lsp.core.dump import Dump, slot_label
-from rca_lsp.core.rankview import merged_slots, per_rank_rows, rank_by_rank
+from rca_lsp.core.calibrate import Calibration, calibrate
+from rca_lsp.core.dump import Dump
 from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.keys import block_of, layer_index
 from rca_lsp.core.mapping import MappingEntry, MappingIssue, ParsedMapping
 from rca_lsp.core.records import Comparator, ModuleRecord, Owners, build_groups, owners_of, regroup, updated_owners
-from rca_lsp.core.rootcause import (CallEvidence, RootCauseAnalysis, Suspect, hypothesis, next_checks, ranked_suspects,
-                                    record_summary, suspect_json)
+from rca_lsp.core.report_json import hypothesis, root_cause_report
+from rca_lsp.core.rootcause import CallEvidence, RootCauseAnalysis, Suspect, ranked_suspects
 from rca_lsp.core.validate import unknown_entries, unknown_key_issues
 
 
-MAX_REPORTED_SUSPECTS = 1000  # the report lists the first ones (origins first); output_4 has every record
 
 Usable = dict[str, tuple[str, ...]]  # train key -> rollout keys present in the rollout dump
 
@@ -310,103 +307,3 @@ def _call_heads(previous: Analysis, call_records: dict[int, list[ModuleRecord]])
     heads = [e.records[0] for call, e in previous.calls.items() if call not in call_records and e.records]
     heads += [rs[0] for rs in call_records.values() if rs]
     return sorted(heads, key=_TRAIN_POSITION)
-
-
-def root_cause_report(analysis: Analysis) -> dict[str, Any]:
-    """output_5_root_cause_report.json: the seed's schema and field names, with richer evidence per suspect."""
-    first = analysis.suspects[0] if analysis.suspects else None
-    top_hypothesis, top_evidence = hypothesis(first)
-    nonfinite = [r.train_key for r in analysis.records if r.comparison.output_nonfinite_both]
-    return {
-        "train_path": analysis.train.path,
-        "rollout_path": analysis.rollout.path,
-        "mapping_key_path": analysis.mapping.path,
-        "structural_false_positives": [
-            {**{k: v for k, v in record_summary(r).items() if k in ("train_key", "rollout_key", "module_bucket")},
-             "skip_reason": r.comparison.reasoning} for r in analysis.structural],
-        "root_cause_suspects": [suspect_json(s) for s in analysis.suspects[:MAX_REPORTED_SUSPECTS]],
-        "root_cause_suspects_total": len(analysis.suspects),
-        "top_hypothesis": top_hypothesis,
-        "top_evidence": top_evidence,
-        "first_divergence": _with_ranks(analysis, suspect_json(first), first) if first and first.credible_origin else None,
-        "nonfinite_on_both_sides": nonfinite,
-        "mapping_issues": [{"code": i.code, "line": analysis.mapping.line_of(i.span), "message": i.message, "key": i.key}
-                           for i in analysis.issues],
-        "counts": {
-            "train_forward_keys": len(analysis.train.keys),
-            "rollout_forward_keys": len(analysis.rollout.keys),
-            "mapped_groups": len(analysis.records),
-            "suspects": len(analysis.suspects),
-        },
-        "next_checks": next_checks(analysis.suspects),
-        "calibration": calibration_summary(analysis),
-        "parallel": {side: parallel_summary(dump) for side, dump in (("train", analysis.train),
-                                                                      ("rollout", analysis.rollout))
-                     if dump.parallel is not None},
-        "disagreements": disagreement_rows(analysis),
-    }
-
-
-def confidence(analysis: Analysis, suspect: Suspect) -> dict[str, Any]:
-    """How far above the run's noise a divergence is, and which other credible origins remain."""
-    comparison = suspect.record.comparison
-    calibrated = analysis.calibration.by_dtype.get(normalise_dtype(comparison.output_dtype) or "")
-    error = comparison.output_error
-    above = None
-    if calibrated is not None and error is not None:
-        above = error / max(calibrated.floor, ROUNDING.get(calibrated.dtype, 0.0), 1e-300)
-    alternatives = [s.train_key for s in analysis.suspects if s.credible_origin and s is not suspect][:5]
-    return {"error": error, "noise_floor": calibrated.floor if calibrated else None, "above_noise": above,
-            "alternatives": alternatives, "dtype_path": comparison.dtype_path}
-
-
-def _with_ranks(analysis: Analysis, found: dict[str, Any], suspect: Suspect) -> dict[str, Any]:
-    """The first divergence with its confidence, each rank's statistics of its merged slots, and rank-by-rank
-    verdicts."""
-    found["confidence"] = confidence(analysis, suspect)
-    record = suspect.record
-    for side, dump, key in (("train", analysis.train, record.train_key), ("rollout", analysis.rollout, record.rollout_key)):
-        slots = merged_slots(dump, key)
-        if slots:
-            found[f"{side}_per_rank"] = [{"slot": slot_label(slot), "rank": rank, "Max": v[0], "Min": v[1], "Mean": v[2],
-                                          "Norm": v[3]} for slot, rank, v in per_rank_rows(dump, key, slots)]
-    verdicts = rank_by_rank(analysis.train, analysis.rollout, record.train_key, record.rollout_key,
-                            analysis.comparator.tolerances)
-    if verdicts:
-        found["rank_by_rank"] = verdicts
-    return found
-
-
-def calibration_summary(analysis: Analysis) -> dict[str, Any]:
-    """The noise floor, threshold and first jump per dtype, as the records were judged."""
-    return {dtype: {"pairs": c.pairs, "noise_floor": c.floor, "threshold": c.threshold, "fixed_tolerance": c.ceiling,
-                    "first_jump": c.jump_key, "jump_factor": c.jump_factor, "fallback": c.fallback,
-                    "summary": c.describe()}
-            for dtype, c in analysis.calibration.by_dtype.items()}
-
-
-def parallel_summary(dump: Dump) -> dict[str, Any]:
-    """How a logical dump was merged from ranks, for the report."""
-    info = dump.parallel
-    assert info is not None
-    return {"ranks": list(info.ranks), "files": list(info.files), "layout": info.layout,
-            "sequence_parallel": info.sequence_parallel, "notes": info.notes, "dropped_keys": len(info.dropped)}
-
-
-def disagreement_rows(analysis: Analysis) -> list[dict[str, Any]]:
-    """Every slot whose copies disagree (across ranks, or a parameter across calls), mapped or not, in dump order."""
-    rows = []
-    for side, dump in (("train", analysis.train), ("rollout", analysis.rollout)):
-        for key in dump.keys:
-            for found in dump.entries[key].disagreements:
-                rows.append({"side": side, "key": key, "slot": found.slot, "across": found.across,
-                             "reference": found.reference, "members": list(found.members), "rel_err": found.rel_err,
-                             "message": found.describe()})
-    for record in analysis.records:
-        for found in record.comparison.disagreements:
-            if found.across == "calls":
-                rows.append({"side": "train" if found in record.comparison.train_disagreements else "rollout",
-                             "key": record.train_key, "slot": found.slot, "across": "calls",
-                             "reference": found.reference, "members": list(found.members), "rel_err": found.rel_err,
-                             "message": found.describe()})
-    return rows

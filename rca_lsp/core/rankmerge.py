@@ -305,7 +305,7 @@ class _Merger:
         first = copies[0]
         assert first is not None
         found = []
-        for slot, stats in _slots(first):
+        for slot, stats in entry_slots(first):
             others = [slot_stats(c, slot) if c is not None else None for c in copies]
             disagreement = _disagreement(slot, others, ranks, self.source)
             if disagreement is not None:
@@ -321,7 +321,7 @@ class _Merger:
         if all(p == first for p in parts[1:]):
             return first
         merged: dict[str, TensorStats | None] = {}
-        for slot, stats in _slots(first):
+        for slot, stats in entry_slots(first):
             copies = [slot_stats(p, slot) for p in parts]
             if stats is None or any(c is None for c in copies) or all(c == stats for c in copies[1:]):
                 merged[slot] = stats
@@ -338,7 +338,7 @@ class _Merger:
         merged: dict[str, TensorStats | None] = {}
         described: list[str] = []
         found: list[Disagreement] = []
-        for slot, _ in _slots(first):
+        for slot, _ in entry_slots(first):
             copies = [slot_stats(p, slot) for p in parts]
             stats, how, disagreement = self._slot(slot, copies, kind, ranks, first.call_index)
             merged[slot] = stats
@@ -427,7 +427,7 @@ def _disagreement(slot: str, copies: list[TensorStats | None], ranks: list[int],
 
 
 # Slots of an entry by name: what the analysis compares, as output_3 names them.
-def _slots(entry: ModuleEntry) -> Iterable[tuple[str, TensorStats | None]]:
+def entry_slots(entry: ModuleEntry) -> Iterable[tuple[str, TensorStats | None]]:
     yield "input", entry.input
     yield "output", entry.output
     for name, stats in entry.kwargs.items():

@@ -7,7 +7,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from operator import attrgetter, itemgetter
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from rca_lsp.core.calibrate import JUMP_FACTOR
 from rca_lsp.core.dump import Dump
@@ -436,7 +436,7 @@ class RootCauseAnalysis:
             notes.append(f"mismatched: {', '.join(mismatched)}")
         elif comparison.module_bucket == "module_impl_mismatch":
             classification = IN_MODULE
-            if _parameters_unseen(comparison.parameter_consistency):
+            if parameters_unseen(comparison.parameter_consistency):
                 rationale = (f"inputs aligned, but outputs diverged inside the module; {_UNSEEN_PARAMETERS}, so this "
                              "is an in-module difference or a parameter desync the dumps cannot tell apart")
             else:
@@ -503,130 +503,9 @@ def is_placeholder(key: str) -> bool:
     return parsed is not None and parsed.class_name in _PLACEHOLDER_CLASSES
 
 
-def hypothesis(first: Suspect | None) -> tuple[str, list[str]]:
-    """The seed's top_hypothesis wording, extended to the cases the seed could not tell apart."""
-    if first is None:
-        return "", []
-    if first.classification == MISSING_OP:
-        side, acts = one_sided_activations(first.between)
-        other = "train" if side == "rollout" else "rollout"
-        return (f"{other} may be missing an activation-like operation that exists on {side} between the last aligned "
-                "boundary and the first downstream mismatch", acts)
-    if first.classification == PARAMETER:
-        return "parameter sync or checkpoint alignment issue", [first.train_key]
-    if first.classification == RANK_DISAGREEMENT:
-        return ("ranks disagree on a tensor that should be identical on every rank (a desynced replicated weight or "
-                "a non-deterministic reduction)", [first.train_key])
-    if first.classification == CALL_DISAGREEMENT:
-        return "a parameter changed between calls of the same module (weights updated mid-generation)", [first.train_key]
-    if first.classification == IN_MODULE and _parameters_unseen(first.record.comparison.parameter_consistency):
-        return ("in-module implementation or numeric path mismatch, or a parameter desync (the parameters are not "
-                "observable on both sides)", [first.train_key])
-    if first.classification == IN_MODULE:
-        return "in-module implementation or numeric path mismatch", [first.train_key]
-    if first.classification == UPSTREAM and first.credible_origin:
-        unmatched = sorted(first.between.train + first.between.rollout, key=is_placeholder)
-        if unmatched:
-            return ("the divergence arises between the last aligned boundary and the first mismatch, in modules the "
-                    "mapping does not cover (a missing/extra op or a layout difference statistics cannot see)", unmatched)
-        return ("the inputs of the first mismatching module differ with nothing between it and the aligned boundary: "
-                "the mapped inputs are probably not the same tensor (mapping, fused residual or layout)", [first.train_key])
-    if first.classification == UPSTREAM:
-        return "upstream mismatch is propagating into this module", [first.train_key]
-    return "", []
-
-
-NEXT_CHECKS = {
-    MISSING_OP: [
-        "verify implementation/config of any activation-like unmatched module",
-        "confirm whether the missing or extra op is expected to be fused, hidden, or disabled by config",
-        "if activation is expected on both sides, compare the actual implementation and bridge/config flags next",
-    ],
-    PARAMETER: [
-        "compare the checkpoint/weight-sync path for the mismatched parameter (conversion, resharding, dtype cast)",
-        "check that the rollout engine received the latest weights (sync step, version) before this forward",
-    ],
-    IN_MODULE: [
-        "compare the module's implementation and config on both sides (eps, scaling, kernel choice, fusion flags)",
-        "check the dtype/precision path inside the module (upcasts, accumulation dtype)",
-    ],
-    RANK_DISAGREEMENT: [
-        "compare the named ranks' copies of the tensor: a replicated weight loaded or updated on some ranks only",
-        "check the weight broadcast / resharding step of the trainer and any non-deterministic reduction",
-    ],
-    CALL_DISAGREEMENT: [
-        "check whether a weight sync reached the rollout engine while it was generating (between these calls)",
-    ],
-    UPSTREAM: [
-        "inspect the unmapped or one-sided modules between the aligned boundary and this module",
-        "check tensor layouts and fused weight orders (e.g. qkv head order, gate/up order) that statistics cannot see",
-        "add mapping entries for the modules in between to narrow the divergence down",
-    ],
-}
-
-
-def next_checks(suspects: Sequence[Suspect]) -> list[str]:
-    if not suspects:
-        return ["no credible divergence: nothing to check beyond the listed premise problems, if any"]
-    first = suspects[0]
-    checks = list(NEXT_CHECKS.get(first.classification, NEXT_CHECKS[UPSTREAM]))
-    if first.classification == IN_MODULE and _parameters_unseen(first.record.comparison.parameter_consistency):
-        checks += NEXT_CHECKS[PARAMETER]
-    return checks
-
-
 _UNSEEN_PARAMETERS = ("its parameters could not all be compared (e.g. weights repacked by the rollout backend are "
                       "dumped without statistics)")
 
 
-def _parameters_unseen(consistency: str) -> bool:
+def parameters_unseen(consistency: str) -> bool:
     return consistency in ("missing", "partial")
-
-
-def record_summary(record: ModuleRecord) -> dict[str, Any]:
-    c = record.comparison
-    return {
-        "train_key": c.train_key,
-        "rollout_key": c.rollout_key,
-        "train_keys": list(c.train_keys),
-        "rollout_keys": list(c.rollout_keys),
-        "output_consistency": c.output_consistency,
-        "parameter_consistency": c.parameter_consistency,
-        "input_args_consistency": c.input_args_consistency,
-        "module_bucket": c.module_bucket,
-        "module_priority_rank": c.module_priority_rank,
-    }
-
-
-def suspect_json(suspect: Suspect) -> dict[str, Any]:
-    c = suspect.record.comparison
-    b = suspect.between
-    rollout_acts = [k for k in b.rollout if is_activation_like(k)]
-    train_acts = [k for k in b.train if is_activation_like(k)]
-    return {
-        "train_key": c.train_key,
-        "rollout_key": c.rollout_key,
-        "train_keys": list(c.train_keys),
-        "rollout_keys": list(c.rollout_keys),
-        "call_index": suspect.record.call_index,
-        "module_priority_rank": c.module_priority_rank,
-        "module_bucket": c.module_bucket,
-        "classification": suspect.classification,
-        "rationale": suspect.rationale,
-        "credible_origin": suspect.credible_origin,
-        "explained_by": suspect.explained_by,
-        "previous_aligned_boundary": record_summary(suspect.boundary) if suspect.boundary else None,
-        "unmatched_train_between_boundary": b.train[:MAX_LISTED],
-        "unmatched_rollout_between_boundary": b.rollout[:MAX_LISTED],
-        "unmatched_train_between_count": len(b.train),
-        "unmatched_rollout_between_count": len(b.rollout),
-        "unmatched_train_inside": b.inside_train[:MAX_LISTED],
-        "unmatched_rollout_inside": b.inside_rollout[:MAX_LISTED],
-        "likely_missing_train_activation": rollout_acts,
-        "likely_missing_rollout_activation": train_acts,
-        "output_reason": c.output.reason,
-        "input_reasons": [t.reason for t in c.inputs if t.consistency == "mismatch"],
-        "parameter_reasons": [t.reason for t in c.parameters if t.consistency == "mismatch"],
-        "calls": c.calls_note,
-        "disagreements": [d.describe() for d in c.disagreements],
-    }

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 
-from rca_lsp.core.analysis import Analysis, confidence
+from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.compare import TargetComparison
 from rca_lsp.core.dump import slot_label
 from rca_lsp.core.rankview import merged_slots, per_rank_rows, rank_by_rank
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.keys import parse_module_key
-from rca_lsp.core.rootcause import Suspect, next_checks
+from rca_lsp.core.report_json import confidence, next_checks
+from rca_lsp.core.rootcause import Suspect
 
 _STATS = ("max", "min", "mean", "norm")
 

@@ -1,0 +1,241 @@
+"""output_5_root_cause_report.json: the seed's schema and field names, with the evidence of each suspect, the
+calibration, the ranks merged and the calls joined; and the hypothesis and next checks the other outputs share."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from rca_lsp.core.calibrate import ROUNDING
+from rca_lsp.core.dump import Dump, slot_label
+from rca_lsp.core.keys import is_activation_like
+from rca_lsp.core.rankview import merged_slots, per_rank_rows, rank_by_rank
+from rca_lsp.core.records import ModuleRecord
+from rca_lsp.core.rootcause import (CALL_DISAGREEMENT, IN_MODULE, MAX_LISTED, MISSING_OP, PARAMETER, RANK_DISAGREEMENT,
+                                    UPSTREAM, Suspect, parameters_unseen, is_placeholder, one_sided_activations)
+from rca_lsp.core.tolerance import normalise_dtype
+
+if TYPE_CHECKING:
+    from rca_lsp.core.analysis import Analysis
+
+MAX_REPORTED_SUSPECTS = 1000  # the report lists the first ones (origins first); output_4 has every record
+
+
+def hypothesis(first: Suspect | None) -> tuple[str, list[str]]:
+    """The seed's top_hypothesis wording, extended to the cases the seed could not tell apart."""
+    if first is None:
+        return "", []
+    if first.classification == MISSING_OP:
+        side, acts = one_sided_activations(first.between)
+        other = "train" if side == "rollout" else "rollout"
+        return (f"{other} may be missing an activation-like operation that exists on {side} between the last aligned "
+                "boundary and the first downstream mismatch", acts)
+    if first.classification == PARAMETER:
+        return "parameter sync or checkpoint alignment issue", [first.train_key]
+    if first.classification == RANK_DISAGREEMENT:
+        return ("ranks disagree on a tensor that should be identical on every rank (a desynced replicated weight or "
+                "a non-deterministic reduction)", [first.train_key])
+    if first.classification == CALL_DISAGREEMENT:
+        return "a parameter changed between calls of the same module (weights updated mid-generation)", [first.train_key]
+    if first.classification == IN_MODULE and parameters_unseen(first.record.comparison.parameter_consistency):
+        return ("in-module implementation or numeric path mismatch, or a parameter desync (the parameters are not "
+                "observable on both sides)", [first.train_key])
+    if first.classification == IN_MODULE:
+        return "in-module implementation or numeric path mismatch", [first.train_key]
+    if first.classification == UPSTREAM and first.credible_origin:
+        unmatched = sorted(first.between.train + first.between.rollout, key=is_placeholder)
+        if unmatched:
+            return ("the divergence arises between the last aligned boundary and the first mismatch, in modules the "
+                    "mapping does not cover (a missing/extra op or a layout difference statistics cannot see)", unmatched)
+        return ("the inputs of the first mismatching module differ with nothing between it and the aligned boundary: "
+                "the mapped inputs are probably not the same tensor (mapping, fused residual or layout)", [first.train_key])
+    if first.classification == UPSTREAM:
+        return "upstream mismatch is propagating into this module", [first.train_key]
+    return "", []
+
+
+NEXT_CHECKS = {
+    MISSING_OP: [
+        "verify implementation/config of any activation-like unmatched module",
+        "confirm whether the missing or extra op is expected to be fused, hidden, or disabled by config",
+        "if activation is expected on both sides, compare the actual implementation and bridge/config flags next",
+    ],
+    PARAMETER: [
+        "compare the checkpoint/weight-sync path for the mismatched parameter (conversion, resharding, dtype cast)",
+        "check that the rollout engine received the latest weights (sync step, version) before this forward",
+    ],
+    IN_MODULE: [
+        "compare the module's implementation and config on both sides (eps, scaling, kernel choice, fusion flags)",
+        "check the dtype/precision path inside the module (upcasts, accumulation dtype)",
+    ],
+    RANK_DISAGREEMENT: [
+        "compare the named ranks' copies of the tensor: a replicated weight loaded or updated on some ranks only",
+        "check the weight broadcast / resharding step of the trainer and any non-deterministic reduction",
+    ],
+    CALL_DISAGREEMENT: [
+        "check whether a weight sync reached the rollout engine while it was generating (between these calls)",
+    ],
+    UPSTREAM: [
+        "inspect the unmapped or one-sided modules between the aligned boundary and this module",
+        "check tensor layouts and fused weight orders (e.g. qkv head order, gate/up order) that statistics cannot see",
+        "add mapping entries for the modules in between to narrow the divergence down",
+    ],
+}
+
+
+def next_checks(suspects: Sequence[Suspect]) -> list[str]:
+    if not suspects:
+        return ["no credible divergence: nothing to check beyond the listed premise problems, if any"]
+    first = suspects[0]
+    checks = list(NEXT_CHECKS.get(first.classification, NEXT_CHECKS[UPSTREAM]))
+    if first.classification == IN_MODULE and parameters_unseen(first.record.comparison.parameter_consistency):
+        checks += NEXT_CHECKS[PARAMETER]
+    return checks
+
+
+def record_summary(record: ModuleRecord) -> dict[str, Any]:
+    c = record.comparison
+    return {
+        "train_key": c.train_key,
+        "rollout_key": c.rollout_key,
+        "train_keys": list(c.train_keys),
+        "rollout_keys": list(c.rollout_keys),
+        "output_consistency": c.output_consistency,
+        "parameter_consistency": c.parameter_consistency,
+        "input_args_consistency": c.input_args_consistency,
+        "module_bucket": c.module_bucket,
+        "module_priority_rank": c.module_priority_rank,
+    }
+
+
+def suspect_json(suspect: Suspect) -> dict[str, Any]:
+    c = suspect.record.comparison
+    b = suspect.between
+    rollout_acts = [k for k in b.rollout if is_activation_like(k)]
+    train_acts = [k for k in b.train if is_activation_like(k)]
+    return {
+        "train_key": c.train_key,
+        "rollout_key": c.rollout_key,
+        "train_keys": list(c.train_keys),
+        "rollout_keys": list(c.rollout_keys),
+        "call_index": suspect.record.call_index,
+        "module_priority_rank": c.module_priority_rank,
+        "module_bucket": c.module_bucket,
+        "classification": suspect.classification,
+        "rationale": suspect.rationale,
+        "credible_origin": suspect.credible_origin,
+        "explained_by": suspect.explained_by,
+        "previous_aligned_boundary": record_summary(suspect.boundary) if suspect.boundary else None,
+        "unmatched_train_between_boundary": b.train[:MAX_LISTED],
+        "unmatched_rollout_between_boundary": b.rollout[:MAX_LISTED],
+        "unmatched_train_between_count": len(b.train),
+        "unmatched_rollout_between_count": len(b.rollout),
+        "unmatched_train_inside": b.inside_train[:MAX_LISTED],
+        "unmatched_rollout_inside": b.inside_rollout[:MAX_LISTED],
+        "likely_missing_train_activation": rollout_acts,
+        "likely_missing_rollout_activation": train_acts,
+        "output_reason": c.output.reason,
+        "input_reasons": [t.reason for t in c.inputs if t.consistency == "mismatch"],
+        "parameter_reasons": [t.reason for t in c.parameters if t.consistency == "mismatch"],
+        "calls": c.calls_note,
+        "disagreements": [d.describe() for d in c.disagreements],
+    }
+
+
+def root_cause_report(analysis: Analysis) -> dict[str, Any]:
+    """output_5_root_cause_report.json: the seed's schema and field names, with richer evidence per suspect."""
+    first = analysis.suspects[0] if analysis.suspects else None
+    top_hypothesis, top_evidence = hypothesis(first)
+    nonfinite = [r.train_key for r in analysis.records if r.comparison.output_nonfinite_both]
+    return {
+        "train_path": analysis.train.path,
+        "rollout_path": analysis.rollout.path,
+        "mapping_key_path": analysis.mapping.path,
+        "structural_false_positives": [
+            {**{k: v for k, v in record_summary(r).items() if k in ("train_key", "rollout_key", "module_bucket")},
+             "skip_reason": r.comparison.reasoning} for r in analysis.structural],
+        "root_cause_suspects": [suspect_json(s) for s in analysis.suspects[:MAX_REPORTED_SUSPECTS]],
+        "root_cause_suspects_total": len(analysis.suspects),
+        "top_hypothesis": top_hypothesis,
+        "top_evidence": top_evidence,
+        "first_divergence": _with_ranks(analysis, suspect_json(first), first) if first and first.credible_origin else None,
+        "nonfinite_on_both_sides": nonfinite,
+        "mapping_issues": [{"code": i.code, "line": analysis.mapping.line_of(i.span), "message": i.message, "key": i.key}
+                           for i in analysis.issues],
+        "counts": {
+            "train_forward_keys": len(analysis.train.keys),
+            "rollout_forward_keys": len(analysis.rollout.keys),
+            "mapped_groups": len(analysis.records),
+            "suspects": len(analysis.suspects),
+        },
+        "next_checks": next_checks(analysis.suspects),
+        "calibration": calibration_summary(analysis),
+        "parallel": {side: parallel_summary(dump) for side, dump in (("train", analysis.train),
+                                                                      ("rollout", analysis.rollout))
+                     if dump.parallel is not None},
+        "disagreements": disagreement_rows(analysis),
+    }
+
+
+def confidence(analysis: Analysis, suspect: Suspect) -> dict[str, Any]:
+    """How far above the run's noise a divergence is, and which other credible origins remain."""
+    comparison = suspect.record.comparison
+    calibrated = analysis.calibration.by_dtype.get(normalise_dtype(comparison.output_dtype) or "")
+    error = comparison.output_error
+    above = None
+    if calibrated is not None and error is not None:
+        above = error / max(calibrated.floor, ROUNDING.get(calibrated.dtype, 0.0), 1e-300)
+    alternatives = [s.train_key for s in analysis.suspects if s.credible_origin and s is not suspect][:5]
+    return {"error": error, "noise_floor": calibrated.floor if calibrated else None, "above_noise": above,
+            "alternatives": alternatives, "dtype_path": comparison.dtype_path}
+
+
+def _with_ranks(analysis: Analysis, found: dict[str, Any], suspect: Suspect) -> dict[str, Any]:
+    """The first divergence with its confidence, each rank's statistics of its merged slots, and rank-by-rank
+    verdicts."""
+    found["confidence"] = confidence(analysis, suspect)
+    record = suspect.record
+    for side, dump, key in (("train", analysis.train, record.train_key), ("rollout", analysis.rollout, record.rollout_key)):
+        slots = merged_slots(dump, key)
+        if slots:
+            found[f"{side}_per_rank"] = [{"slot": slot_label(slot), "rank": rank, "Max": v[0], "Min": v[1], "Mean": v[2],
+                                          "Norm": v[3]} for slot, rank, v in per_rank_rows(dump, key, slots)]
+    verdicts = rank_by_rank(analysis.train, analysis.rollout, record.train_key, record.rollout_key,
+                            analysis.comparator.tolerances)
+    if verdicts:
+        found["rank_by_rank"] = verdicts
+    return found
+
+
+def calibration_summary(analysis: Analysis) -> dict[str, Any]:
+    """The noise floor, threshold and first jump per dtype, as the records were judged."""
+    return {dtype: {"pairs": c.pairs, "noise_floor": c.floor, "threshold": c.threshold, "fixed_tolerance": c.ceiling,
+                    "first_jump": c.jump_key, "jump_factor": c.jump_factor, "fallback": c.fallback,
+                    "summary": c.describe()}
+            for dtype, c in analysis.calibration.by_dtype.items()}
+
+
+def parallel_summary(dump: Dump) -> dict[str, Any]:
+    """How a logical dump was merged from ranks, for the report."""
+    info = dump.parallel
+    assert info is not None
+    return {"ranks": list(info.ranks), "files": list(info.files), "layout": info.layout,
+            "sequence_parallel": info.sequence_parallel, "notes": info.notes, "dropped_keys": len(info.dropped)}
+
+
+def disagreement_rows(analysis: Analysis) -> list[dict[str, Any]]:
+    """Every slot whose copies disagree (across ranks, or a parameter across calls), mapped or not, in dump order."""
+    rows = []
+    for side, dump in (("train", analysis.train), ("rollout", analysis.rollout)):
+        for key in dump.keys:
+            for found in dump.entries[key].disagreements:
+                rows.append({"side": side, "key": key, "slot": found.slot, "across": found.across,
+                             "reference": found.reference, "members": list(found.members), "rel_err": found.rel_err,
+                             "message": found.describe()})
+    for record in analysis.records:
+        for found in record.comparison.disagreements:
+            if found.across == "calls":
+                rows.append({"side": "train" if found in record.comparison.train_disagreements else "rollout",
+                             "key": record.train_key, "slot": found.slot, "across": "calls",
+                             "reference": found.reference, "members": list(found.members), "rel_err": found.rel_err,
+                             "message": found.describe()})
+    return rows
