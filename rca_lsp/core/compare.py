@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 from math import isfinite, isnan
 from functools import lru_cache
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Literal, NamedTuple, Sequence
 
 from rca_lsp.core.dump import TensorStats, is_integer_dtype
 from rca_lsp.core.tolerance import WARN_FACTOR, Tolerances, normalise_dtype
 
 STAT_NAMES = ("Max", "Min", "Mean", "Norm")
+Consistency = Literal["aligned", "mismatch", "missing"]  # of one target; groups add "partial" and "not_applicable"
 
 
 class StatComparison(NamedTuple):  # NamedTuples: output_3 builds ~10^6 of these, frozen dataclasses cost 3x more
@@ -32,7 +33,7 @@ class TargetComparison(NamedTuple):
     tolerance: float
     dtype_match: str  # match | mismatch | unknown
     shape_relation: str
-    consistency: str  # aligned | mismatch | missing
+    consistency: Consistency
     value_status: str
     reason: str
 
@@ -182,7 +183,8 @@ NONFINITE_BOTH = 1
 NONFINITE_ONE_SIDE = 2
 
 
-def quick_verdict(train: TensorStats | None, rollout: TensorStats | None, tolerances: Tolerances) -> tuple[str, int]:
+def quick_verdict(train: TensorStats | None, rollout: TensorStats | None,
+                  tolerances: Tolerances) -> tuple[Consistency, int]:
     """The consistency `compare_target` would give, plus non-finite flags, without building any objects.
 
     Every target of every mapped pair goes through this; the detailed comparison is built only when shown.

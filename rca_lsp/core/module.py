@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from functools import cached_property
 import math
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Literal, NamedTuple, Sequence
 
-from rca_lsp.core.compare import (NONFINITE_BOTH, Assessment, TargetComparison, aggregate, assess, compare_target,
-                                  quick_verdict, relative_error, sum_of)
+from rca_lsp.core.compare import (NONFINITE_BOTH, Assessment, Consistency, TargetComparison, aggregate, assess,
+                                  compare_target, quick_verdict, relative_error, sum_of)
 from rca_lsp.core.calls import fold_calls
 from rca_lsp.core.dump import Disagreement, ModuleEntry, TensorStats
 from rca_lsp.core.tolerance import Tolerances, normalise_dtype
@@ -66,7 +66,8 @@ class _StreamReading(NamedTuple):
     note: str
 
 
-Judge = Callable[[TensorStats | None, TensorStats | None], tuple[str, int]]  # quick_verdict, errors remembered
+Judge = Callable[[TensorStats | None, TensorStats | None], tuple[Consistency, int]]  # quick_verdict, errors kept
+GroupConsistency = Literal["aligned", "mismatch", "missing", "partial", "not_applicable"]
 
 
 def _stream_reading(train: ModuleEntry, rollout: ModuleEntry, judge: Judge) -> _StreamReading | None:
@@ -145,7 +146,7 @@ def _routers_of_other_forms(train: Sequence[ModuleEntry], rollout: Sequence[Modu
     return classes[0] != classes[1] and any("router" in name.lower() for name in classes)
 
 
-def _summarise(states: Sequence[str]) -> str:
+def _summarise(states: Sequence[Consistency]) -> Consistency:
     if "mismatch" in states:
         return "mismatch"
     return "aligned" if "aligned" in states else "missing"
@@ -166,7 +167,7 @@ def _common_parameters(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEnt
     return sorted(names, key=_weight_first)
 
 
-def _summarise_parameters(states: Sequence[str]) -> str:
+def _summarise_parameters(states: Sequence[Consistency]) -> GroupConsistency:
     """Like _summarise, but "partial" when some parameters could not be compared (e.g. a repacked, unobservable
     weight next to an observable bias): "aligned" would claim what the dumps do not show."""
     if "mismatch" in states:
@@ -254,6 +255,10 @@ class ModuleComparison:
         else:
             self._output_train = _combined(train, "output")
             self._output_rollout = _combined(rollout, "output")
+        self.output_consistency: Consistency
+        self.input_args_consistency: Consistency
+        self.parameter_consistency: GroupConsistency
+        self.kwargs_consistency: GroupConsistency
         self.output_consistency, flags = judge(self._output_train, self._output_rollout)
         self.output_nonfinite_both = bool(flags & NONFINITE_BOTH)
         pairs = _pairwise(train, rollout)
@@ -335,7 +340,7 @@ class ModuleComparison:
         self.kwargs_consistency = "not_applicable"
         self._kwarg_pairs = []
 
-    def _judge(self, train: TensorStats | None, rollout: TensorStats | None) -> tuple[str, int]:
+    def _judge(self, train: TensorStats | None, rollout: TensorStats | None) -> tuple[Consistency, int]:
         error = relative_error(train, rollout)
         if error is not None and error != math.inf:
             self._errors.append(error)

@@ -7,7 +7,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from operator import attrgetter, itemgetter
-from typing import Iterable, NamedTuple, Sequence
+from typing import Final, Iterable, Literal, NamedTuple, Sequence
 
 from rca_lsp.core.calibrate import JUMP_FACTOR
 from rca_lsp.core.dump import Dump
@@ -15,14 +15,18 @@ from rca_lsp.core.keys import is_activation_like, is_descendant_path, parse_modu
 from rca_lsp.core.module import CALL_DISAGREEMENT_BUCKET, RANK_DISAGREEMENT_BUCKET
 from rca_lsp.core.records import ModuleRecord
 
-MISSING_OP = "missing_or_extra_op_between_aligned_boundary"
-PARAMETER = "parameter_or_checkpoint_issue"
-IN_MODULE = "in_module_impl_difference"
-UPSTREAM = "upstream_propagation"
-MANUAL = "needs_manual_review"
-RANK_DISAGREEMENT = "rank_replica_disagreement"
-CALL_DISAGREEMENT = "call_parameter_disagreement"
-_DISAGREEMENT_CLASSIFICATION = {RANK_DISAGREEMENT_BUCKET: RANK_DISAGREEMENT, CALL_DISAGREEMENT_BUCKET: CALL_DISAGREEMENT}
+Classification = Literal["missing_or_extra_op_between_aligned_boundary", "parameter_or_checkpoint_issue",
+                         "in_module_impl_difference", "upstream_propagation", "needs_manual_review",
+                         "rank_replica_disagreement", "call_parameter_disagreement"]
+MISSING_OP: Final = "missing_or_extra_op_between_aligned_boundary"
+PARAMETER: Final = "parameter_or_checkpoint_issue"
+IN_MODULE: Final = "in_module_impl_difference"
+UPSTREAM: Final = "upstream_propagation"
+MANUAL: Final = "needs_manual_review"
+RANK_DISAGREEMENT: Final = "rank_replica_disagreement"
+CALL_DISAGREEMENT: Final = "call_parameter_disagreement"
+_DISAGREEMENT_CLASSIFICATION: dict[str, Classification] = {RANK_DISAGREEMENT_BUCKET: RANK_DISAGREEMENT,
+                                                           CALL_DISAGREEMENT_BUCKET: CALL_DISAGREEMENT}
 STRUCTURAL_BUCKETS = ("fused_qkv_structural_mismatch", "structural_shape_mismatch")
 MAX_LISTED = 200  # keys listed per "between" list; the count is always complete
 MAX_SCAN = 20_000  # dump keys scanned back from a suspect for unmatched modules
@@ -50,7 +54,7 @@ def one_sided_activations(between: Between) -> tuple[str, list[str]]:
 @dataclass
 class Suspect:
     record: ModuleRecord
-    classification: str
+    classification: Classification
     rationale: str
     boundary: ModuleRecord | None
     between: Between
