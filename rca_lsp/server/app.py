@@ -60,11 +60,39 @@ class RcaServer(LanguageServer):
         self.loop: asyncio.AbstractEventLoop | None = None
         self.background: set[asyncio.Task[None]] = set()
 
-    def loop_task(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run `work` on the event loop without waiting for it (kept referenced until it ends)."""
+    def loop_task(self, work: Coroutine[Any, Any, None], uri: str | None = None) -> None:
+        """The one way to run background work on the event loop: kept referenced until it ends, and a failure is
+        logged and reported (as an error status of `uri`) instead of vanishing with the task."""
         task = asyncio.get_running_loop().create_task(work)
         self.background.add(task)
-        task.add_done_callback(self.background.discard)
+        task.add_done_callback(lambda done: self._background_done(done, uri))
+
+    def _background_done(self, task: asyncio.Task[None], uri: str | None) -> None:
+        self.background.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        log.error("background work failed: %s", error, exc_info=error)
+        if uri is not None:
+            self.notify_status("error", uri, f"rca-lsp: internal error: {type(error).__name__}: {error}")
+
+    def debounce(self, pending: asyncio.TimerHandle | None, delay: float,
+                 start: Callable[[], Coroutine[Any, Any, None]], uri: str) -> asyncio.TimerHandle:
+        """Cancel the pending run (if any) and start a new one after `delay`, as background work of `uri`."""
+        if pending is not None:
+            pending.cancel()
+        return asyncio.get_running_loop().call_later(delay, lambda: self.loop_task(start(), uri))
+
+    def stop(self) -> None:
+        """Stop what runs besides the requests: pending runs, background work, the dump watcher, the workers."""
+        for doc in self.documents.values():
+            for handle in (doc.pending, doc.pending_parse):
+                if handle is not None:
+                    handle.cancel()
+        for task in list(self.background):
+            task.cancel()
+        self.watcher.stop()
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
     def cancellable(self) -> ContextManager[ShouldStop]:
         """The should-stop check of the request being handled: true once the client cancels it."""
@@ -104,14 +132,14 @@ class RcaServer(LanguageServer):
         if doc is None:
             return
         generation = doc.next_generation()
-        doc.pending = _debounce(doc.pending, delay, lambda: self.run_analysis(doc, generation))
+        doc.pending = self.debounce(doc.pending, delay, lambda: self.run_analysis(doc, generation), uri)
 
     def schedule_parse(self, uri: str, delay: float) -> None:
         """Large files are analysed on save only; parse their edits meanwhile so a save only has to analyse."""
         doc = self.document(uri)
         if doc is None:
             return
-        doc.pending_parse = _debounce(doc.pending_parse, delay, lambda: self.parse_unsaved(doc))
+        doc.pending_parse = self.debounce(doc.pending_parse, delay, lambda: self.parse_unsaved(doc), uri)
 
     async def parse_unsaved(self, doc: MappingDocument) -> None:
         opened = self.workspace.text_documents.get(doc.uri)
@@ -187,9 +215,8 @@ class RcaServer(LanguageServer):
             self.notify_status("analysed", doc.uri, top or "no divergence found", top=top,
                                suspects=len(analysis.suspects))
             if later_counterparts:
-                self.loop_task(self.publish_counterparts(doc, generation, analysis, version))
+                self.loop_task(self.publish_counterparts(doc, generation, analysis, version), doc.uri)
         if generation == doc.generation:
-            doc.analysed_version = version
             self.publish(doc, version)
             laps.lap("publish")
             log.info("analysed %s (version %s): %s", doc.path.name, version, laps)
@@ -209,7 +236,8 @@ class RcaServer(LanguageServer):
             return await loop.run_in_executor(self.executor, self.engine.analyse, pair, parsed, self.settings.tolerances,
                                               previous)
         token = str(uuid.uuid4())
-        self.notify_status("loading", uri, f"loading dumps {pair.train.root.name}, {pair.rollout.root.name}")
+        self.notify_status("loading", uri, f"loading dumps {pair.train.root.name}, {pair.rollout.root.name} "
+                                           f"(paired by {pair.source})")
         progress = await self._begin_progress(token, f"rca-lsp: loading {pair.train.label} and {pair.rollout.label}")
         try:
             await loop.run_in_executor(self.executor, self.engine.load, pair)
@@ -304,15 +332,6 @@ class RcaServer(LanguageServer):
         return doc, parsed, doc.last_good or doc.analysis
 
 
-def _debounce(pending: asyncio.TimerHandle | None, delay: float,
-              start: Callable[[], Coroutine[Any, Any, None]]) -> asyncio.TimerHandle:
-    """Cancel the pending run (if any) and start a new one after `delay`."""
-    if pending is not None:
-        pending.cancel()
-    loop = asyncio.get_running_loop()
-    return loop.call_later(delay, lambda: loop.create_task(start()))
-
-
 server = RcaServer()
 
 
@@ -321,6 +340,11 @@ def on_initialize(ls: RcaServer, params: types.InitializeParams) -> None:
     ls.settings, problems = Settings.from_client(params.initialization_options)
     for problem in problems:
         log.warning(problem)
+
+
+@server.feature(types.SHUTDOWN)
+def on_shutdown(ls: RcaServer, params: None) -> None:
+    ls.stop()
 
 
 @server.feature(types.INITIALIZED)

@@ -31,7 +31,6 @@ class MappingDocument:
     findings: FindingMemo = field(default_factory=FindingMemo)  # diagnostics of the last publish, for reuse
     symbols: tuple[ParsedMapping, list[types.DocumentSymbol]] | None = None  # of the parse they were built from
     pair: Pair | Unpaired | None = None
-    analysed_version: int | None = None
     problems: list[str] = field(default_factory=list)  # dump or pairing problems to show at the top
 
     def latest_parse(self) -> ParsedMapping | None:
