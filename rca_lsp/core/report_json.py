@@ -186,7 +186,8 @@ def confidence(analysis: Analysis, suspect: Suspect) -> dict[str, Any]:
         above = error / max(calibrated.floor, ROUNDING.get(calibrated.dtype, 0.0), 1e-300)
     alternatives = [s.train_key for s in analysis.suspects if s.credible_origin and s is not suspect][:5]
     return {"error": error, "noise_floor": calibrated.floor if calibrated else None, "above_noise": above,
-            "alternatives": alternatives, "dtype_path": comparison.dtype_path}
+            "threshold": calibrated.threshold if calibrated else None, "alternatives": alternatives,
+            "dtype_path": comparison.dtype_path}
 
 
 def _with_ranks(analysis: Analysis, found: dict[str, Any], suspect: Suspect) -> dict[str, Any]:

@@ -95,8 +95,8 @@ def _confidence_lines(analysis: Analysis, suspect: Suspect) -> list[str]:
     if found["above_noise"] is None:
         return []
     others = ", ".join(f"`{k}`" for k in found["alternatives"]) or "none"
-    return [f"Confidence: {found['above_noise']:.3g}x the run's noise floor ({found['noise_floor']:.2g}); other "
-            f"credible origins: {others}", ""]
+    return [f"Confidence: {found['above_noise']:.3g}x the run's noise floor ({found['noise_floor']:.2g}; a difference "
+            f"is more than {found['threshold']:.2g}); other credible origins: {others}", ""]
 
 
 def _per_rank_lines(analysis: Analysis, record: ModuleRecord) -> list[str]:
