@@ -21,17 +21,16 @@ from rca_lsp.core.cancel import Cancelled, ShouldStop
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.mapping import MappingEntry, ParsedMapping, parse_mapping
 from rca_lsp.core.outputs import write_outputs
-from rca_lsp.server import codes
 from rca_lsp.server.actions import ActionContext, code_actions
 from rca_lsp.server.cancellation import CancellingProtocol
 from rca_lsp.server.completion import complete
-from rca_lsp.server.diagnostics import FindingBuilder, FindingMemo, issue_diagnostics, severity_resolver
+from rca_lsp.server.diagnostics import document_diagnostics
 from rca_lsp.server.documents import MappingDocument
 from rca_lsp.server.engine import Engine
 from rca_lsp.server.hover import hover_markdown
 from rca_lsp.server.navigation import definition, document_symbols
 from rca_lsp.server.pairing import CONFIG_NAME, MAPPING_GLOBS, Pair, Unpaired, find_pair, is_mapping_name
-from rca_lsp.server.positions import Positions, top_of_file
+from rca_lsp.server.positions import Positions
 from rca_lsp.server.settings import Settings
 from rca_lsp.server.timing import Laps
 from rca_lsp.server.watcher import DumpWatcher
@@ -261,37 +260,10 @@ class RcaServer(LanguageServer):
 
     # --- publishing ---------------------------------------------------------------------------------------------
     def publish(self, doc: MappingDocument, version: int | None) -> None:
-        diagnostics = self.diagnostics_for(doc)
+        diagnostics = document_diagnostics(doc, self.settings, Positions(doc.parsed, self.workspace.position_codec)
+                                           if doc.parsed is not None else None)
         self.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=diagnostics, version=version))
-
-    def diagnostics_for(self, doc: MappingDocument) -> list[types.Diagnostic]:
-        parsed = doc.parsed
-        if parsed is None:
-            return []
-        severity = severity_resolver(self.settings)
-        positions = Positions(parsed, self.workspace.position_codec)
-        found: list[types.Diagnostic] = []
-        if isinstance(doc.pair, Unpaired) and not doc.pair.problem:
-            message = "rca-lsp: no dumps paired with this mapping file; looked for " + "; ".join(doc.pair.looked_for)
-            found.append(types.Diagnostic(range=top_of_file(), message=message, code=codes.UNPAIRED,
-                                          source=codes.SOURCE, severity=severity(codes.UNPAIRED,
-                                                                                   codes.DEFAULT_SEVERITY[codes.UNPAIRED])))
-        problem_severity = severity(codes.DUMP_PROBLEM, codes.DEFAULT_SEVERITY[codes.DUMP_PROBLEM])
-        if problem_severity is not None:  # "off" in rcaLsp.severity
-            for problem in doc.problems:
-                found.append(types.Diagnostic(range=top_of_file(), message=problem, code=codes.DUMP_PROBLEM,
-                                              source=codes.SOURCE, severity=problem_severity))
-        analysis = doc.analysis if doc.analysis is not None and doc.analysis.mapping is parsed else None
-        issues = analysis.issues if analysis is not None else parsed.issues
-        found += issue_diagnostics(issues, positions, severity)
-        if doc.last_good is not None and not isinstance(doc.pair, Unpaired):
-            if doc.findings.settings is not self.settings:
-                doc.findings = FindingMemo(self.settings)
-            builder = FindingBuilder(doc.last_good, parsed, positions, doc.uri, severity, doc.findings)
-            found += builder.all(self.settings.max_findings, doc.counterparts)
-            doc.findings.published()
-        return [d for d in found if d.severity is not None]
 
     def clear(self, doc: MappingDocument) -> None:
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=[]))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from lsprotocol import types
 
@@ -14,7 +14,11 @@ from rca_lsp.core.rootcause import MISSING_OP, UPSTREAM, Suspect, one_sided_acti
 from rca_lsp.server import codes
 from rca_lsp.server.positions import Positions, top_of_file
 from rca_lsp.suggest import Candidate
+from rca_lsp.server.pairing import Unpaired
 from rca_lsp.server.settings import Settings
+
+if TYPE_CHECKING:
+    from rca_lsp.server.documents import MappingDocument
 
 SeverityOf = Callable[[str, types.DiagnosticSeverity], types.DiagnosticSeverity | None]
 
@@ -223,3 +227,26 @@ class FindingBuilder:
                                types.DiagnosticSeverity.Information)
             found += [note] if note else []
         return found
+
+
+def document_diagnostics(doc: MappingDocument, settings: Settings, positions: Positions | None) -> list[types.Diagnostic]:
+    """Everything published for one mapping file: pairing and dump problems at the top, the mapping's own issues,
+    and the findings of its last good analysis (each code's severity as the settings say, "off" left out)."""
+    parsed = doc.parsed
+    if parsed is None or positions is None:
+        return []
+    severity = severity_resolver(settings)
+    found: list[types.Diagnostic | None] = []
+    if isinstance(doc.pair, Unpaired) and not doc.pair.problem:
+        found.append(_diagnostic(codes.UNPAIRED, "rca-lsp: no dumps paired with this mapping file; looked for "
+                                 + "; ".join(doc.pair.looked_for), top_of_file(), severity))
+    found += [_diagnostic(codes.DUMP_PROBLEM, problem, top_of_file(), severity) for problem in doc.problems]
+    analysis = doc.analysis if doc.analysis is not None and doc.analysis.mapping is parsed else None
+    found += issue_diagnostics(analysis.issues if analysis is not None else parsed.issues, positions, severity)
+    if doc.last_good is not None and not isinstance(doc.pair, Unpaired):
+        if doc.findings.settings is not settings:
+            doc.findings = FindingMemo(settings)
+        builder = FindingBuilder(doc.last_good, parsed, positions, doc.uri, severity, doc.findings)
+        found += builder.all(settings.max_findings, doc.counterparts)
+        doc.findings.published()
+    return [d for d in found if d is not None and d.severity is not None]
