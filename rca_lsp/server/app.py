@@ -23,6 +23,7 @@ from rca_lsp.core.mapping import MappingEntry, ParsedMapping, parse_mapping
 from rca_lsp.core.outputs import write_outputs
 from rca_lsp.server.actions import ActionContext, code_actions
 from rca_lsp.server.cancellation import CancellingProtocol
+from rca_lsp.server.protocol import CommandError, RcaProtocol
 from rca_lsp.server.completion import complete
 from rca_lsp.server.diagnostics import document_diagnostics
 from rca_lsp.server.documents import MappingDocument
@@ -50,7 +51,7 @@ SKIP_DIRS = {".git", "node_modules", ".venv", "__pycache__", ".mypy_cache"}
 
 class RcaServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__("rca-lsp", __version__, protocol_cls=CancellingProtocol)
+        super().__init__("rca-lsp", __version__, protocol_cls=RcaProtocol)
         self.engine = Engine()
         self.settings = Settings()
         self.documents: dict[str, MappingDocument] = {}
@@ -492,19 +493,23 @@ async def on_symbols(ls: RcaServer, params: types.DocumentSymbolParams) -> list[
     return symbols
 
 
-def _document_for_command(ls: RcaServer, uri: str) -> MappingDocument:
-    doc = ls.documents.get(uri) if isinstance(uri, str) else None
+def _document_for_command(ls: RcaServer, command: str, arguments: tuple[Any, ...]) -> MappingDocument:
+    """The mapping document a command is about: its one argument, the file's URI."""
+    if len(arguments) != 1 or not isinstance(arguments[0], str):
+        raise CommandError(f"{command} takes one argument, the mapping-key file's URI; got {list(arguments)!r:.200}",
+                           invalid_params=True)
+    doc = ls.documents.get(arguments[0])
     if doc is None:
-        raise ValueError(f"not a mapping-key file known to rca-lsp: {uri!r}")
+        raise CommandError(f"{command}: not a mapping-key file known to rca-lsp: {arguments[0]!r}", invalid_params=True)
     return doc
 
 
 @server.command(WRITE_OUTPUTS)
-async def cmd_write_outputs(ls: RcaServer, uri: str) -> dict[str, str] | None:
-    doc = _document_for_command(ls, uri)
+async def cmd_write_outputs(ls: RcaServer, *arguments: Any) -> dict[str, str] | None:
+    doc = _document_for_command(ls, WRITE_OUTPUTS, arguments)
     analysis = doc.last_good or doc.analysis
     if analysis is None:
-        raise ValueError(f"{doc.path} has not been analysed yet (is it paired with dumps?)")
+        raise CommandError(f"{doc.path} has not been analysed yet (is it paired with dumps?)")
     out_dir = Path(ls.settings.out_dir)
     out_dir = out_dir if out_dir.is_absolute() else doc.path.parent / out_dir
     with ls.cancellable() as should_stop:
@@ -514,15 +519,15 @@ async def cmd_write_outputs(ls: RcaServer, uri: str) -> dict[str, str] | None:
         except Cancelled:
             return None  # the client has its answer (request cancelled) already
         except OSError as error:
-            raise ValueError(f"cannot write the output files to {out_dir}: {error.strerror or error}") from None
+            raise CommandError(f"cannot write the output files to {out_dir}: {error.strerror or error}") from None
     return {"outDir": str(out_dir), "reportMarkdown": str(out_dir / "output_5_root_cause_report.md")}
 
 
 @server.command(SUGGEST_MAPPING)
-async def cmd_suggest_mapping(ls: RcaServer, uri: str) -> dict[str, str] | None:
-    doc = _document_for_command(ls, uri)
+async def cmd_suggest_mapping(ls: RcaServer, *arguments: Any) -> dict[str, str] | None:
+    doc = _document_for_command(ls, SUGGEST_MAPPING, arguments)
     if not isinstance(doc.pair, Pair):
-        raise ValueError(f"{doc.path} is not paired with dumps")
+        raise CommandError(f"{doc.path} is not paired with dumps")
     existing = doc.parsed.as_dict() if doc.parsed is not None else None
     pair = doc.pair
 

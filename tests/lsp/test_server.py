@@ -362,3 +362,38 @@ async def test_a_sub_tolerance_divergence_shows_its_calibration_in_the_hover(cli
         text_document=types.TextDocumentIdentifier(uri=uri), position=origin.range.start))
     assert hover is not None
     assert "Confidence:" in hover.contents.value and "x the run's noise floor" in hover.contents.value
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_bad_input_gets_answers_not_silence_or_tracebacks(client: LanguageClient) -> None:
+    from pygls.exceptions import JsonRpcException
+
+    mapping = copy_variant(client, "missing_activation")
+    uri = open_document(client, mapping)
+    await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    # a request whose params do not deserialize, sent as raw JSON (a typed client cannot build it): answered with
+    # InvalidParams, not left waiting
+    answer = asyncio.get_running_loop().create_future()
+    client.protocol._request_futures["bad-hover"] = answer
+    client.protocol._send_data({"jsonrpc": "2.0", "id": "bad-hover", "method": types.TEXT_DOCUMENT_HOVER,
+                                "params": {"textDocument": {"uri": uri}, "position": {"line": -1, "character": 0}}})
+    with pytest.raises(JsonRpcException) as raised:
+        await asyncio.wait_for(answer, timeout=10)
+    assert raised.value.code == -32602 and "textDocument/hover" in raised.value.message
+    # commands with bad arguments: one clear message each
+    for arguments, expected_text in (([], "takes one argument, the mapping-key file's URI"),
+                                     ([42], "takes one argument"),
+                                     (["file:///nowhere/mapping_key.json"], "not a mapping-key file known")):
+        with pytest.raises(JsonRpcException) as raised:
+            await asyncio.wait_for(client.workspace_execute_command_async(types.ExecuteCommandParams(
+                command="rcaLsp.server.writeOutputs", arguments=arguments)), timeout=10)
+        assert expected_text in raised.value.message and "Traceback" not in raised.value.message
+        assert "TypeError" not in raised.value.message
+    # a change of a document that was never opened: ignored, no "Error in server" pop-up
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri + ".unopened.json", version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text="{}")]))
+    hover = await client.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=1, character=5)))
+    assert hover is not None  # still serving
+    assert not [m for m in client.messages if "Error in server" in m.message]
