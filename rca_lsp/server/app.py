@@ -59,6 +59,7 @@ class RcaServer(LanguageServer):
         self.watcher = DumpWatcher(self._dump_changed_threadsafe)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.background: set[asyncio.Task[None]] = set()
+        self.client_watches_files = False  # the client reports workspace file changes (didChangeWatchedFiles)
 
     def loop_task(self, work: Coroutine[Any, Any, None], uri: str | None = None) -> None:
         """The one way to run background work on the event loop: kept referenced until it ends, and a failure is
@@ -189,7 +190,8 @@ class RcaServer(LanguageServer):
                 doc.problems.append(pair.problem)
             self.publish(doc, version)
             return
-        self.watcher.watch(pair.files(), self.folders())
+        # dumps the client reports on are left to it; without its watcher the server watches them all
+        self.watcher.watch(pair.files(), self.folders() if self.client_watches_files else [])
         try:
             analysis = await self._analyse(pair, parsed, doc.uri, doc.analysis)
             laps.lap("analysis")
@@ -332,6 +334,7 @@ async def on_initialized(ls: RcaServer, params: types.InitializedParams) -> None
             await ls.client_register_capability_async(types.RegistrationParams(registrations=[types.Registration(
                 id=str(uuid.uuid4()), method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
                 register_options=types.DidChangeWatchedFilesRegistrationOptions(watchers=watchers))]))
+            ls.client_watches_files = True
         except Exception as error:  # the client advertised dynamic registration but refused it
             log.warning("could not register file watchers: %s", error)
     ls.scan_workspace()

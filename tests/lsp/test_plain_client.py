@@ -1,0 +1,55 @@
+"""A client that advertises almost nothing (no file watching, no progress, no configuration), as many do."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+from conftest import FIXTURES
+
+SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "rca_lsp", "serve"])
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def plain(lsp_client: LanguageClient, tmp_path: Path):
+    root = tmp_path / "ws"
+    root.mkdir()
+    lsp_client.root = root  # type: ignore[attr-defined]
+    await lsp_client.initialize_session(types.InitializeParams(
+        capabilities=types.ClientCapabilities(), root_uri=root.as_uri(),
+        workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="ws")]))
+    yield
+    await lsp_client.shutdown_session()
+
+
+def codes_of(client: LanguageClient, uri: str) -> set[str]:
+    return {str(d.code) for d in client.diagnostics.get(uri, [])}
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_dump_changed_in_the_workspace_is_seen_without_the_clients_watcher(plain: LanguageClient) -> None:
+    folder = plain.root / "pair"  # type: ignore[attr-defined]
+    shutil.copytree(FIXTURES / "healthy_fp32", folder)
+    mapping = folder / "mapping_key.json"
+    uri = mapping.as_uri()
+    plain.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
+        uri=uri, language_id="json", version=1, text=mapping.read_text())))
+    deadline = time.monotonic() + 30
+    while uri not in plain.diagnostics and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert uri in plain.diagnostics and "parameter-sync" not in codes_of(plain, uri)
+    train_dump = next((folder / "train").rglob("dump.json"))
+    train_dump.write_bytes(next((FIXTURES / "param_desync" / "train").rglob("dump.json")).read_bytes())
+    # no workspace/didChangeWatchedFiles: the server must notice by itself
+    deadline = time.monotonic() + 30
+    while "parameter-sync" not in codes_of(plain, uri) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert "parameter-sync" in codes_of(plain, uri)
