@@ -286,9 +286,13 @@ class RcaServer(LanguageServer):
             self.loop.call_soon_threadsafe(self.dump_changed, path)
 
     def dump_changed(self, path: Path) -> None:
+        """A dump file (or a folder) changed: analyse again the mapping files paired with it, and try again to pair
+        those that found no dumps when the change lies below their folder (a dump folder renamed back, a new dump)."""
         resolved = path.resolve()
         for doc in self.documents.values():
-            if isinstance(doc.pair, Pair) and resolved in doc.pair.files():
+            if isinstance(doc.pair, Pair) and any(f == resolved or f.is_relative_to(resolved) for f in doc.pair.files()):
+                self.schedule(doc.uri, DUMP_DELAY)  # one of its dump files, or a folder holding one
+            elif isinstance(doc.pair, Unpaired) and resolved.is_relative_to(doc.path.parent):
                 self.schedule(doc.uri, DUMP_DELAY)
 
     def analysis_at(self, uri: str) -> tuple[MappingDocument, ParsedMapping, Analysis | None] | None:

@@ -397,3 +397,21 @@ async def test_bad_input_gets_answers_not_silence_or_tracebacks(client: Language
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=1, character=5)))
     assert hover is not None  # still serving
     assert not [m for m in client.messages if "Error in server" in m.message]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_dump_folder_renamed_away_and_back_pairs_again(client: LanguageClient) -> None:
+    mapping = copy_variant(client, "missing_activation")
+    uri = open_document(client, mapping)
+    await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    train = mapping.parent / "train"
+    away = mapping.parent / "train.moved"
+    train.rename(away)
+    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
+        types.FileEvent(uri=train.as_uri(), type=types.FileChangeType.Deleted)]))
+    await wait_for(client, uri, lambda ds: any(d.code == "unpaired-mapping" for d in ds))
+    away.rename(train)  # back: the client reports the folder, not the files in it
+    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
+        types.FileEvent(uri=train.as_uri(), type=types.FileChangeType.Created)]))
+    await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds)
+                   and not any(d.code == "unpaired-mapping" for d in ds))
