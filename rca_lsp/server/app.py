@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
+import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -60,6 +62,7 @@ class RcaServer(LanguageServer):
         self.loop: asyncio.AbstractEventLoop | None = None
         self.background: set[asyncio.Task[None]] = set()
         self.client_watches_files = False  # the client reports workspace file changes (didChangeWatchedFiles)
+        self.shut_down = False  # a shutdown request came
 
     def loop_task(self, work: Coroutine[Any, Any, None], uri: str | None = None) -> None:
         """The one way to run background work on the event loop: kept referenced until it ends, and a failure is
@@ -323,8 +326,19 @@ def on_initialize(ls: RcaServer, params: types.InitializeParams) -> None:
 
 @server.feature(types.SHUTDOWN)
 def on_shutdown(ls: RcaServer, params: None) -> None:
+    ls.shut_down = True
     ls.stop()
 
+
+@server.feature(types.EXIT)
+def on_exit(ls: RcaServer, params: None) -> None:
+    """Exit now: an analysis running in a worker thread cannot be stopped, and the interpreter would wait for it
+    (seconds on large dumps). Nothing is lost: output files are written atomically, the next run removes the
+    temporaries of one that was cut short."""
+    ls.stop()
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(0 if ls.shut_down else 1)  # as the protocol asks: 1 without a shutdown request first
 
 @server.feature(types.INITIALIZED)
 async def on_initialized(ls: RcaServer, params: types.InitializedParams) -> None:
