@@ -178,6 +178,8 @@ class Dump:
     skipped_keys: int  # API-level, backward and parameters_grad keys
     parallel: ParallelInfo | None = None  # set when merged from several ranks
     _line_cache: dict[str, tuple[str, int] | None] = field(default_factory=dict, repr=False)
+    # entries read back from the rank files on demand (rankview), by logical key: a hover asks again and again
+    rank_entry_cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @cached_property
     def _calls(self) -> dict[str, list[str]]:

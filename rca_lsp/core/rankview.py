@@ -28,12 +28,16 @@ def rank_copies(dump: Dump, key: str) -> list[RankCopy]:
     info = dump.parallel
     if info is None:
         return []
+    cached = dump.rank_entry_cache.get(key)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
     _, original = dump.file_key(key)
     found = []
     for rank, file in zip(info.ranks, info.files):
         entry = _read_entry(Path(file), original)
         if entry is not None:
             found.append(RankCopy(rank, file, entry))
+    dump.rank_entry_cache[key] = found
     return found
 
 

@@ -10,6 +10,7 @@ from rca_lsp.core.dumpsource import DumpSource
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.forkload import BackgroundDump
 from rca_lsp.core.mapping import ParsedMapping
+from rca_lsp.core.rankview import rank_copies
 from rca_lsp.core.records import Comparator
 from rca_lsp.core.tolerance import Tolerances
 from rca_lsp.server.diagnostics import related_dump_keys
@@ -19,6 +20,7 @@ from rca_lsp.suggest import Candidate
 
 COUNTERPART_MIN_SCORE = 0.6
 MAX_FINDINGS_LOCATED = 1000  # at most Settings.max_findings are published
+MAX_ORIGINS_PER_RANK_READ = 3  # credible origins whose per-rank statistics are read before their hover asks
 MAX_COUNTERPART_LOOKUPS = 300
 
 
@@ -90,3 +92,6 @@ class Engine:
         related = [related_dump_keys(s) for s in analysis.suspects[:MAX_FINDINGS_LOCATED]]
         analysis.train.prefetch_lines(k for train, _ in related for k in train)
         analysis.rollout.prefetch_lines(k for _, rollout in related for k in rollout)
+        for suspect in [s for s in analysis.suspects if s.credible_origin][:MAX_ORIGINS_PER_RANK_READ]:
+            rank_copies(analysis.train, suspect.record.train_key)  # what their hover shows per rank, read once
+            rank_copies(analysis.rollout, suspect.record.rollout_key)
