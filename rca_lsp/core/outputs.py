@@ -8,17 +8,16 @@ import io
 import itertools
 import multiprocessing
 import os
-import tempfile
 from functools import lru_cache
 from pathlib import Path
-from contextlib import contextmanager
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import msgspec
 import orjson
 
 from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
+from rca_lsp.core.atomicfile import atomic_stream, remove_stale_temporaries, write_atomically
 from rca_lsp.core.cancel import ShouldStop, never, stop_if
 from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.compare import STAT_NAMES, priority_for
@@ -31,25 +30,6 @@ T = TypeVar("T")
 
 _FOCUS = {"P1": "investigate", "P2": "investigate", "P3": "check_shape", "P4": "none", "P5": "deprioritized",
           "-": "premise"}
-
-
-@contextmanager
-def atomic_stream(path: Path) -> Iterator[BinaryIO]:
-    """A temporary file in the same folder, renamed over the target once complete: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            yield stream
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    with atomic_stream(path) as stream:
-        stream.write(data)
 
 
 def _json(document: Any, indent: bool = False) -> bytes:
@@ -275,6 +255,9 @@ def _write_report(analysis: Analysis, out_dir: Path, should_stop: ShouldStop = n
 
 
 PARTS = (_write_mapping, _write_compare, _write_modules, _write_report)
+OUTPUT_NAMES = tuple(f"{stem}.{ext}" for stem in ("output_1_key_mapping", "output_2_mapping", _COMPARE_STEM,
+                                                  "output_4_module_analysis") for ext in ("json", "csv")) + (
+    "output_5_root_cause_report.json", "output_5_root_cause_report.md")
 
 
 def _write_part(part: Callable[[Analysis, Path, ShouldStop], list[Path]], analysis: Analysis, out_dir: Path,
@@ -289,10 +272,11 @@ def write_outputs(analysis: Analysis, out_dir: Path, fork: bool = False, should_
     deadlock), the value-compare tables, most of the work, are shared with a child process: it starts on them
     while this process writes the other files, which then takes value-compare chunks from the end.
     Without `fork`, raises Cancelled once `should_stop` says so: files written by then stay, the one being written
-    is dropped."""
+    is dropped. Temporary files that killed runs left in `out_dir` are removed first."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out_dir, OUTPUT_NAMES)
     if not fork or "fork" not in multiprocessing.get_all_start_methods():
         return [path for part in PARTS for path in _write_part(part, analysis, out_dir, should_stop)]
-    out_dir.mkdir(parents=True, exist_ok=True)
     chunks = _TargetChunks(analysis.records)
 
     def encode(index: int) -> tuple[bytes, bytes]:
