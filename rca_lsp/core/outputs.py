@@ -6,6 +6,7 @@ import bisect
 import csv
 import io
 import itertools
+import math
 import multiprocessing
 import os
 from functools import lru_cache
@@ -53,7 +54,7 @@ def _csv_body(rows: Iterable[Sequence[Any]], list_columns: Sequence[int] = ()) -
 def _csv_through_json(rows: list[Sequence[Any]]) -> bytes | None:
     """orjson writes the table ~10x faster than the csv module. Its text is valid CSV whenever no string needed
     a JSON escape (keys, dtypes and our reasons never do): then only row brackets and nulls change."""
-    data = orjson.dumps(rows)
+    data = orjson.dumps(rows, default=_csv_spelling)
     if b"\\" in data or b"[]" in data:
         return None
     body = data[2:-2].replace(b"],[", b"\n")
@@ -108,6 +109,46 @@ def _mapping_rows(analysis: Analysis) -> list[tuple[Any, ...]]:
 
 
 _MISSING_ERRORS = (None, "missing") * len(STAT_NAMES)
+
+
+class _NonFinite:
+    """A NaN or infinite number of output_3, told apart from a missing one (null, an empty cell): written as
+    "NaN", "Infinity", "-Infinity" in JSON (strings: valid JSON, msprobe's spelling) and nan, inf, -inf in CSV."""
+
+    __slots__ = ("json", "csv")
+
+    def __init__(self, json: str, csv: str) -> None:
+        self.json, self.csv = json, csv
+
+    def __str__(self) -> str:  # the csv module's spelling
+        return self.csv
+
+    @staticmethod
+    def json_spelling(value: object) -> str:
+        if isinstance(value, _NonFinite):
+            return value.json
+        raise NotImplementedError(f"cannot write {type(value).__name__}")
+
+
+_NAN, _INFINITY, _MINUS_INFINITY = _NonFinite("NaN", "nan"), _NonFinite("Infinity", "inf"), _NonFinite("-Infinity", "-inf")
+
+
+def _csv_spelling(value: object) -> str:
+    if isinstance(value, _NonFinite):
+        return value.csv
+    raise TypeError(f"cannot write {type(value).__name__}")
+
+
+def _marked(value: Any) -> Any:
+    if type(value) is not float or math.isfinite(value):
+        return value
+    return _NAN if value != value else (_INFINITY if value > 0 else _MINUS_INFINITY)
+
+
+def _finite(numbers: Iterable[float | None]) -> bool:
+    """Whether no number is NaN or infinite, in C: a NaN or an infinity makes the sum non-finite (so does an
+    overflowing sum of finite numbers, only a false alarm)."""
+    return math.isfinite(sum(filter(None, numbers)))
 
 
 def _stat_values(train: TensorStats, rollout: TensorStats) -> tuple[float | None, ...]:
@@ -173,7 +214,7 @@ def _encode_chunk(index: int, rows: Sequence[Sequence[Any]], columns: Sequence[s
     return (b"," + json_text if index else json_text), _csv_body(rows, list_columns)
 
 
-_ROW_ENCODER = msgspec.json.Encoder()
+_ROW_ENCODER = msgspec.json.Encoder(enc_hook=_NonFinite.json_spelling)
 
 
 @lru_cache(maxsize=None)
@@ -208,12 +249,15 @@ def _target_rows(records: Sequence[ModuleRecord], start: int = 0) -> Iterator[tu
             priority, bucket = priority_for(consistency, relation)
             if output_aligned and consistency == "mismatch" and target.startswith("parameters."):
                 priority, bucket = "P5", "parameter_mismatch_output_aligned"
+            values = _stat_values(train, rollout) if train and rollout else _one_side_values(train, rollout)
+            errors = errors or _MISSING_ERRORS
+            if not _finite(values + errors[::2]):  # the statistics and their relative errors
+                values, errors = tuple(map(_marked, values)), tuple(map(_marked, errors))
             yield (
                 train_key, rollout_key, target, aggregated, train.dtype if train else None,
                 rollout.dtype if rollout else None, dtype_match, (train.shape or ()) if train else None,
-                (rollout.shape or ()) if rollout else None, relation,
-                *(_stat_values(train, rollout) if train and rollout else _one_side_values(train, rollout)),
-                *(errors or _MISSING_ERRORS), tol, consistency, status, priority, bucket, _FOCUS[priority], reason,
+                (rollout.shape or ()) if rollout else None, relation, *values, *errors, tol, consistency, status,
+                priority, bucket, _FOCUS[priority], reason,
             )
 
 
