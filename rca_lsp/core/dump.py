@@ -432,13 +432,15 @@ def decode_dump(data: bytes, path: str) -> Any:
             return _decoded(quoted, path)
         except msgspec.DecodeError:
             pass
-    return loads_lenient(data, path)  # raises with the line and column of the problem, or reads an odd layout
+    return loads_lenient(data, path)  # raises with the line and column of the problem
 
 
 def _decoded(data: bytes, path: str) -> _RawDump:
     try:
         return _DUMP_DECODER.decode(data)
-    except msgspec.ValidationError:  # the schema takes any JSON below "data": the file is not a dump
+    except msgspec.ValidationError as error:  # the schema takes any JSON below "data": the file is not a dump,
+        if str(error).startswith("Number out of range"):  # unless a number is beyond a double (1e400)
+            raise  # a DecodeError: located by loads_lenient
         raise InputError(path, _NOT_A_DUMP) from None
 
 
