@@ -17,6 +17,7 @@ import msgspec
 from rca_lsp.core.dumpsource import DumpSource, resolve_dump_source
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.gcpause import paused_gc
+from rca_lsp.core.inputfile import read_regular_file
 from rca_lsp.core.jsonload import as_float, loads_lenient, quote_literals
 from rca_lsp.core.keys import parse_module_key
 
@@ -177,6 +178,7 @@ class Dump:
     entries: dict[str, ModuleEntry]
     skipped_keys: int  # API-level, backward and parameters_grad keys
     parallel: ParallelInfo | None = None  # set when merged from several ranks
+    null_keys: frozenset[str] = frozenset()  # forward keys whose entry is null: no data, so not in `entries`
     _line_cache: dict[str, tuple[str, int] | None] = field(default_factory=dict, repr=False)
 
     @cached_property
@@ -408,16 +410,20 @@ def build_dump(path: str, document: Any) -> Dump:
     keys: list[str] = []
     entries: dict[str, ModuleEntry] = {}
     skipped = 0
+    null_keys = []
     for key, raw in document.data.items():
         entry = _entry(key, len(keys), raw)
         if entry is None:
             skipped += 1
+            if raw is None and (parsed := parse_module_key(key)) is not None and parsed.direction == "forward":
+                null_keys.append(key)
             continue
         keys.append(key)
         entries[key] = entry
     if not keys:
         raise InputError(path, "no Module./Cell. forward entries in this dump (was it made at level L0 or mix?)")
-    return Dump(path, document.task, document.level, document.framework, keys, entries, skipped)
+    return Dump(path, document.task, document.level, document.framework, keys, entries, skipped,
+                null_keys=frozenset(null_keys))
 
 
 def decode_dump(data: bytes, path: str) -> Any:
@@ -445,10 +451,7 @@ def _decoded(data: bytes, path: str) -> _RawDump:
 
 
 def load_dump_file(path: Path) -> Dump:
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise InputError(str(path), f"cannot read dump: {error.strerror}") from None
+    data = read_regular_file(path, "dump")
     with paused_gc():
         document = decode_dump(data, str(path))
         del data

@@ -45,7 +45,13 @@ def _confidence(analysis: "Analysis") -> str:
     return "high"
 
 
+NOTHING_COMPARED = ("nothing was compared: no mapped module pair (the mapping is empty, or none of its entries names "
+                    "a module of both dumps)")
+
+
 def _judgement(analysis: "Analysis") -> list[str]:
+    if not analysis.records:
+        return [f"{NOTHING_COMPARED[0].upper()}{NOTHING_COMPARED[1:]}. No root-cause hypothesis."]
     if not analysis.suspects:
         return ["No credible divergence: every compared module pair is aligned within the dtype tolerances "
                 "(or only premise problems remain, listed below). No root-cause hypothesis."]
