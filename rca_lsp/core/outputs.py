@@ -21,6 +21,7 @@ from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.atomicfile import atomic_stream, remove_stale_temporaries, write_atomically
 from rca_lsp.core.cancel import ShouldStop, never, stop_if
 from rca_lsp.core.gcpause import paused_gc
+from rca_lsp.core.manifest import forget_manifest, new_run_id, write_manifest
 from rca_lsp.core.compare import STAT_NAMES, priority_for
 from rca_lsp.core.dump import TensorStats
 from rca_lsp.core.records import ModuleRecord
@@ -171,8 +172,11 @@ def _module_row(record: ModuleRecord) -> tuple[Any, ...]:
     )
 
 
-def _meta(analysis: Analysis) -> dict[str, Any]:
-    return {"tool": "rca-lsp", "version": __version__, "train_path": analysis.train.path,
+Meta = dict[str, Any]  # the "meta" of the JSON tables: tool, version, run id, inputs
+
+
+def _meta(analysis: Analysis, run_id: str) -> Meta:
+    return {"tool": "rca-lsp", "version": __version__, "run_id": run_id, "train_path": analysis.train.path,
             "rollout_path": analysis.rollout.path, "mapping_key_path": analysis.mapping.path}
 
 
@@ -261,8 +265,9 @@ def _target_rows(records: Sequence[ModuleRecord], start: int = 0) -> Iterator[tu
             )
 
 
-def _write_mapping(analysis: Analysis, out_dir: Path, should_stop: ShouldStop = never) -> list[Path]:
-    written = write_table(out_dir, "output_1_key_mapping", _meta(analysis), "rows", MAPPING_COLUMNS,
+def _write_mapping(analysis: Analysis, out_dir: Path, meta: Meta,
+                   should_stop: ShouldStop = never) -> list[Path]:
+    written = write_table(out_dir, "output_1_key_mapping", meta, "rows", MAPPING_COLUMNS,
                           _mapping_rows(analysis), (1,))
     matched = [(r.train_key, r.rollout_keys) for r in analysis.rows if r.rollout_keys]
     write_atomically(out_dir / "output_2_mapping.json", _json(dict(matched)))
@@ -274,8 +279,9 @@ _COMPARE_STEM = "output_3_value_compare"
 _TARGET_LIST_COLUMNS = (7, 8)
 
 
-def _write_compare(analysis: Analysis, out_dir: Path, should_stop: ShouldStop = never) -> list[Path]:
-    return write_table(out_dir, _COMPARE_STEM, _meta(analysis), "rows", TARGET_COLUMNS,
+def _write_compare(analysis: Analysis, out_dir: Path, meta: Meta,
+                   should_stop: ShouldStop = never) -> list[Path]:
+    return write_table(out_dir, _COMPARE_STEM, meta, "rows", TARGET_COLUMNS,
                        _until_stopped(_target_rows(analysis.records), should_stop), _TARGET_LIST_COLUMNS)
 
 
@@ -287,14 +293,17 @@ def _until_stopped(items: Iterable[T], should_stop: ShouldStop) -> Iterator[T]:
         yield item
 
 
-def _write_modules(analysis: Analysis, out_dir: Path, should_stop: ShouldStop = never) -> list[Path]:
+def _write_modules(analysis: Analysis, out_dir: Path, meta: Meta,
+                   should_stop: ShouldStop = never) -> list[Path]:
     rows = (_module_row(r) for r in _until_stopped(analysis.records, should_stop))
-    return write_table(out_dir, "output_4_module_analysis", _meta(analysis), "records", MODULE_COLUMNS, rows, (2, 3))
+    return write_table(out_dir, "output_4_module_analysis", meta, "records", MODULE_COLUMNS, rows, (2, 3))
 
 
-def _write_report(analysis: Analysis, out_dir: Path, should_stop: ShouldStop = never) -> list[Path]:
-    write_atomically(out_dir / "output_5_root_cause_report.json", _json(analysis.report, indent=True))
-    write_atomically(out_dir / "output_5_root_cause_report.md", render_markdown(analysis).encode())
+def _write_report(analysis: Analysis, out_dir: Path, meta: Meta,
+                  should_stop: ShouldStop = never) -> list[Path]:
+    report = {"run_id": meta["run_id"], **analysis.report}
+    write_atomically(out_dir / "output_5_root_cause_report.json", _json(report, indent=True))
+    write_atomically(out_dir / "output_5_root_cause_report.md", render_markdown(analysis, meta["run_id"]).encode())
     return [out_dir / "output_5_root_cause_report.json", out_dir / "output_5_root_cause_report.md"]
 
 
@@ -304,32 +313,45 @@ OUTPUT_NAMES = tuple(f"{stem}.{ext}" for stem in ("output_1_key_mapping", "outpu
     "output_5_root_cause_report.json", "output_5_root_cause_report.md")
 
 
-def _write_part(part: Callable[[Analysis, Path, ShouldStop], list[Path]], analysis: Analysis, out_dir: Path,
+Part = Callable[[Analysis, Path, Meta, ShouldStop], list[Path]]
+
+
+def _write_part(part: Part, analysis: Analysis, out_dir: Path, meta: Meta,
                 should_stop: ShouldStop = never) -> list[Path]:
     stop_if(should_stop)
     with paused_gc():
-        return part(analysis, out_dir, should_stop)
+        return part(analysis, out_dir, meta, should_stop)
 
 
 def write_outputs(analysis: Analysis, out_dir: Path, fork: bool = False, should_stop: ShouldStop = never) -> list[Path]:
-    """Write every output file; with `fork` (single-threaded callers only: forking a threaded process can
-    deadlock), the value-compare tables, most of the work, are shared with a child process: it starts on them
-    while this process writes the other files, which then takes value-compare chunks from the end.
+    """Write every output file, then the manifest listing them (see manifest); the paths written, the manifest
+    last. With `fork` (single-threaded callers only: forking a threaded process can deadlock), the value-compare
+    tables, most of the work, are shared with a child process: it starts on them while this process writes the
+    other files, which then takes value-compare chunks from the end.
     Without `fork`, raises Cancelled once `should_stop` says so: files written by then stay, the one being written
-    is dropped. Temporary files that killed runs left in `out_dir` are removed first."""
+    is dropped, no manifest is written. Temporary files that killed runs left in `out_dir` are removed first."""
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out_dir, OUTPUT_NAMES)
+    forget_manifest(out_dir)
+    meta = _meta(analysis, new_run_id())
     if not fork or "fork" not in multiprocessing.get_all_start_methods():
-        return [path for part in PARTS for path in _write_part(part, analysis, out_dir, should_stop)]
+        written = [path for part in PARTS for path in _write_part(part, analysis, out_dir, meta, should_stop)]
+    else:
+        written = _write_forked(analysis, out_dir, meta)
+    return written + [write_manifest(out_dir, meta, written)]
+
+
+def _write_forked(analysis: Analysis, out_dir: Path, meta: Meta) -> list[Path]:
     chunks = _TargetChunks(analysis.records)
 
     def encode(index: int) -> tuple[bytes, bytes]:
         return _encode_chunk(index, chunks.rows(index), TARGET_COLUMNS, _TARGET_LIST_COLUMNS)
 
     def other_parts() -> list[Path]:
-        return [path for part in PARTS if part is not _write_compare for path in _write_part(part, analysis, out_dir)]
+        return [path for part in PARTS if part is not _write_compare
+                for path in _write_part(part, analysis, out_dir, meta)]
 
     paths = (out_dir / f"{_COMPARE_STEM}.json", out_dir / f"{_COMPARE_STEM}.csv")
-    written = write_split(paths, _table_heads(_meta(analysis), "rows", TARGET_COLUMNS), _JSON_TAIL, chunks.count,
-                          encode, other_parts)
+    written = write_split(paths, _table_heads(meta, "rows", TARGET_COLUMNS), _JSON_TAIL, chunks.count, encode,
+                          other_parts)
     return written + list(paths)

@@ -164,11 +164,13 @@ def _provenance(analysis: "Analysis") -> list[str]:
     return lines
 
 
-def render_markdown(analysis: "Analysis") -> str:
+def render_markdown(analysis: "Analysis", run_id: str | None = None) -> str:
+    """The report; `run_id`: the run writing it, named in the Context (see manifest)."""
     sections = [
         ("Context", [f"- Train dump: `{analysis.train.path}` ({len(analysis.train.keys)} forward modules)",
                      f"- Rollout dump: `{analysis.rollout.path}` ({len(analysis.rollout.keys)} forward modules)",
-                     f"- Mapping: `{analysis.mapping.path}` ({len(analysis.records)} groups compared)"]),
+                     f"- Mapping: `{analysis.mapping.path}` ({len(analysis.records)} groups compared)",
+                     *([f"- Run: `{run_id}` (see output_manifest.json)"] if run_id else [])]),
         *([("Calibration, ranks and calls", provenance)] if (provenance := _provenance(analysis)) else []),
         ("Final judgement", _judgement(analysis)),
         ("Evidence chain", _evidence_chain(analysis)),
