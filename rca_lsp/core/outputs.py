@@ -8,7 +8,6 @@ import io
 import itertools
 import math
 import multiprocessing
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
@@ -124,17 +123,19 @@ class _NonFinite:
     def __str__(self) -> str:  # the csv module's spelling
         return self.csv
 
-    @staticmethod
-    def json_spelling(value: object) -> str:
-        if isinstance(value, _NonFinite):
-            return value.json
-        raise NotImplementedError(f"cannot write {type(value).__name__}")
-
 
 _NAN, _INFINITY, _MINUS_INFINITY = _NonFinite("NaN", "nan"), _NonFinite("Infinity", "inf"), _NonFinite("-Infinity", "-inf")
 
 
+def _json_spelling(value: object) -> str:
+    """msgspec's hook for what it cannot encode itself."""
+    if isinstance(value, _NonFinite):
+        return value.json
+    raise NotImplementedError(f"cannot write {type(value).__name__}")
+
+
 def _csv_spelling(value: object) -> str:
+    """orjson's hook for what it cannot encode itself."""
     if isinstance(value, _NonFinite):
         return value.csv
     raise TypeError(f"cannot write {type(value).__name__}")
@@ -218,7 +219,7 @@ def _encode_chunk(index: int, rows: Sequence[Sequence[Any]], columns: Sequence[s
     return (b"," + json_text if index else json_text), _csv_body(rows, list_columns)
 
 
-_ROW_ENCODER = msgspec.json.Encoder(enc_hook=_NonFinite.json_spelling)
+_ROW_ENCODER = msgspec.json.Encoder(enc_hook=_json_spelling)
 
 
 @lru_cache(maxsize=None)

@@ -6,7 +6,6 @@ import multiprocessing
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ContextManager
 
 from rca_lsp.core.analysis import Analysis, analyze
