@@ -13,9 +13,10 @@ from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.outputs import write_outputs
+from rca_lsp.core.report_md import NOTHING_COMPARED
 from rca_lsp.core.run import analyze_paths, raise_if_unusable
 from rca_lsp.source_args import add_source_arguments, side_options
-from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.core.tolerance import Tolerances, checked_tolerance
 from rca_lsp.suggest import cli as suggest_cli
 
 DEMO_DIR = Path(__file__).parent / "demo"
@@ -40,9 +41,14 @@ def _tolerances(values: Sequence[str]) -> Tolerances:
     for value in values:
         name, _, number = value.partition("=")
         try:
-            overrides[name.strip()] = float(number)
+            tolerance = float(number)
         except ValueError:
             raise InputError("--tolerance", f"expected DTYPE=NUMBER, got {value!r}") from None
+        try:
+            dtype, tolerance = checked_tolerance(name, tolerance)
+        except ValueError as error:
+            raise InputError("--tolerance", f"{error} (in {value!r})") from None
+        overrides[dtype] = tolerance
     return Tolerances.with_overrides(overrides)
 
 
@@ -50,6 +56,8 @@ def _summary(analysis: Analysis, out_dir: Path) -> str:
     report = analysis.report
     lines = ["Root Cause Evidence Summary:", f"- output_dir: {out_dir}",
              f"- top_hypothesis: {report['top_hypothesis'] or '(none)'}"]
+    if not analysis.records:
+        lines.append(f"- {NOTHING_COMPARED}")
     for suspect in analysis.suspects[:5]:
         lines.append(f"  - {suspect.classification}: {suspect.train_key}"
                      + ("" if suspect.credible_origin else " (follows from an earlier divergence)"))

@@ -139,3 +139,74 @@ def test_a_decoding_rollout_through_the_cli(tmp_path: Path) -> None:
     assert "5 calls: prefill of 12 tokens + 4 decode steps" in markdown
     report = json.loads((tmp_path / "o" / "output_5_root_cause_report.json").read_text())
     assert report["first_divergence"]["calls"] == "rollout: 5 calls: prefill of 12 tokens + 4 decode steps"
+
+
+def _analyze_demo(tmp_path: Path, *extra: str, mapping: Path | None = None, train: Path | None = None):
+    return rca("analyze", "--train", str(train or DEMO_SOURCE / "train"), "--rollout", str(DEMO_SOURCE / "rollout"),
+               "--mapping-key", str(mapping or DEMO_SOURCE / "mapping_key.json"), "--out-dir", str(tmp_path / "o"),
+               *extra, cwd=tmp_path)
+
+
+def test_tolerances_must_be_positive_finite_numbers_of_known_dtypes(tmp_path: Path) -> None:
+    for value in ("float32=-1", "float32=0", "float32=nan", "float32=inf", "float32=-inf", "flaot32=0.1",
+                  "float32=abc", "float32"):
+        result = _analyze_demo(tmp_path, "--tolerance", value)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, (value, result.stderr)
+        assert lines[0].startswith("rca-lsp: error: --tolerance: ") and repr(value) in lines[0], lines[0]
+    assert "unknown dtype 'flaot32'" in _analyze_demo(tmp_path, "--tolerance", "flaot32=0.1").stderr
+    for value in ("float32=0.1", "bf16=0.05", "torch.float16=1e-3"):
+        result = _analyze_demo(tmp_path, "--tolerance", value)
+        assert result.returncode == 0, (value, result.stderr)
+
+
+def test_a_named_pipe_or_a_folder_is_refused_not_read(tmp_path: Path) -> None:
+    import os
+
+    pipe = tmp_path / "pipe.json"
+    os.mkfifo(pipe)
+    for given, needle in (({"mapping": pipe}, "cannot read mapping-key file: a named pipe (FIFO), not a regular file"),
+                          ({"mapping": tmp_path}, "cannot read mapping-key file: a directory, not a regular file"),
+                          ({"train": pipe}, "not a dump file or directory: a named pipe (FIFO)")):
+        result = _analyze_demo(tmp_path, **given)  # a blocked read would end in subprocess's TimeoutExpired
+        assert result.returncode == 2 and result.stderr.strip().splitlines() == \
+            [f"rca-lsp: error: {next(iter(given.values()))}: {needle}"], result.stderr
+    rank = tmp_path / "dumps" / "step0" / "rank0"
+    rank.mkdir(parents=True)
+    os.mkfifo(rank / "dump.json")
+    from rca_lsp.core.dump import load_dump_file
+    from rca_lsp.core.errors import InputError
+
+    try:
+        load_dump_file(rank / "dump.json")
+    except InputError as error:
+        assert "a named pipe (FIFO), not a regular file" in str(error)
+    else:
+        raise AssertionError("a named pipe was read as a dump")
+
+
+def test_an_empty_mapping_says_nothing_was_compared(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}")
+    result = _analyze_demo(tmp_path, mapping=empty)
+    assert result.returncode == 0, result.stderr
+    assert "- nothing was compared: no mapped module pair" in result.stdout
+    judgement = (tmp_path / "o" / "output_5_root_cause_report.md").read_text().split("## Final judgement")[1]
+    judgement = judgement.split("##")[0]
+    assert "Nothing was compared: no mapped module pair" in judgement and "aligned" not in judgement
+    assert json.loads((tmp_path / "o" / "output_5_root_cause_report.json").read_text())["counts"]["mapped_groups"] == 0
+    demo = _analyze_demo(tmp_path)
+    assert "nothing was compared" not in demo.stdout
+
+
+def test_a_null_entry_is_said_to_have_no_data_not_to_be_unknown(tmp_path: Path) -> None:
+    dump = json.loads((DEMO_SOURCE / "train" / "step0" / "rank0" / "dump.json").read_text())
+    mapping = json.loads((DEMO_SOURCE / "mapping_key.json").read_text())
+    key = next(iter(mapping))
+    dump["data"][key] = None
+    train = tmp_path / "train.json"
+    train.write_text(json.dumps(dump))
+    result = _analyze_demo(tmp_path, train=train)
+    assert result.returncode == 0, result.stderr
+    warning = next(line for line in result.stderr.splitlines() if "unknown-train-key" in line)
+    assert f"train key has no entry data in {train} (a null entry)" in warning and "unknown train key" not in warning

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
 
+import orjson
 import pytest
 
 from builders import entry, tensor, write_dump
-from rca_lsp.core.dump import DumpCache
+from conftest import FIXTURES
+from rca_lsp.core.dump import DumpCache, decode_dump
 from rca_lsp.core.dumpsource import resolve_dump_source
 from rca_lsp.core.errors import InputError
-from rca_lsp.core.jsonload import loads_lenient
+from rca_lsp.core.jsonload import loads_lenient, quote_literals
+from rca_lsp.core.run import read_mapping_file
 
 KEY = "Module.model.layers.0.mlp.down_proj.Linear.forward.0"
 
@@ -31,6 +35,74 @@ def test_literals_without_spaces_and_inside_lists_still_load() -> None:
     data = b'{"a":NaN,"b":[Infinity,-Infinity],"c":"NaN inside a string"}'
     loaded = loads_lenient(data, "x.json")
     assert loaded["a"] == "NaN" and loaded["b"] == ["Infinity", "-Infinity"] and loaded["c"] == "NaN inside a string"
+
+
+def test_literals_are_quoted_only_outside_strings(tmp_path: Path) -> None:
+    node = entry([1.0, 2.0], [3.0, 4.0])
+    node["output"][0].update({"Max": math.inf, "Min": -math.inf})
+    path = write_dump(tmp_path / "dump.json", {KEY: node})
+    text = path.read_text().replace('"framework": "pytorch"', '"framework": "x: NaN y, z: -Infinity"')
+    path.write_text(text)
+    dump = DumpCache().get(path)
+    output = dump.entries[KEY].output
+    assert dump.framework == "x: NaN y, z: -Infinity" and output.max == math.inf and output.min == -math.inf
+
+
+@pytest.mark.parametrize("text", ['x: NaN y', 'a "quoted: NaN" b', 'ends in a backslash \\', '\\\\": NaN',
+                                  '\\": Infinity \\\\', 'NaN', '-Infinity', ''])
+def test_quoting_agrees_with_python_json_around_tricky_strings(text: str) -> None:
+    document = {"task": text, "data": {text: [math.nan, {"Max": math.inf, text: -math.inf}], "k": text}}
+    data = json.dumps(document, allow_nan=True).encode()
+    expected = json.loads(data, parse_constant=lambda literal: literal)  # literals read back as their strings
+    assert orjson.loads(quote_literals(data)) == expected
+    assert orjson.loads(quote_literals(json.dumps(document, allow_nan=True, indent=1).encode())) == expected
+
+
+def test_normal_dumps_decode_as_before(tmp_path: Path) -> None:
+    """msprobe's layout (`"Max": NaN`): quoting gives the same bytes as the plain replacements it replaces."""
+    node = entry([1.0, 2.0], [3.0, 4.0])
+    node["output"][0].update({"Max": math.inf, "Min": -math.inf, "Mean": math.nan})
+    data = write_dump(tmp_path / "dump.json", {KEY: node, KEY.replace("0.mlp", "1.mlp"): node}).read_bytes()
+    replaced = data.replace(b": -Infinity", b': "-Infinity"').replace(b": Infinity", b': "Infinity"')
+    assert quote_literals(data) == replaced.replace(b": NaN", b': "NaN"')
+    finite = (FIXTURES / "missing_activation" / "train" / "step0" / "rank0" / "dump.json").read_bytes()
+    assert quote_literals(finite) is finite
+    assert decode_dump(finite, "x") == decode_dump(finite.replace(b"\n", b"\r\n"), "x")
+
+
+def _dump_text(tmp_path: Path, stat_line: str) -> Path:
+    path = write_dump(tmp_path / "dump.json", {KEY: entry([1.0, 2.0], [3.0, 4.0])})
+    path.write_text(path.read_text().replace('"Max": 4.0', stat_line))
+    return path
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "1" + "0" * 400])
+def test_a_number_beyond_a_double_is_reported_at_its_place(tmp_path: Path, number: str) -> None:
+    path = _dump_text(tmp_path, f'"a": NaN, "b": [Infinity, "NaN"], "Max": {number}')
+    line_number, line = next((n, l) for n, l in enumerate(path.read_text().splitlines(), 1) if number in l)
+    with pytest.raises(InputError) as raised:
+        DumpCache().get(path)
+    error = raised.value
+    assert (error.line, error.column) == (line_number, line.index(number) + 1)
+    assert str(error).startswith(f"{path}:{line_number}:") and "out of the range of a double" in str(error)
+
+
+def test_a_byte_that_is_not_utf8_is_reported_at_its_place(tmp_path: Path) -> None:
+    path = write_dump(tmp_path / "dump.json", {KEY: entry([1.0, 2.0], [3.0, 4.0])})
+    lines = path.read_bytes().split(b"\n")
+    number = next(n for n, l in enumerate(lines) if b'"dtype"' in l and n > 5)
+    lines[number] = lines[number].replace(b"float32", b"fl\xffoat32")
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(InputError) as raised:
+        DumpCache().get(path)
+    error = raised.value
+    assert (error.line, error.column) == (number + 1, lines[number].index(b"\xff") + 1)
+    assert "0xff" in str(error) and "surrogates" not in str(error)
+    mapping = tmp_path / "mapping.json"
+    mapping.write_bytes(b'{\n  "a": "b\xe9"\n}\n')
+    with pytest.raises(InputError) as raised:
+        read_mapping_file(mapping)
+    assert (raised.value.line, raised.value.column) == (2, 10)
 
 
 def test_invalid_json_names_file_and_line(tmp_path: Path) -> None:

@@ -65,6 +65,6 @@ def test_settings_from_the_client() -> None:
     assert settings.out_dir == "out"
     assert problems == ["rcaLsp.pairs[1] needs string fields mappingKey, train and rollout",
                         "rcaLsp.pairs[2].step must be a step number (0, 1, ...)",
-                        "rcaLsp.tolerances.bfloat16 must be a positive number",
+                        "rcaLsp.tolerances.bfloat16: the tolerance for bfloat16 must be a positive number, got 0; ignored",
                         "rcaLsp.severity.nan-inf must be one of error, warning, information, hint, off"]
     assert Settings.from_client("nonsense")[1] == ["rcaLsp settings must be an object, got str"]

@@ -187,5 +187,6 @@ def regrouped_view(dump: Dump, groups: list[list[int]], tolerances: Tolerances) 
     keys.sort(key=lambda k: entries[k].position)
     for position, key in enumerate(keys):
         entries[key] = msgspec.structs.replace(entries[key], position=position)
-    view = Dump(dump.path, dump.task, dump.level, dump.framework, keys, entries, dump.skipped_keys, dump.parallel)
+    view = Dump(dump.path, dump.task, dump.level, dump.framework, keys, entries, dump.skipped_keys, dump.parallel,
+                dump.null_keys)
     return view, members

@@ -17,6 +17,7 @@ import msgspec
 from rca_lsp.core.dumpsource import DumpSource, resolve_dump_source
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.gcpause import paused_gc
+from rca_lsp.core.inputfile import read_regular_file
 from rca_lsp.core.jsonload import as_float, loads_lenient, quote_literals
 from rca_lsp.core.keys import parse_module_key
 
@@ -177,6 +178,7 @@ class Dump:
     entries: dict[str, ModuleEntry]
     skipped_keys: int  # API-level, backward and parameters_grad keys
     parallel: ParallelInfo | None = None  # set when merged from several ranks
+    null_keys: frozenset[str] = frozenset()  # forward keys whose entry is null: no data, so not in `entries`
     _line_cache: dict[str, tuple[str, int] | None] = field(default_factory=dict, repr=False)
     # entries read back from the rank files on demand (rankview), by logical key: a hover asks again and again
     rank_entry_cache: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -414,16 +416,20 @@ def build_dump(path: str, document: Any) -> Dump:
     keys: list[str] = []
     entries: dict[str, ModuleEntry] = {}
     skipped = 0
+    null_keys = []
     for key, raw in document.data.items():
         entry = _entry(key, len(keys), raw)
         if entry is None:
             skipped += 1
+            if raw is None and (parsed := parse_module_key(key)) is not None and parsed.direction == "forward":
+                null_keys.append(key)
             continue
         keys.append(key)
         entries[key] = entry
     if not keys:
         raise InputError(path, "no Module./Cell. forward entries in this dump (was it made at level L0 or mix?)")
-    return Dump(path, document.task, document.level, document.framework, keys, entries, skipped)
+    return Dump(path, document.task, document.level, document.framework, keys, entries, skipped,
+                null_keys=frozenset(null_keys))
 
 
 def decode_dump(data: bytes, path: str) -> Any:
@@ -438,21 +444,20 @@ def decode_dump(data: bytes, path: str) -> Any:
             return _decoded(quoted, path)
         except msgspec.DecodeError:
             pass
-    return loads_lenient(data, path)  # raises with the line and column of the problem, or reads an odd layout
+    return loads_lenient(data, path)  # raises with the line and column of the problem
 
 
 def _decoded(data: bytes, path: str) -> _RawDump:
     try:
         return _DUMP_DECODER.decode(data)
-    except msgspec.ValidationError:  # the schema takes any JSON below "data": the file is not a dump
+    except msgspec.ValidationError as error:  # the schema takes any JSON below "data": the file is not a dump,
+        if str(error).startswith("Number out of range"):  # unless a number is beyond a double (1e400)
+            raise  # a DecodeError: located by loads_lenient
         raise InputError(path, _NOT_A_DUMP) from None
 
 
 def load_dump_file(path: Path) -> Dump:
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise InputError(str(path), f"cannot read dump: {error.strerror}") from None
+    data = read_regular_file(path, "dump")
     with paused_gc():
         document = decode_dump(data, str(path))
         del data

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rca_lsp.core.errors import InputError
+from rca_lsp.core.inputfile import file_kind
 
 _STEP_RE = re.compile(r"step(\d+)$")
 _RANK_RE = re.compile(r"rank(\d+)$")
@@ -121,7 +122,11 @@ def resolve_dump_source(path: str | os.PathLike[str], step: int | None = None,
     if candidate.is_file():
         return DumpSource(candidate.resolve(), (candidate.resolve(),), (0,), None, layout)
     if not candidate.is_dir():
-        raise InputError(str(candidate), "no such dump file or directory")
+        try:
+            mode = candidate.stat().st_mode
+        except OSError:
+            raise InputError(str(candidate), "no such dump file or directory") from None
+        raise InputError(str(candidate), f"not a dump file or directory: {file_kind(mode)}")
     root = candidate.resolve()
     if (root / "dump.json").is_file():
         return DumpSource(root, (root / "dump.json",), (0,), None, layout)

@@ -31,6 +31,7 @@ class _Transfer(msgspec.Struct, array_like=True, gc=False):
     skipped_keys: int
     entries: list[ModuleEntry]
     parallel: ParallelInfo | None
+    null_keys: list[str]
 
 
 def _plain_mapping(value: Any) -> Any:
@@ -142,14 +143,14 @@ def _load_and_send(source: DumpSource, sender: Connection, inherited: Connection
 
 def _pack(dump: Dump) -> bytes:
     return _ENCODER.encode(_Transfer(dump.path, dump.task, dump.level, dump.framework, dump.skipped_keys,
-                                     list(dump.entries.values()), dump.parallel))
+                                     list(dump.entries.values()), dump.parallel, sorted(dump.null_keys)))
 
 
 def _unpack(data: bytes) -> Dump:
     sent = _DECODER.decode(data)
     entries = {entry.key: entry for entry in sent.entries}
     return Dump(sent.path, sent.task, sent.level, sent.framework, list(entries), entries, sent.skipped_keys,
-                sent.parallel)
+                sent.parallel, frozenset(sent.null_keys))
 
 
 def load_files_forked(paths: Sequence[Path]) -> list[Dump]:

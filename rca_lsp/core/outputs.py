@@ -6,21 +6,21 @@ import bisect
 import csv
 import io
 import itertools
+import math
 import multiprocessing
-import os
-import tempfile
 from functools import lru_cache
 from pathlib import Path
-from contextlib import contextmanager
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import msgspec
 import orjson
 
 from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
+from rca_lsp.core.atomicfile import atomic_stream, remove_stale_temporaries, write_atomically
 from rca_lsp.core.cancel import ShouldStop, never, stop_if
 from rca_lsp.core.gcpause import paused_gc
+from rca_lsp.core.manifest import forget_manifest, new_run_id, write_manifest
 from rca_lsp.core.compare import STAT_NAMES, priority_for
 from rca_lsp.core.dump import TensorStats
 from rca_lsp.core.records import ModuleRecord
@@ -31,25 +31,6 @@ T = TypeVar("T")
 
 _FOCUS = {"P1": "investigate", "P2": "investigate", "P3": "check_shape", "P4": "none", "P5": "deprioritized",
           "-": "premise"}
-
-
-@contextmanager
-def atomic_stream(path: Path) -> Iterator[BinaryIO]:
-    """A temporary file in the same folder, renamed over the target once complete: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            yield stream
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    with atomic_stream(path) as stream:
-        stream.write(data)
 
 
 def _json(document: Any, indent: bool = False) -> bytes:
@@ -73,7 +54,7 @@ def _csv_body(rows: Iterable[Sequence[Any]], list_columns: Sequence[int] = ()) -
 def _csv_through_json(rows: list[Sequence[Any]]) -> bytes | None:
     """orjson writes the table ~10x faster than the csv module. Its text is valid CSV whenever no string needed
     a JSON escape (keys, dtypes and our reasons never do): then only row brackets and nulls change."""
-    data = orjson.dumps(rows)
+    data = orjson.dumps(rows, default=_csv_spelling)
     if b"\\" in data or b"[]" in data:
         return None
     body = data[2:-2].replace(b"],[", b"\n")
@@ -130,6 +111,48 @@ def _mapping_rows(analysis: Analysis) -> list[tuple[Any, ...]]:
 _MISSING_ERRORS = (None, "missing") * len(STAT_NAMES)
 
 
+class _NonFinite:
+    """A NaN or infinite number of output_3, told apart from a missing one (null, an empty cell): written as
+    "NaN", "Infinity", "-Infinity" in JSON (strings: valid JSON, msprobe's spelling) and nan, inf, -inf in CSV."""
+
+    __slots__ = ("json", "csv")
+
+    def __init__(self, json: str, csv: str) -> None:
+        self.json, self.csv = json, csv
+
+    def __str__(self) -> str:  # the csv module's spelling
+        return self.csv
+
+
+_NAN, _INFINITY, _MINUS_INFINITY = _NonFinite("NaN", "nan"), _NonFinite("Infinity", "inf"), _NonFinite("-Infinity", "-inf")
+
+
+def _json_spelling(value: object) -> str:
+    """msgspec's hook for what it cannot encode itself."""
+    if isinstance(value, _NonFinite):
+        return value.json
+    raise NotImplementedError(f"cannot write {type(value).__name__}")
+
+
+def _csv_spelling(value: object) -> str:
+    """orjson's hook for what it cannot encode itself."""
+    if isinstance(value, _NonFinite):
+        return value.csv
+    raise TypeError(f"cannot write {type(value).__name__}")
+
+
+def _marked(value: Any) -> Any:
+    if type(value) is not float or math.isfinite(value):
+        return value
+    return _NAN if value != value else (_INFINITY if value > 0 else _MINUS_INFINITY)
+
+
+def _finite(numbers: Iterable[float | None]) -> bool:
+    """Whether no number is NaN or infinite, in C: a NaN or an infinity makes the sum non-finite (so does an
+    overflowing sum of finite numbers, only a false alarm)."""
+    return math.isfinite(sum(filter(None, numbers)))
+
+
 def _stat_values(train: TensorStats, rollout: TensorStats) -> tuple[float | None, ...]:
     return (train.max, rollout.max, train.min, rollout.min, train.mean, rollout.mean, train.norm, rollout.norm)
 
@@ -150,8 +173,11 @@ def _module_row(record: ModuleRecord) -> tuple[Any, ...]:
     )
 
 
-def _meta(analysis: Analysis) -> dict[str, Any]:
-    return {"tool": "rca-lsp", "version": __version__, "train_path": analysis.train.path,
+Meta = dict[str, Any]  # the "meta" of the JSON tables: tool, version, run id, inputs
+
+
+def _meta(analysis: Analysis, run_id: str) -> Meta:
+    return {"tool": "rca-lsp", "version": __version__, "run_id": run_id, "train_path": analysis.train.path,
             "rollout_path": analysis.rollout.path, "mapping_key_path": analysis.mapping.path}
 
 
@@ -193,7 +219,7 @@ def _encode_chunk(index: int, rows: Sequence[Sequence[Any]], columns: Sequence[s
     return (b"," + json_text if index else json_text), _csv_body(rows, list_columns)
 
 
-_ROW_ENCODER = msgspec.json.Encoder()
+_ROW_ENCODER = msgspec.json.Encoder(enc_hook=_json_spelling)
 
 
 @lru_cache(maxsize=None)
@@ -228,17 +254,21 @@ def _target_rows(records: Sequence[ModuleRecord], start: int = 0) -> Iterator[tu
             priority, bucket = priority_for(consistency, relation)
             if output_aligned and consistency == "mismatch" and target.startswith("parameters."):
                 priority, bucket = "P5", "parameter_mismatch_output_aligned"
+            values = _stat_values(train, rollout) if train and rollout else _one_side_values(train, rollout)
+            errors = errors or _MISSING_ERRORS
+            if not _finite((*values, *errors[::2])):  # the statistics and their relative errors
+                values, errors = tuple(map(_marked, values)), tuple(map(_marked, errors))
             yield (
                 train_key, rollout_key, target, aggregated, train.dtype if train else None,
                 rollout.dtype if rollout else None, dtype_match, (train.shape or ()) if train else None,
-                (rollout.shape or ()) if rollout else None, relation,
-                *(_stat_values(train, rollout) if train and rollout else _one_side_values(train, rollout)),
-                *(errors or _MISSING_ERRORS), tol, consistency, status, priority, bucket, _FOCUS[priority], reason,
+                (rollout.shape or ()) if rollout else None, relation, *values, *errors, tol, consistency, status,
+                priority, bucket, _FOCUS[priority], reason,
             )
 
 
-def _write_mapping(analysis: Analysis, out_dir: Path, should_stop: ShouldStop = never) -> list[Path]:
-    written = write_table(out_dir, "output_1_key_mapping", _meta(analysis), "rows", MAPPING_COLUMNS,
+def _write_mapping(analysis: Analysis, out_dir: Path, meta: Meta,
+                   should_stop: ShouldStop = never) -> list[Path]:
+    written = write_table(out_dir, "output_1_key_mapping", meta, "rows", MAPPING_COLUMNS,
                           _mapping_rows(analysis), (1,))
     matched = [(r.train_key, r.rollout_keys) for r in analysis.rows if r.rollout_keys]
     write_atomically(out_dir / "output_2_mapping.json", _json(dict(matched)))
@@ -250,8 +280,9 @@ _COMPARE_STEM = "output_3_value_compare"
 _TARGET_LIST_COLUMNS = (7, 8)
 
 
-def _write_compare(analysis: Analysis, out_dir: Path, should_stop: ShouldStop = never) -> list[Path]:
-    return write_table(out_dir, _COMPARE_STEM, _meta(analysis), "rows", TARGET_COLUMNS,
+def _write_compare(analysis: Analysis, out_dir: Path, meta: Meta,
+                   should_stop: ShouldStop = never) -> list[Path]:
+    return write_table(out_dir, _COMPARE_STEM, meta, "rows", TARGET_COLUMNS,
                        _until_stopped(_target_rows(analysis.records), should_stop), _TARGET_LIST_COLUMNS)
 
 
@@ -263,45 +294,65 @@ def _until_stopped(items: Iterable[T], should_stop: ShouldStop) -> Iterator[T]:
         yield item
 
 
-def _write_modules(analysis: Analysis, out_dir: Path, should_stop: ShouldStop = never) -> list[Path]:
+def _write_modules(analysis: Analysis, out_dir: Path, meta: Meta,
+                   should_stop: ShouldStop = never) -> list[Path]:
     rows = (_module_row(r) for r in _until_stopped(analysis.records, should_stop))
-    return write_table(out_dir, "output_4_module_analysis", _meta(analysis), "records", MODULE_COLUMNS, rows, (2, 3))
+    return write_table(out_dir, "output_4_module_analysis", meta, "records", MODULE_COLUMNS, rows, (2, 3))
 
 
-def _write_report(analysis: Analysis, out_dir: Path, should_stop: ShouldStop = never) -> list[Path]:
-    write_atomically(out_dir / "output_5_root_cause_report.json", _json(analysis.report, indent=True))
-    write_atomically(out_dir / "output_5_root_cause_report.md", render_markdown(analysis).encode())
+def _write_report(analysis: Analysis, out_dir: Path, meta: Meta,
+                  should_stop: ShouldStop = never) -> list[Path]:
+    report = {"run_id": meta["run_id"], **analysis.report}
+    write_atomically(out_dir / "output_5_root_cause_report.json", _json(report, indent=True))
+    write_atomically(out_dir / "output_5_root_cause_report.md", render_markdown(analysis, meta["run_id"]).encode())
     return [out_dir / "output_5_root_cause_report.json", out_dir / "output_5_root_cause_report.md"]
 
 
 PARTS = (_write_mapping, _write_compare, _write_modules, _write_report)
+OUTPUT_NAMES = tuple(f"{stem}.{ext}" for stem in ("output_1_key_mapping", "output_2_mapping", _COMPARE_STEM,
+                                                  "output_4_module_analysis") for ext in ("json", "csv")) + (
+    "output_5_root_cause_report.json", "output_5_root_cause_report.md")
 
 
-def _write_part(part: Callable[[Analysis, Path, ShouldStop], list[Path]], analysis: Analysis, out_dir: Path,
+Part = Callable[[Analysis, Path, Meta, ShouldStop], list[Path]]
+
+
+def _write_part(part: Part, analysis: Analysis, out_dir: Path, meta: Meta,
                 should_stop: ShouldStop = never) -> list[Path]:
     stop_if(should_stop)
     with paused_gc():
-        return part(analysis, out_dir, should_stop)
+        return part(analysis, out_dir, meta, should_stop)
 
 
 def write_outputs(analysis: Analysis, out_dir: Path, fork: bool = False, should_stop: ShouldStop = never) -> list[Path]:
-    """Write every output file; with `fork` (single-threaded callers only: forking a threaded process can
-    deadlock), the value-compare tables, most of the work, are shared with a child process: it starts on them
-    while this process writes the other files, which then takes value-compare chunks from the end.
+    """Write every output file, then the manifest listing them (see manifest); the paths written, the manifest
+    last. With `fork` (single-threaded callers only: forking a threaded process can deadlock), the value-compare
+    tables, most of the work, are shared with a child process: it starts on them while this process writes the
+    other files, which then takes value-compare chunks from the end.
     Without `fork`, raises Cancelled once `should_stop` says so: files written by then stay, the one being written
-    is dropped."""
-    if not fork or "fork" not in multiprocessing.get_all_start_methods():
-        return [path for part in PARTS for path in _write_part(part, analysis, out_dir, should_stop)]
+    is dropped, no manifest is written. Temporary files that killed runs left in `out_dir` are removed first."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out_dir, OUTPUT_NAMES)
+    forget_manifest(out_dir)
+    meta = _meta(analysis, new_run_id())
+    if not fork or "fork" not in multiprocessing.get_all_start_methods():
+        written = [path for part in PARTS for path in _write_part(part, analysis, out_dir, meta, should_stop)]
+    else:
+        written = _write_forked(analysis, out_dir, meta)
+    return written + [write_manifest(out_dir, meta, written)]
+
+
+def _write_forked(analysis: Analysis, out_dir: Path, meta: Meta) -> list[Path]:
     chunks = _TargetChunks(analysis.records)
 
     def encode(index: int) -> tuple[bytes, bytes]:
         return _encode_chunk(index, chunks.rows(index), TARGET_COLUMNS, _TARGET_LIST_COLUMNS)
 
     def other_parts() -> list[Path]:
-        return [path for part in PARTS if part is not _write_compare for path in _write_part(part, analysis, out_dir)]
+        return [path for part in PARTS if part is not _write_compare
+                for path in _write_part(part, analysis, out_dir, meta)]
 
     paths = (out_dir / f"{_COMPARE_STEM}.json", out_dir / f"{_COMPARE_STEM}.csv")
-    written = write_split(paths, _table_heads(_meta(analysis), "rows", TARGET_COLUMNS), _JSON_TAIL, chunks.count,
-                          encode, other_parts)
+    written = write_split(paths, _table_heads(meta, "rows", TARGET_COLUMNS), _JSON_TAIL, chunks.count, encode,
+                          other_parts)
     return written + list(paths)

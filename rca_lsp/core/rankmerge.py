@@ -78,7 +78,7 @@ def merge_ranks(dumps: Sequence[Dump], source: DumpSource) -> Dump:
                         plan.notes + merger.notes, merger.merges, merger.origins, merger.dropped)
     first = dumps[0]
     return Dump(source.label, first.task, first.level, first.framework, keys, entries,
-                sum(d.skipped_keys for d in dumps), info)
+                sum(d.skipped_keys for d in dumps), info, frozenset().union(*(d.null_keys for d in dumps)) - set(entries))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -45,7 +45,13 @@ def _confidence(analysis: "Analysis") -> str:
     return "high"
 
 
+NOTHING_COMPARED = ("nothing was compared: no mapped module pair (the mapping is empty, or none of its entries names "
+                    "a module of both dumps)")
+
+
 def _judgement(analysis: "Analysis") -> list[str]:
+    if not analysis.records:
+        return [f"{NOTHING_COMPARED[0].upper()}{NOTHING_COMPARED[1:]}. No root-cause hypothesis."]
     if not analysis.suspects:
         return ["No credible divergence: every compared module pair is aligned within the dtype tolerances "
                 "(or only premise problems remain, listed below). No root-cause hypothesis."]
@@ -158,11 +164,13 @@ def _provenance(analysis: "Analysis") -> list[str]:
     return lines
 
 
-def render_markdown(analysis: "Analysis") -> str:
+def render_markdown(analysis: "Analysis", run_id: str | None = None) -> str:
+    """The report; `run_id`: the run writing it, named in the Context (see manifest)."""
     sections = [
         ("Context", [f"- Train dump: `{analysis.train.path}` ({len(analysis.train.keys)} forward modules)",
                      f"- Rollout dump: `{analysis.rollout.path}` ({len(analysis.rollout.keys)} forward modules)",
-                     f"- Mapping: `{analysis.mapping.path}` ({len(analysis.records)} groups compared)"]),
+                     f"- Mapping: `{analysis.mapping.path}` ({len(analysis.records)} groups compared)",
+                     *([f"- Run: `{run_id}` (see output_manifest.json)"] if run_id else [])]),
         *([("Calibration, ranks and calls", provenance)] if (provenance := _provenance(analysis)) else []),
         ("Final judgement", _judgement(analysis)),
         ("Evidence chain", _evidence_chain(analysis)),

@@ -6,7 +6,6 @@ import multiprocessing
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ContextManager
 
 from rca_lsp.core.analysis import Analysis, analyze
@@ -14,6 +13,8 @@ from rca_lsp.core.dump import Dump, DumpCache
 from rca_lsp.core.dumpsource import DumpSource, ParallelLayout, resolve_dump_source
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.forkload import BackgroundDump, load_files_forked
+from rca_lsp.core.inputfile import read_regular_file
+from rca_lsp.core.jsonload import text_position
 from rca_lsp.core.mapping import ParsedMapping, parse_mapping
 from rca_lsp.core.records import Comparator
 from rca_lsp.core.tolerance import Tolerances
@@ -33,12 +34,13 @@ def raise_if_unusable(parsed: ParsedMapping) -> None:
 
 
 def read_mapping_file(path: str | os.PathLike[str]) -> ParsedMapping:
+    data = read_regular_file(path, "mapping-key file")
     try:
-        text = Path(path).read_bytes().decode("utf-8-sig")
-    except OSError as error:
-        raise InputError(str(path), f"cannot read mapping-key file: {error.strerror}") from None
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise InputError(str(path), f"mapping-key file is not UTF-8 (byte {error.start})") from None
+        line, column = text_position(error.object, error.start)
+        raise InputError(str(path), f"mapping-key file is not UTF-8: byte 0x{error.object[error.start]:02x}", line,
+                         column) from None
     return parse_mapping(str(path), text)
 
 

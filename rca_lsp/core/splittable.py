@@ -16,6 +16,7 @@ from multiprocessing.sharedctypes import SynchronizedArray
 from pathlib import Path
 from typing import BinaryIO, Callable, TypeVar
 
+from rca_lsp.core.atomicfile import create_temporary
 from rca_lsp.core.gcpause import paused_gc
 
 EncodeChunk = Callable[[int], tuple[bytes, bytes]]  # chunk index -> (its JSON text, its CSV text)
@@ -27,12 +28,12 @@ def write_split(paths: tuple[Path, Path], heads: tuple[bytes, bytes], json_tail:
     """Write the JSON and CSV files (head, every chunk in order, tail for the JSON) while running `parent_work`,
     and return its result. Single-threaded callers only: the child is forked."""
     context = multiprocessing.get_context("fork")
-    temporaries: list[str] = []
+    temporaries: list[Path] = []
     fds: list[int] = []
     child = None
     try:
         for path, head in zip(paths, heads):
-            fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            fd, temporary = create_temporary(path)
             temporaries.append(temporary)
             fds.append(fd)
             os.write(fd, head)
@@ -61,7 +62,7 @@ def write_split(paths: tuple[Path, Path], heads: tuple[bytes, bytes], json_tail:
         for fd in fds:
             os.close(fd)
         for temporary in temporaries:
-            Path(temporary).unlink(missing_ok=True)
+            temporary.unlink(missing_ok=True)
 
 
 def _claim(bounds: SynchronizedArray, from_front: bool) -> int | None:

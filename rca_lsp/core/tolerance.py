@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -24,6 +25,18 @@ def normalise_dtype(dtype: str | None) -> str | None:
         return None
     name = dtype.rpartition(".")[2].lower()
     return _ALIASES.get(name, name)
+
+
+def checked_tolerance(name: str, value: object) -> tuple[str, float]:
+    """One tolerance override as (dtype, relative tolerance), the rule the command line and the server share:
+    a dtype with a default tolerance (aliases such as bf16 or torch.float16 allowed) and a positive, finite
+    number. ValueError saying what is wrong otherwise."""
+    dtype = normalise_dtype(name.strip()) or ""
+    if dtype not in DEFAULT_TOLERANCES:
+        raise ValueError(f"unknown dtype {name!r} (expected {', '.join(DEFAULT_TOLERANCES)})")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"the tolerance for {dtype} must be a positive number, got {value!r}")
+    return dtype, float(value)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ class _Unknown:
         return cached or ()
 
     def issue(self, code: str, side: str, key: str, dump: Dump, span: Span, train_key: str) -> MappingIssue:
+        if key in dump.null_keys:  # no suggestions: the key is right, its entry is empty
+            return MappingIssue(code, f"{side} key has no entry data in {dump.path} (a null entry)", span, train_key, ())
         suggestions = self.closest(key, dump)
         hint = f"; closest: {', '.join(suggestions)}" if suggestions else ""
         dropped = dump.parallel.dropped.get(key) if dump.parallel is not None else None

@@ -21,6 +21,7 @@ from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.cancel import Cancelled, ShouldStop
 from rca_lsp.core.errors import InputError
+from rca_lsp.core.inputfile import read_regular_file
 from rca_lsp.core.mapping import MappingEntry, ParsedMapping, parse_mapping
 from rca_lsp.core.outputs import write_outputs
 from rca_lsp.server.actions import ActionContext, code_actions
@@ -166,8 +167,8 @@ class RcaServer(LanguageServer):
         if opened is not None:
             return opened.source, opened.version
         try:
-            return doc.path.read_text(encoding="utf-8-sig"), None
-        except (OSError, UnicodeDecodeError):
+            return read_regular_file(doc.path, "mapping-key file").decode("utf-8-sig"), None
+        except (InputError, UnicodeDecodeError):
             return None
 
     async def run_analysis(self, doc: MappingDocument, generation: int) -> None:

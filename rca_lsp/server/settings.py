@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.core.tolerance import Tolerances, checked_tolerance
 
 SEVERITY_NAMES = ("error", "warning", "information", "hint", "off")
 
@@ -47,11 +47,19 @@ class Settings:
                 pairs.append(PairSetting(item["mappingKey"], item["train"], item["rollout"], item.get("step"),
                                          item.get("parallel"), item.get("rolloutParallel")))
         tolerances: dict[str, float] = {}
-        for name, value in (raw.get("tolerances") or {}).items():
-            if isinstance(value, (int, float)) and value > 0:
-                tolerances[name] = float(value)
+        raw_tolerances = raw.get("tolerances") or {}
+        if not isinstance(raw_tolerances, dict):
+            problems.append("rcaLsp.tolerances must be an object such as {\"bfloat16\": 0.03}")
+            raw_tolerances = {}
+        for name, value in raw_tolerances.items():
+            if value is None:
+                continue  # the default
+            try:
+                dtype, tolerance = checked_tolerance(str(name), value)
+            except ValueError as error:
+                problems.append(f"rcaLsp.tolerances.{name}: {error}; ignored")
             else:
-                problems.append(f"rcaLsp.tolerances.{name} must be a positive number")
+                tolerances[dtype] = tolerance
         severity = {}
         for code, level in (raw.get("severity") or {}).items():
             if level in SEVERITY_NAMES:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import orjson
 
+from rca_lsp.core.atomicfile import remove_stale_temporaries, write_atomically
 from rca_lsp.core.dump import DumpCache
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.run import raise_if_unusable, read_mapping_file
@@ -58,16 +57,11 @@ def read_existing(path: str) -> dict[str, MappingValue]:
 
 
 def write_mapping(path: Path, mapping: dict[str, MappingValue]) -> None:
-    """Write atomically: a temporary file in the same directory, then os.replace over the target."""
-    directory = path.parent if str(path.parent) else Path(".")
+    """Write atomically (see atomicfile), after removing the temporaries killed runs left beside it."""
+    if not path.parent.is_dir():  # a mistyped folder is an error, not created
+        raise InputError(str(path), f"cannot write mapping-key file: no folder {path.parent}")
     try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        remove_stale_temporaries(path.parent)
+        write_atomically(path, orjson.dumps(mapping, option=orjson.OPT_INDENT_2) + b"\n")
     except OSError as error:
-        raise InputError(str(path), f"cannot write mapping-key file: {error.strerror}") from None
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(orjson.dumps(mapping, option=orjson.OPT_INDENT_2) + b"\n")
-        os.replace(temporary, path)
-    except OSError as error:
-        Path(temporary).unlink(missing_ok=True)
-        raise InputError(str(path), f"cannot write mapping-key file: {error.strerror}") from None
+        raise InputError(str(path), f"cannot write mapping-key file: {error.strerror or error}") from None

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rca_lsp.core.errors import InputError
+from rca_lsp.core.inputfile import read_regular_file
 
 TOP_LEVEL = "^"  # an `inside` entry meaning "no named segment above"
 
@@ -83,10 +84,9 @@ def _default_source() -> tuple[str, dict[str, Any]]:
 
 
 def _read_rules_file(path: Path) -> dict[str, Any]:
+    data = read_regular_file(path, "naming rules")
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise InputError(str(path), f"cannot read naming rules: {error.strerror}") from None
+        return tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise InputError(str(path), f"invalid naming rules TOML: {error}") from None
 

@@ -1,0 +1,34 @@
+"""Input files read whole, regular files only: a named pipe given by mistake would block the read forever."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from rca_lsp.core.errors import InputError
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for messages."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def read_regular_file(path: str | os.PathLike[str], what: str) -> bytes:
+    """The bytes of `path`; InputError "cannot read <what>: ..." when it cannot be read or is not a regular file."""
+    try:
+        # O_NONBLOCK: opening a FIFO waits for a writer without it; reads of a regular file ignore the flag.
+        handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
+        raise InputError(str(path), f"cannot read {what}: {error.strerror or error}") from None
+    mode = os.fstat(handle).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(handle)
+        raise InputError(str(path), f"cannot read {what}: {file_kind(mode)}, not a regular file")
+    with os.fdopen(handle, "rb") as stream:
+        try:
+            return stream.read()
+        except OSError as error:
+            raise InputError(str(path), f"cannot read {what}: {error.strerror or error}") from None
