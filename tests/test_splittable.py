@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,25 @@ def test_target_count_matches_the_targets(variant: str) -> None:
     analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
     for record in analysis.records:
         assert record.comparison.target_count() == len(record.comparison.target_specs())
+
+
+def test_a_full_disk_in_the_writing_child_is_one_error_in_the_parent(tmp_path: Path, capfd) -> None:
+    """The child's write fails (no space left): the parent raises it as that OSError, no traceback on stderr, and
+    no temporary or half-written file is left."""
+    import errno
+    import os
+
+    parent = os.getpid()
+
+    def encode(index: int) -> tuple[bytes, bytes]:
+        if os.getpid() != parent:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return b"", b""
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(OSError) as raised:
+        write_split((out / "t.json", out / "t.csv"), (b"[", b""), b"]", 64, encode, lambda: time.sleep(0.3))
+    assert raised.value.errno == errno.ENOSPC and "No space left on device" in str(raised.value)
+    assert "Traceback" not in capfd.readouterr().err
+    assert list(out.iterdir()) == []

@@ -8,9 +8,11 @@ chunks in order and renames both files into place, so a reader never sees a half
 
 from __future__ import annotations
 
+import errno
 import itertools
 import multiprocessing
 import os
+import signal
 import tempfile
 from multiprocessing.sharedctypes import SynchronizedArray
 from pathlib import Path
@@ -37,14 +39,21 @@ def write_split(paths: tuple[Path, Path], heads: tuple[bytes, bytes], json_tail:
             temporaries.append(temporary)
             fds.append(fd)
             os.write(fd, head)
-        bounds = context.Array("q", [0, chunks])  # [next chunk from the front, end of the unclaimed chunks)
+        # [next chunk from the front, end of the unclaimed chunks, errno of the child's failure or 0]
+        bounds = context.Array("q", [0, chunks, 0])
         child = context.Process(target=_write_front, args=(bounds, fds, encode))
-        child.start()
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # a Ctrl-C during the fork reaches
+        try:                                                                  # the parent once it is done
+            child.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         result = parent_work()
         with tempfile.TemporaryFile(dir=paths[0].parent) as json_spool, \
                 tempfile.TemporaryFile(dir=paths[0].parent) as csv_spool:
             sizes = _write_back(bounds, encode, json_spool, csv_spool)
             child.join()
+            if bounds[2]:
+                raise OSError(bounds[2], os.strerror(bounds[2]))
             if child.exitcode != 0:
                 raise OSError(f"writing {paths[0].name} failed in the child process (exit code {child.exitcode})")
             with os.fdopen(fds[0], "ab", closefd=False) as json_out, os.fdopen(fds[1], "ab", closefd=False) as csv_out:
@@ -77,12 +86,19 @@ def _claim(bounds: SynchronizedArray, from_front: bool) -> int | None:
 
 
 def _write_front(bounds: SynchronizedArray, fds: list[int], encode: EncodeChunk) -> None:
-    with paused_gc(), os.fdopen(fds[0], "wb", closefd=False) as json_out, \
-            os.fdopen(fds[1], "wb", closefd=False) as csv_out:
-        while (index := _claim(bounds, from_front=True)) is not None:
-            json_text, csv_text = encode(index)
-            json_out.write(json_text)
-            csv_out.write(csv_text)
+    """The child's part. Ctrl-C is the parent's to handle (it kills the child); a failed write (a full disk) is
+    handed to the parent as its errno, to be reported in one line there, not as the child's traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with paused_gc(), os.fdopen(fds[0], "wb", closefd=False) as json_out, \
+                os.fdopen(fds[1], "wb", closefd=False) as csv_out:
+            while (index := _claim(bounds, from_front=True)) is not None:
+                json_text, csv_text = encode(index)
+                json_out.write(json_text)
+                csv_out.write(csv_text)
+    except OSError as error:
+        bounds[2] = error.errno or errno.EIO
+        os._exit(1)
 
 
 def _write_back(bounds: SynchronizedArray, encode: EncodeChunk, json_spool: BinaryIO,
