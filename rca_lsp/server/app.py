@@ -7,13 +7,15 @@ import functools
 import logging
 import os
 import sys
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Coroutine
+from typing import Any, BinaryIO, Callable, ContextManager, Coroutine
 
 import orjson
 from lsprotocol import types
+from pygls.io_ import StdoutWriter, run_async
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
@@ -26,7 +28,7 @@ from rca_lsp.core.mapping import MappingEntry, ParsedMapping, parse_mapping
 from rca_lsp.core.outputs import write_outputs
 from rca_lsp.server.actions import ActionContext, code_actions
 from rca_lsp.server.cancellation import CancellingProtocol
-from rca_lsp.server.protocol import CommandError, RcaProtocol
+from rca_lsp.server.protocol import CommandError, RcaProtocol, ResyncingReader
 from rca_lsp.server.completion import complete
 from rca_lsp.server.diagnostics import document_diagnostics
 from rca_lsp.server.documents import MappingDocument
@@ -64,6 +66,22 @@ class RcaServer(LanguageServer):
         self.background: set[asyncio.Task[None]] = set()
         self.client_watches_files = False  # the client reports workspace file changes (didChangeWatchedFiles)
         self.shut_down = False  # a shutdown request came
+
+    def _start_io_async(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        """pygls' stdio loop, reading through ResyncingReader (pygls' reader never recovers from a wrong
+        Content-Length); the rest as pygls does it."""
+        self._stop_event = threading.Event()
+        reader = ResyncingReader(stdin or sys.stdin.buffer, self.thread_pool)
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        try:
+            asyncio.run(run_async(stop_event=self._stop_event, reader=reader, protocol=self.protocol, logger=log,
+                                  error_handler=self.report_server_error))
+        except BrokenPipeError:
+            log.error("the connection to the client is lost: shutting down")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()
 
     def loop_task(self, work: Coroutine[Any, Any, None], uri: str | None = None) -> None:
         """The one way to run background work on the event loop: kept referenced until it ends, and a failure is

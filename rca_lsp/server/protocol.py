@@ -8,6 +8,7 @@ from typing import Any, Iterator
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
+from pygls.io_ import StdinAsyncReader
 from pygls.protocol.language_server import lsp_method
 
 from rca_lsp.server.cancellation import CancellingProtocol
@@ -63,3 +64,19 @@ class RcaProtocol(CancellingProtocol):
             log.warning("didChange for %s, which is not open: ignored", params.text_document.uri)
             return
         yield from super().lsp_text_document__did_change(params)
+
+
+HEADER = b"Content-Length:"
+
+
+class ResyncingReader(StdinAsyncReader):
+    """stdin for pygls' reading loop, finding the next message after one whose Content-Length was wrong: its
+    leftover then runs into the next header line, which pygls' loop would never recognise again (deaf for good)."""
+
+    async def readline(self) -> bytes:  # type: ignore[override]
+        line = await super().readline()
+        at = line.find(HEADER)
+        if at > 0:
+            log.warning("dropped %d bytes before a message header: a previous Content-Length was wrong", at)
+            return line[at:]
+        return line

@@ -43,3 +43,17 @@ def test_shutdown_and_exit_while_dumps_load_end_at_once_and_quietly(tmp_path: Pa
     assert server.returncode == 0, err.decode(errors="replace")[-2000:]
     assert b"Traceback" not in err, err.decode(errors="replace")[-2000:]
     assert time.monotonic() - started < 30  # a bound for a hang, not a speed target
+
+
+def test_a_wrong_content_length_does_not_leave_the_server_deaf(tmp_path: Path) -> None:
+    initialize = frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                        "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}}})
+    body = json.dumps({"jsonrpc": "2.0", "method": "initialized", "params": {}}).encode()
+    wrong = b"Content-Length: %d\r\n\r\n" % (len(body) - 7) + body  # says 7 bytes fewer than it sends
+    rest = frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None}) + frame(
+        {"jsonrpc": "2.0", "method": "exit", "params": None})
+    server = subprocess.Popen([sys.executable, "-m", "rca_lsp", "serve"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = server.communicate(initialize + wrong + rest, timeout=60)
+    assert b'"id": 2' in out or b'"id":2' in out, (out[-500:], err[-2000:])  # the shutdown after it was answered
+    assert server.returncode == 0
