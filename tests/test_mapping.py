@@ -143,3 +143,21 @@ def test_typing_inside_a_valid_file_reuses_the_entries_around_the_error() -> Non
     broken = parse_mapping("m.json", text.replace('"r.5"', '"r.5'), previous)
     assert not broken.syntax_ok and any(i.code == "json-syntax" for i in broken.issues)
     assert len({id(e) for e in previous.entries} & {id(e) for e in broken.entries}) == len(BASE) - 1
+
+
+def test_a_nested_list_is_named_not_called_empty() -> None:
+    parsed = parse_mapping("m.json", '{"a": ' + "[" * 2000 + "]" * 2000 + "}")
+    messages = [i.message for i in parsed.issues if i.code == "invalid-value"]
+    assert messages and "(a nested list)" in messages[0] and not any("empty list" in m for m in messages)
+
+
+def test_positions_are_the_same_counted_or_indexed() -> None:
+    from rca_lsp.core.mapping import FEW_LOOKUPS, LineIndex
+
+    text = "a\nbb\n\nccc\n" * 50
+    counted, indexed = LineIndex(text), LineIndex(text)
+    for offset in range(0, len(text), 7):
+        for _ in range(FEW_LOOKUPS + 1):  # the second index builds its table after a few lookups
+            indexed.position(offset)
+        assert LineIndex(text).position(offset) == counted.position(offset) == indexed.position(offset)
+    assert parse_mapping("m.json", "\n" * 100_000).issues[0].message.startswith("a mapping-key file is a JSON object")

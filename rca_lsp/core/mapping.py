@@ -11,9 +11,10 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
+from array import array
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import orjson
 
@@ -103,12 +104,25 @@ class MappingEdit:
 _TOKENS = itertools.count()
 
 
-class LineIndex:
-    """Offset <-> (0-based line, column in characters)."""
+FEW_LOOKUPS = 8  # positions found by counting before the line index is built (an error in a huge file needs one)
 
-    def __init__(self, text: str, starts: list[int] | None = None) -> None:
-        self._starts = starts if starts is not None else list(
-            itertools.accumulate(map((1).__add__, map(len, text.split("\n"))), initial=0))[:-1]
+
+class LineIndex:
+    """Offset <-> (0-based line, column in characters). The index of line starts is built on demand: a file of
+    millions of lines that only needs the position of its one error never builds it."""
+
+    def __init__(self, text: str, starts: Sequence[int] | None = None) -> None:
+        self._text = text
+        self._built = starts
+        self._counted = 0
+
+    @property
+    def _starts(self) -> Sequence[int]:
+        if self._built is None:
+            starts = array("q", [0])  # 8 bytes a line, not a Python int and a string each
+            starts.extend(found.end() for found in re.finditer("\n", self._text))
+            self._built = starts
+        return self._built
 
     def after_edit(self, text: str, start: int, old_end: int, new_end: int) -> LineIndex:
         """The index of `text`, made from the old text's by replacing old[start:old_end] with text[start:new_end]."""
@@ -117,9 +131,12 @@ class LineIndex:
         moved = bisect.bisect_right(starts, old_end)  # lines starting after the edit's last character
         inside = [start + found.end() for found in re.finditer("\n", text[start:new_end])]
         delta = new_end - old_end
-        return LineIndex(text, starts[:kept] + inside + [s + delta for s in starts[moved:]])
+        return LineIndex(text, [*starts[:kept], *inside, *(s + delta for s in starts[moved:])])
 
     def position(self, offset: int) -> tuple[int, int]:
+        if self._built is None and self._counted < FEW_LOOKUPS:
+            self._counted += 1
+            return self._text.count("\n", 0, offset), offset - (self._text.rfind("\n", 0, offset) + 1)
         line = bisect.bisect_right(self._starts, offset) - 1
         return line, offset - self._starts[line]
 
@@ -291,6 +308,7 @@ class _Reader:
         self.i += 1
         values: list[str] = []
         spans: list[Span] = []
+        other_items = False  # items that are not strings: reported each, so the list is not "empty"
         while (tok := self._peek()) is not None and tok[0] != "]":
             text, start, end = tok
             following = self._peek(1)
@@ -305,15 +323,17 @@ class _Reader:
                 self.i += 1
             else:
                 self._skip_value()
-                self._issue("invalid-value", f"list items must be rollout key strings, not {text[:20]!r}",
-                            start, end, key)
+                other_items = True
+                self._issue("invalid-value", f"list items must be rollout key strings, not {text[:20]!r}"
+                            + (" (a nested list)" if text == "[" else ""), start, end, key)
         close = self._peek()
         close_at = close[2] if close is not None and close[0] == "]" else (spans[-1].end if spans else open_at + 1)
         if close is not None and close[0] == "]":
             self.i += 1
         if not values:
-            self._issue("invalid-value", "empty list: map the train key to at least one rollout key",
-                        open_at, close_at, key)
+            if not other_items:
+                self._issue("invalid-value", "empty list: map the train key to at least one rollout key",
+                            open_at, close_at, key)
             return
         self.entries.add(key, key_span, tuple(values), tuple(spans), Span(open_at, close_at), True)
 
