@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from rca_lsp.core.calls import is_all_calls_key
 from rca_lsp.core.keys import parse_module_key
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def _by_class(title: str, keys: list[str]) -> list[str]:
         return [f"{title}: none"]
     by_class: dict[str, list[str]] = defaultdict(list)
     for key in keys:
-        parsed = parse_module_key(key)
+        parsed = parse_module_key(key[:-1] + "0" if is_all_calls_key(key) else key)  # forward.*: every call
         by_class[parsed.class_name if parsed else "?"].append(key)
     lines = [f"{title}: {len(keys)}, by module class"]
     for class_name, members in sorted(by_class.items(), key=lambda item: (-len(item[1]), item[0])):
