@@ -122,6 +122,10 @@ def relative_error(train: TensorStats | None, rollout: TensorStats | None) -> fl
     dtype_match, same_form = _dtype_pair(train.dtype, rollout.dtype)
     if not same_form:
         return None
+    t_max, t_min, t_mean, t_norm = train.max, train.min, train.mean, train.norm
+    if (t_max, t_min, t_mean, t_norm) == (rollout.max, rollout.min, rollout.mean, rollout.norm) and all(
+            v is None or isfinite(v) for v in (t_max, t_min, t_mean, t_norm)):
+        return None if t_max is None and t_min is None and t_mean is None and t_norm is None else 0.0  # the common case
     scale = _comparison_scale(train, rollout, dtype_match)
     worst: float | None = None
     for name, t, r in (("Max", train.max, rollout.max), ("Min", train.min, rollout.min),

@@ -246,7 +246,7 @@ class ModuleComparison:
         rollout, self.rollout_calls = fold_calls(rollout, tol)
         self._train = tuple(train)
         self._rollout = tuple(rollout)
-        self._errors: list[float] = []  # every compared statistic's relative error: see worst_error
+        self._judged: list[tuple[TensorStats | None, TensorStats | None]] = []  # for judged_alike
         judge = self._judge
         reading = _stream_reading(train[0], rollout[0], judge) if len(train) == len(rollout) == 1 else None
         self._reading = reading
@@ -341,16 +341,18 @@ class ModuleComparison:
         self._kwarg_pairs = []
 
     def _judge(self, train: TensorStats | None, rollout: TensorStats | None) -> tuple[Consistency, int]:
-        error = relative_error(train, rollout)
-        if error is not None and error != math.inf:
-            self._errors.append(error)
+        self._judged.append((train, rollout))
         return quick_verdict(train, rollout, self._tol)
 
-    @property
-    def worst_error(self) -> float:
-        """The largest finite relative error among the statistics compared: under any tolerance at least this
-        large, every verdict of this group is the same (what calibration needs to know)."""
-        return max(self._errors, default=0.0)
+    def judged_alike(self, low: float, high: float) -> bool:
+        """Whether every verdict is the same under any tolerance between `low` and `high`: no compared statistic's
+        error lies in (low, high] (what calibration needs to know to keep this comparison). Errors are measured
+        here, when a calibration asks, not for every comparison of every analysis."""
+        for train, rollout in self._judged:
+            error = relative_error(train, rollout)
+            if error is not None and low < error <= high:
+                return False
+        return True
 
     @property
     def output_dtype(self) -> str | None:
@@ -359,14 +361,10 @@ class ModuleComparison:
 
     @cached_property
     def output_error(self) -> float | None:
-        """The relative error of the output (or of the input, when that is larger): one point of the run's
-        error-along-depth series."""
-        errors = [relative_error(self._output_train, self._output_rollout)]
-        if self._reading is None and not self._fused_experts:
-            errors += [relative_error(t.input, r.input) for t, r in _pairwise(self._train, self._rollout)] or [
-                relative_error(_combined(self._train, "input"), _combined(self._rollout, "input"))]
-        found = [e for e in errors if e is not None and e != math.inf]
-        return max(found) if found else None
+        """The relative error of the output: one point of the run's error-along-depth series (a module's input is
+        the output of the one before, already a point of it)."""
+        error = relative_error(self._output_train, self._output_rollout)
+        return None if error == math.inf else error
 
     def _apply_disagreements(self) -> None:
         """A slot whose copies disagree (across ranks, or a parameter across calls) is not one tensor: mismatch."""

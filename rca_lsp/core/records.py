@@ -168,10 +168,12 @@ class Comparator:
         self._cache: dict[tuple[tuple[str, ...], tuple[str, ...]], ModuleRecord] = {}
         self.suggestions: Suggestions = base.suggestions if base is not None else {}  # fuzzy lookups, unknown keys
         self._base = base
-        # A base record whose worst error is at most this keeps every verdict under these (tighter) tolerances.
-        tightened = [value for dtype, value in tolerances.by_dtype.items()
+        # A base record none of whose errors lies between the tightest new and the loosest old tolerance of the
+        # tightened dtypes keeps every verdict under these tolerances (below: aligned, above: mismatch, either way).
+        tightened = [(value, base.tolerances.by_dtype[dtype]) for dtype, value in tolerances.by_dtype.items()
                      if base is not None and value < base.tolerances.by_dtype.get(dtype, value)]
-        self._reuse_below = min(tightened, default=float("inf"))
+        self._changes_between = (min((new for new, _ in tightened), default=float("inf")),
+                                 max((old for _, old in tightened), default=float("inf")))
         self._derived: dict[tuple[tuple[str, float], ...], Comparator] = {}
 
     def with_tolerances(self, tolerances: Tolerances) -> "Comparator":
@@ -197,7 +199,7 @@ class Comparator:
         cached = self._cache.get((train_keys, rollout_keys))
         if cached is None and self._base is not None:
             shared = self._base.record(train_keys, rollout_keys)
-            if shared.comparison.worst_error <= self._reuse_below:
+            if shared.comparison.judged_alike(*self._changes_between):
                 cached = self._cache[(train_keys, rollout_keys)] = shared
         if cached is None:
             train_entries = [self.train.entries[k] for k in train_keys]
