@@ -49,3 +49,11 @@ def test_explicit_call_lists_mean_the_same_as_forward_star(variant: str) -> None
     assert explicit.issues == [] and len(explicit.records) == len(compact.records) > 0
     assert [(s.train_key, s.classification, s.credible_origin) for s in explicit.suspects] == [
         (s.train_key, s.classification, s.credible_origin) for s in compact.suspects]
+
+
+def test_the_tables_report_the_calibrated_threshold() -> None:
+    analysis = analyse("healthy_fp32")
+    threshold = analysis.calibration.by_dtype["float32"].threshold
+    assert threshold < 1e-4  # tightened below the fixed float32 tolerance
+    assert {r.comparison.output.tolerance for r in analysis.records if r.comparison.output.train is not None} == {
+        threshold}

@@ -344,6 +344,14 @@ class ModuleComparison:
         self._judged.append((train, rollout))
         return quick_verdict(train, rollout, self._tol)
 
+    def judged_under(self, tol: Tolerances) -> "ModuleComparison":
+        """This comparison with its detailed comparisons (output_3, hover) made under other tolerances; only for
+        tolerances under which judged_alike holds, so the verdicts stay as they are."""
+        copy = object.__new__(ModuleComparison)
+        copy.__dict__.update({name: value for name, value in self.__dict__.items() if name not in ("_details", "kwargs")})
+        copy._tol = tol
+        return copy
+
     def judged_alike(self, low: float, high: float) -> bool:
         """Whether every verdict is the same under any tolerance between `low` and `high`: no compared statistic's
         error lies in (low, high] (what calibration needs to know to keep this comparison). Errors are measured

@@ -199,8 +199,9 @@ class Comparator:
         cached = self._cache.get((train_keys, rollout_keys))
         if cached is None and self._base is not None:
             shared = self._base.record(train_keys, rollout_keys)
-            if shared.comparison.judged_alike(*self._changes_between):
-                cached = self._cache[(train_keys, rollout_keys)] = shared
+            if shared.comparison.judged_alike(*self._changes_between):  # the same verdicts, reported under ours
+                cached = self._cache[(train_keys, rollout_keys)] = shared._replace(
+                    comparison=shared.comparison.judged_under(self.tolerances))
         if cached is None:
             train_entries = [self.train.entries[k] for k in train_keys]
             rollout_entries = [self.rollout.entries[k] for k in rollout_keys]
