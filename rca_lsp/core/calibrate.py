@@ -39,9 +39,11 @@ class DtypeCalibration:
     @property
     def jump_factor(self) -> float | None:
         """How far above the noise the divergence is."""
-        if self.jump_error is None:
-            return None
-        return self.jump_error / max(self.floor, ROUNDING.get(self.dtype, 0.0), 1e-300)
+        return None if self.jump_error is None else self.times_the_floor(self.jump_error)
+
+    def times_the_floor(self, error: float) -> float:
+        """An error as a multiple of the noise floor (never below the dtype's rounding unit)."""
+        return error / max(self.floor, ROUNDING.get(self.dtype, 0.0), 1e-300)
 
     def describe(self) -> str:
         if self.fallback:

@@ -34,7 +34,7 @@ class CallSummary(NamedTuple):
     tokens: tuple[int | None, ...]
 
     def describe(self) -> str:
-        counts = [t for t in self.tokens]
+        counts = self.tokens
         if len(counts) > 1 and counts[0] is not None and all(t == 1 for t in counts[1:]):
             return f"{len(counts)} calls: prefill of {counts[0]} tokens + {len(counts) - 1} decode steps"
         shown = "+".join("?" if t is None else str(t) for t in counts[:8]) + ("+..." if len(counts) > 8 else "")

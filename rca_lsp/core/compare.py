@@ -143,23 +143,14 @@ def relative_error(train: TensorStats | None, rollout: TensorStats | None) -> fl
 
 def copy_difference(reference: TensorStats, copy: TensorStats) -> float:
     """The largest relative difference of a statistic between two copies of what should be one tensor (0 when
-    identical, inf when only one side is finite); judged like a train/rollout comparison."""
-    if reference.shape != copy.shape:
+    identical; inf when their shapes differ, a statistic is on one only, or only one side is finite)."""
+    if reference.shape != copy.shape or _present(reference) != _present(copy):
         return math.inf
-    scale = _comparison_scale(copy, reference, "match")
-    worst = 0.0
-    for name, a, b in (("Max", copy.max, reference.max), ("Min", copy.min, reference.min),
-                       ("Mean", copy.mean, reference.mean), ("Norm", copy.norm, reference.norm)):
-        if a is None or b is None or a == b:
-            if (a is None) != (b is None):
-                return math.inf
-            continue
-        if not (isfinite(a) and isfinite(b)):
-            if not (isnan(a) and isnan(b)):
-                return math.inf
-            continue
-        worst = max(worst, _stat_error(name, a, b, scale))
-    return worst
+    return relative_error(copy, reference) or 0.0
+
+
+def _present(stats: TensorStats) -> tuple[bool, ...]:
+    return stats.max is not None, stats.min is not None, stats.mean is not None, stats.norm is not None
 
 
 def _stat_error(name: str, t: float, r: float, scale: float) -> float:

@@ -294,8 +294,7 @@ class ModuleComparison:
             self._compare_fused_experts()
         self._routers = _routers_of_other_forms(train, rollout)
         if self._routers:  # the parameters and inputs still compare
-            self._output_train = self._output_rollout = None
-            self.output_consistency = "mismatch" if self.parameter_consistency == "mismatch" else "missing"
+            self._output_by_parameters()
         self.train_disagreements = tuple(d for part in self._train for d in part.disagreements)
         self.disagreements = self.train_disagreements + tuple(d for part in self._rollout for d in part.disagreements)
         self._apply_disagreements()
@@ -328,14 +327,19 @@ class ModuleComparison:
         return all(t is not None and r is not None and t.dtype is not None
                    and normalise_dtype(t.dtype) == normalise_dtype(r.dtype) for t, r in inputs)
 
+    def _output_by_parameters(self) -> None:
+        """Outputs that are not the same tensor on both sides: not compared; the module's output differs when its
+        weights do."""
+        self._output_train = self._output_rollout = None
+        self.output_consistency = "mismatch" if self.parameter_consistency == "mismatch" else "missing"
+
     def _compare_fused_experts(self) -> None:
         """Per-expert modules against one module holding every expert's weights (HF MixtralExperts, vLLM FusedMoE):
         their activations are different tensors (each expert sees its routed tokens), their weights together are
         the same elements. The weights are compared; a weight difference makes the experts' contribution differ."""
         self._parameter_names = [ALL_PARAMETERS]
         self.parameter_consistency = _summarise_parameters([self._judge(*self._parameter_stats(ALL_PARAMETERS))[0]])
-        self._output_train = self._output_rollout = None
-        self.output_consistency = "mismatch" if self.parameter_consistency == "mismatch" else "missing"
+        self._output_by_parameters()
         self.input_args_consistency = "missing"
         self.kwargs_consistency = "not_applicable"
         self._kwarg_pairs = []

@@ -304,8 +304,10 @@ class _Merger:
         disagreement of a slot recorded."""
         first = copies[0]
         assert first is not None
+        if all(c == first for c in copies[1:]):
+            return first  # the common case: nothing to compare slot by slot
         found = []
-        for slot, stats in entry_slots(first):
+        for slot, _ in entry_slots(first):
             others = [slot_stats(c, slot) if c is not None else None for c in copies]
             disagreement = _disagreement(slot, others, ranks, self.source)
             if disagreement is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from rca_lsp.core.calibrate import ROUNDING
 from rca_lsp.core.dump import Dump, slot_label
 from rca_lsp.core.keys import is_activation_like
 from rca_lsp.core.rankview import merged_slots, per_rank_rows, rank_by_rank
@@ -183,7 +182,7 @@ def confidence(analysis: Analysis, suspect: Suspect) -> dict[str, Any]:
     error = comparison.output_error
     above = None
     if calibrated is not None and error is not None:
-        above = error / max(calibrated.floor, ROUNDING.get(calibrated.dtype, 0.0), 1e-300)
+        above = calibrated.times_the_floor(error)
     alternatives = [s.train_key for s in analysis.suspects if s.credible_origin and s is not suspect][:5]
     return {"error": error, "noise_floor": calibrated.floor if calibrated else None, "above_noise": above,
             "threshold": calibrated.threshold if calibrated else None, "alternatives": alternatives,
