@@ -22,8 +22,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Union
 
-from bench_common import (BENCH_DIR, LARGE, DataSet, DatasetPaths, EXIT_NOT_STRICT_JSON, REPO_ROOT, benchmark_parser,
-                          dataset_paths, mib)
+from bench_common import (
+    BENCH_DIR,
+    EXIT_NOT_STRICT_JSON,
+    LARGE,
+    REPO_ROOT,
+    DataSet,
+    DatasetPaths,
+    benchmark_parser,
+    dataset_paths,
+    mib,
+)
 
 TARGET_RATIO = 1.3
 
@@ -63,8 +72,10 @@ def run_child(argv: list[str], log: Path, timeout_s: float) -> Run:
     """Spawn argv in its own process group (stdout and stderr to log), wait for it, at most timeout_s,
     and return its wall time, CPU time and own peak RSS."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
-    actions = [(os.POSIX_SPAWN_OPEN, 1, str(log), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
-               (os.POSIX_SPAWN_DUP2, 1, 2)]
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 1, str(log), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ]
     start = time.perf_counter()
     pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setpgroup=0)
     expired = threading.Event()
@@ -100,8 +111,10 @@ def mapping_problems(log: Path) -> str | None:
         return None
     total = len(codes) + sum(int(n) for n in MORE_WARNINGS.findall(text))
     first = next(line for line in text.splitlines() if MAPPING_WARNING.match(line))
-    return (f"exit status 0, but {total} mapping problems ({', '.join(sorted(set(codes)))}), so this is no "
-            f"measurement of the data set; first: {first[:300]}{'...' if len(first) > 300 else ''}")
+    return (
+        f"exit status 0, but {total} mapping problems ({', '.join(sorted(set(codes)))}), so this is no "
+        f"measurement of the data set; first: {first[:300]}{'...' if len(first) > 300 else ''}"
+    )
 
 
 def summarize(runs: list[Run], explain_failure: dict[int, str]) -> Outcome:
@@ -114,8 +127,11 @@ def summarize(runs: list[Run], explain_failure: dict[int, str]) -> Outcome:
             reason = explain_failure.get(run.exit_code, f"exit status {run.exit_code}")
             return f"{reason}: {last_line(run.log)}\n  (full output: {run.log})"
     costs = [run.cost for run in runs]
-    return Cost(statistics.median(c.wall_s for c in costs), statistics.median(c.cpu_s for c in costs),
-                int(statistics.median(c.peak_rss for c in costs)))
+    return Cost(
+        statistics.median(c.wall_s for c in costs),
+        statistics.median(c.cpu_s for c in costs),
+        int(statistics.median(c.peak_rss for c in costs)),
+    )
 
 
 def floor_argv(paths: DatasetPaths) -> list[str]:
@@ -124,8 +140,20 @@ def floor_argv(paths: DatasetPaths) -> list[str]:
 
 
 def analyze_argv(paths: DatasetPaths, out_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "rca_lsp", "analyze", "--train", str(paths.train_dump),
-            "--rollout", str(paths.rollout_dump), "--mapping-key", str(paths.mapping_key), "--out-dir", str(out_dir)]
+    return [
+        sys.executable,
+        "-m",
+        "rca_lsp",
+        "analyze",
+        "--train",
+        str(paths.train_dump),
+        "--rollout",
+        str(paths.rollout_dump),
+        "--mapping-key",
+        str(paths.mapping_key),
+        "--out-dir",
+        str(out_dir),
+    ]
 
 
 def ensure_dataset(data_dir: Path, dataset: DataSet = LARGE) -> DatasetPaths:
@@ -133,8 +161,10 @@ def ensure_dataset(data_dir: Path, dataset: DataSet = LARGE) -> DatasetPaths:
     if not paths.exist():
         options = " ".join(dataset.options) or "defaults"
         print(f"no dataset in {data_dir}: generating it with make_synthetic.py ({options})", flush=True)
-        subprocess.run([sys.executable, str(BENCH_DIR / "make_synthetic.py"), "--out-dir", str(data_dir),
-                        *dataset.options], check=True)
+        subprocess.run(
+            [sys.executable, str(BENCH_DIR / "make_synthetic.py"), "--out-dir", str(data_dir), *dataset.options],
+            check=True,
+        )
     return paths
 
 
@@ -189,15 +219,19 @@ def report_inputs(data_dir: Path, paths: DatasetPaths) -> None:
         print(f"  all {len(paths.dumps())} dumps: {mib(paths.dump_bytes())}")
 
 
-def report(data_dir: Path, paths: DatasetPaths, repeat: int, floor: Outcome, analyze: Outcome,
-           target: float = TARGET_RATIO) -> None:
+def report(
+    data_dir: Path, paths: DatasetPaths, repeat: int, floor: Outcome, analyze: Outcome, target: float = TARGET_RATIO
+) -> None:
     report_inputs(data_dir, paths)
     print(f"median of {repeat} run(s), each a fresh process, page cache warm\n")
     print(f"{'':<16}" + "".join(f"{title:>14}" for title, _ in COLUMNS))
     for name, outcome in (("parse floor", floor), ("analyze", analyze)):
         print(f"{name:<16}" + "".join(f"{cell(outcome, field):>14}" for _, field in COLUMNS))
-    print(f"{'analyze/floor':<16}" + "".join(f"{ratio_cell(analyze, floor, field, target):>14}" for _, field in COLUMNS)
-          + f"   (target: wall and RSS <= {target}x)")
+    print(
+        f"{'analyze/floor':<16}"
+        + "".join(f"{ratio_cell(analyze, floor, field, target):>14}" for _, field in COLUMNS)
+        + f"   (target: wall and RSS <= {target}x)"
+    )
     for name, outcome in (("parse floor", floor), ("analyze", analyze)):
         if isinstance(outcome, str):
             print(f"\n{name}: {outcome}")
@@ -210,8 +244,11 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 def run_benchmark(argv: list[str], description: str | None, dataset: DataSet, target: float) -> int:
     """The whole benchmark on one data set: generate it if missing, warm the page cache, measure, report."""
-    parser = benchmark_parser(description, f"data set (generated with make_synthetic.py "
-                                           f"{' '.join(dataset.options) or '(defaults)'} if missing)", dataset.default_dir)
+    parser = benchmark_parser(
+        description,
+        f"data set (generated with make_synthetic.py {' '.join(dataset.options) or '(defaults)'} if missing)",
+        dataset.default_dir,
+    )
     add_run_options(parser)
     args = parser.parse_args(argv)
     data_dir = args.data_dir.resolve()

@@ -30,8 +30,9 @@ DECODE = DataSet("decode", ("--decode-steps", "256", "--layers", "24", "--expert
 DEFAULT_DATA_DIR = LARGE.default_dir
 
 
-def benchmark_parser(description: str | None, data_dir_help: str,
-                     default_dir: Path = DEFAULT_DATA_DIR) -> argparse.ArgumentParser:
+def benchmark_parser(
+    description: str | None, data_dir_help: str, default_dir: Path = DEFAULT_DATA_DIR
+) -> argparse.ArgumentParser:
     """A benchmark's command line: its docstring as help, and --data-dir."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=default_dir, help=data_dir_help)

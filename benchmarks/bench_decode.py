@@ -15,8 +15,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench_analyze import (Outcome, add_run_options, cell, ensure_dataset, measure, ratio_cell, report_inputs,
-                           warm_page_cache)
+from bench_analyze import (
+    Outcome,
+    add_run_options,
+    cell,
+    ensure_dataset,
+    measure,
+    ratio_cell,
+    report_inputs,
+    warm_page_cache,
+)
 from bench_common import DECODE, LARGE, DataSet, DatasetPaths, benchmark_parser
 
 
@@ -52,16 +60,30 @@ def report(results: list[SetResult], repeat: int) -> None:
     print(f"{'':<22}" + "".join(f"{c:>12}" for c in columns))
     for r in results:
         for name, outcome in (("floor", r.floor), ("analyze", r.analyze)):
-            ratios = (tuple(ratio_cell(outcome, r.floor, f).split()[0] for f in ("wall_s", "peak_rss"))
-                      if name == "analyze" else ("", ""))
-            cells = (f"{r.dump_mib:.1f} MiB", cell(outcome, "wall_s"), cell(outcome, "cpu_s"), cell(outcome, "peak_rss"),
-                     per_mib(outcome, "wall_s", r.dump_mib), per_mib(outcome, "cpu_s", r.dump_mib), *ratios)
+            ratios = (
+                tuple(ratio_cell(outcome, r.floor, f).split()[0] for f in ("wall_s", "peak_rss"))
+                if name == "analyze"
+                else ("", "")
+            )
+            cells = (
+                f"{r.dump_mib:.1f} MiB",
+                cell(outcome, "wall_s"),
+                cell(outcome, "cpu_s"),
+                cell(outcome, "peak_rss"),
+                per_mib(outcome, "wall_s", r.dump_mib),
+                per_mib(outcome, "cpu_s", r.dump_mib),
+                *ratios,
+            )
             print(f"{r.label + ' ' + name:<22}" + "".join(f"{c:>12}" for c in cells))
     decode, reference = results
     if not isinstance(decode.analyze, str) and not isinstance(reference.analyze, str):
-        ratios = [(getattr(decode.analyze, f) / decode.dump_mib) / (getattr(reference.analyze, f) / reference.dump_mib)
-                  for f in ("wall_s", "cpu_s")]
-        print(f"\nanalyze per dump MiB, {decode.label} / {reference.label}: wall {ratios[0]:.2f}x, cpu {ratios[1]:.2f}x")
+        ratios = [
+            (getattr(decode.analyze, f) / decode.dump_mib) / (getattr(reference.analyze, f) / reference.dump_mib)
+            for f in ("wall_s", "cpu_s")
+        ]
+        print(
+            f"\nanalyze per dump MiB, {decode.label} / {reference.label}: wall {ratios[0]:.2f}x, cpu {ratios[1]:.2f}x"
+        )
     for r in results:
         for name, outcome in (("parse floor", r.floor), ("analyze", r.analyze)):
             if isinstance(outcome, str):
@@ -69,15 +91,24 @@ def report(results: list[SetResult], repeat: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = benchmark_parser(__doc__, f"decode data set (generated with make_synthetic.py {' '.join(DECODE.options)} "
-                                       "if missing)", DECODE.default_dir)
-    parser.add_argument("--reference-dir", type=Path, default=LARGE.default_dir,
-                        help="single-call pair (make_synthetic.py defaults, generated if missing)")
+    parser = benchmark_parser(
+        __doc__,
+        f"decode data set (generated with make_synthetic.py {' '.join(DECODE.options)} if missing)",
+        DECODE.default_dir,
+    )
+    parser.add_argument(
+        "--reference-dir",
+        type=Path,
+        default=LARGE.default_dir,
+        help="single-call pair (make_synthetic.py defaults, generated if missing)",
+    )
     add_run_options(parser)
     args = parser.parse_args(argv)
     repeat = max(args.repeat, 1)
-    results = [run_set("decode", args.data_dir.resolve(), DECODE, repeat, args.timeout),
-               run_set("single-call", args.reference_dir.resolve(), LARGE, repeat, args.timeout)]
+    results = [
+        run_set("decode", args.data_dir.resolve(), DECODE, repeat, args.timeout),
+        run_set("single-call", args.reference_dir.resolve(), LARGE, repeat, args.timeout),
+    ]
     report(results, repeat)
     return 0
 

@@ -36,25 +36,44 @@ from typing import Any, Awaitable, Callable, TypeVar, Union
 
 import orjson
 import psutil
+from bench_analyze import Cost, analyze_argv, ensure_dataset, floor_argv, run_child, summarize, warm_page_cache
+from bench_common import (
+    DECODE,
+    DEFAULT_DATA_DIR,
+    EXIT_NOT_STRICT_JSON,
+    LARGE,
+    REPO_ROOT,
+    TP8,
+    DataSet,
+    DatasetPaths,
+    benchmark_parser,
+    mib,
+)
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
-
-from bench_analyze import (Cost, analyze_argv, ensure_dataset, floor_argv, run_child, summarize,
-                           warm_page_cache)
-from bench_common import (DECODE, DEFAULT_DATA_DIR, LARGE, TP8, DataSet, DatasetPaths, EXIT_NOT_STRICT_JSON, REPO_ROOT,
-                          benchmark_parser, mib)
 
 DATA_SETS = {spec.name: spec for spec in (LARGE, TP8, DECODE)}
 
 TARGET_COLD_RATIO = 1.3
 TARGET_SAVE_S = 0.5
 TARGET_HOVER_S = 0.05
-FINDING_CODES = {"missing-op", "aligned-boundary", "parameter-sync", "in-module-diff", "upstream-propagation",
-                 "needs-review", "fused-structural", "unmapped-train-module", "nan-inf"}
+FINDING_CODES = {
+    "missing-op",
+    "aligned-boundary",
+    "parameter-sync",
+    "in-module-diff",
+    "upstream-propagation",
+    "needs-review",
+    "fused-structural",
+    "unmapped-train-module",
+    "nan-inf",
+}
 ENTRY_LINE = re.compile(r'^  "((?:[^"\\]|\\.)*)": (.*)$')  # one top-level entry of an OPT_INDENT_2 mapping
 STRING_VALUE = re.compile(r'^"((?:[^"\\]|\\.)*)",?$')
-ANALYSIS_ONLY = ("import sys; from rca_lsp.core.run import analyze_paths; "
-                 "a = analyze_paths(*sys.argv[1:4]); print(len(a.records), 'groups,', len(a.suspects), 'suspects')")
+ANALYSIS_ONLY = (
+    "import sys; from rca_lsp.core.run import analyze_paths; "
+    "a = analyze_paths(*sys.argv[1:4]); print(len(a.records), 'groups,', len(a.suspects), 'suspects')"
+)
 T = TypeVar("T")
 Figure = Union[float, str]  # a measured value, or why the measurement failed
 
@@ -108,17 +127,19 @@ def parse_entries(text: str) -> list[Entry]:
             continue
         value = STRING_VALUE.match(match.group(2))
         start = match.start(2) + 1
-        found.append(Entry(match.group(1), line, (start, start + len(value.group(1)), value.group(1)) if value else None))
+        found.append(
+            Entry(match.group(1), line, (start, start + len(value.group(1)), value.group(1)) if value else None)
+        )
     return found
 
 
 def pick_edit(entries: list[Entry]) -> tuple[Entry, str]:
     """A 1:1 entry a tenth into the file, and the rollout key of the next 1:1 entry with another value: swapping
     them is a one-line, realistic mistake whose findings differ from the original's."""
-    for i, entry in enumerate(entries[len(entries) // 10:], len(entries) // 10):
+    for i, entry in enumerate(entries[len(entries) // 10 :], len(entries) // 10):
         if entry.value is None:
             continue
-        other = next((e.value[2] for e in entries[i + 1:] if e.value and e.value[2] != entry.value[2]), None)
+        other = next((e.value[2] for e in entries[i + 1 :] if e.value and e.value[2] != entry.value[2]), None)
         if other is not None:
             return entry, other
     raise MeasurementError("no 1:1 entry to edit in the mapping")
@@ -185,7 +206,8 @@ class BenchClient(LanguageClient):
         @self.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
         def on_diagnostics(_client: BenchClient, params: types.PublishDiagnosticsParams) -> None:
             self.published.setdefault(params.uri, []).append(
-                Published(time.perf_counter(), params.version, list(params.diagnostics)))
+                Published(time.perf_counter(), params.version, list(params.diagnostics))
+            )
             self.news.set()
 
         @self.feature("rcaLsp/status")
@@ -225,8 +247,9 @@ class BenchClient(LanguageClient):
         lines = self.server_log.read_text(errors="replace").strip().splitlines() if self.server_log.exists() else []
         return lines[-1] if lines else "(no stderr output)"
 
-    async def wait_published(self, uri: str, since: int, accept: Callable[[Published], bool],
-                             timeout_s: float) -> Published:
+    async def wait_published(
+        self, uri: str, since: int, accept: Callable[[Published], bool], timeout_s: float
+    ) -> Published:
         """The first publish for `uri`, from index `since` on, that `accept`s; MeasurementError on timeout or exit."""
         deadline = time.perf_counter() + timeout_s
         while True:
@@ -240,8 +263,10 @@ class BenchClient(LanguageClient):
                 await asyncio.wait_for(self.news.wait(), deadline - time.perf_counter())
             except asyncio.TimeoutError:
                 seen = self.published.get(uri, [])[since:]
-                raise MeasurementError(f"nothing acceptable published within {timeout_s:g} s "
-                                       f"({len(seen)} publish(es) for the file meanwhile)") from None
+                raise MeasurementError(
+                    f"nothing acceptable published within {timeout_s:g} s "
+                    f"({len(seen)} publish(es) for the file meanwhile)"
+                ) from None
 
     def count(self, uri: str) -> int:
         return len(self.published.get(uri, []))
@@ -249,14 +274,17 @@ class BenchClient(LanguageClient):
 
 CAPABILITIES = types.ClientCapabilities(
     workspace=types.WorkspaceClientCapabilities(
-        configuration=True, workspace_folders=True,
-        did_change_watched_files=types.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True)),
+        configuration=True,
+        workspace_folders=True,
+        did_change_watched_files=types.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True),
+    ),
     text_document=types.TextDocumentClientCapabilities(
         synchronization=types.TextDocumentSyncClientCapabilities(did_save=True),
-        publish_diagnostics=types.PublishDiagnosticsClientCapabilities(version_support=True,
-                                                                       related_information=True),
-        hover=types.HoverClientCapabilities(content_format=[types.MarkupKind.Markdown])),
-    window=types.WindowClientCapabilities(work_done_progress=True))
+        publish_diagnostics=types.PublishDiagnosticsClientCapabilities(version_support=True, related_information=True),
+        hover=types.HoverClientCapabilities(content_format=[types.MarkupKind.Markdown]),
+    ),
+    window=types.WindowClientCapabilities(work_done_progress=True),
+)
 
 
 async def drain(stream: asyncio.StreamReader | None, log: Path) -> None:
@@ -347,8 +375,15 @@ async def start_session(workspace: Workspace, log: Path) -> Session:
     await client.start_io(sys.executable, "-m", "rca_lsp", "serve", "--log-level", "info", cwd=str(REPO_ROOT))
     asyncio.get_running_loop().create_task(drain(client.process.stderr, log))
     folder = types.WorkspaceFolder(uri=workspace.root.as_uri(), name=workspace.root.name)
-    result = await within(client.initialize_async(types.InitializeParams(
-        capabilities=CAPABILITIES, root_uri=folder.uri, workspace_folders=[folder], process_id=None)), 60, "initialize")
+    result = await within(
+        client.initialize_async(
+            types.InitializeParams(
+                capabilities=CAPABILITIES, root_uri=folder.uri, workspace_folders=[folder], process_id=None
+            )
+        ),
+        60,
+        "initialize",
+    )
     sync = result.capabilities.text_document_sync
     kind = sync.change if isinstance(sync, types.TextDocumentSyncOptions) else sync
     text = workspace.mapping.read_text()
@@ -360,21 +395,32 @@ async def measure_cold(session: Session, timeout_s: float) -> float:
     client, uri = session.client, session.workspace.uri
     client.initialized(types.InitializedParams())
     session.opened_at = time.perf_counter()
-    client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
-        uri=uri, language_id="json", version=session.version, text=session.text)))
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(
+                uri=uri, language_id="json", version=session.version, text=session.text
+            )
+        )
+    )
     found = await client.wait_published(uri, 0, lambda p: p.findings() > 0, timeout_s)
     first = client.published[uri][0]
     timeline = ", ".join(f"{state} @{at - session.opened_at:.2f}s" for at, state in client.statuses)
     analysed = [at for at, state in client.statuses if state == "analysed" and at <= found.at]
     if analysed:
         timeline += f" (publish {found.at - analysed[-1]:.2f} s after the last 'analysed')"
-    in_dumps = {(r.location.uri, r.location.range.start.line)
-                for d in found.diagnostics for r in d.related_information or [] if r.location.uri != uri}
-    session.figures.cold_note = (f"{client.count(uri)} publish(es), the first @{first.at - session.opened_at:.2f}s "
-                                 f"with {len(first.diagnostics)} diagnostics; findings: {found.findings()} "
-                                 f"(of {len(found.diagnostics)}), with {len(in_dumps)} distinct related locations "
-                                 f"in the dumps; status: {timeline}; "
-                                 f"registrations: {', '.join(client.registrations) or 'none'}")
+    in_dumps = {
+        (r.location.uri, r.location.range.start.line)
+        for d in found.diagnostics
+        for r in d.related_information or []
+        if r.location.uri != uri
+    }
+    session.figures.cold_note = (
+        f"{client.count(uri)} publish(es), the first @{first.at - session.opened_at:.2f}s "
+        f"with {len(first.diagnostics)} diagnostics; findings: {found.findings()} "
+        f"(of {len(found.diagnostics)}), with {len(in_dumps)} distinct related locations "
+        f"in the dumps; status: {timeline}; "
+        f"registrations: {', '.join(client.registrations) or 'none'}"
+    )
     return found.at - session.opened_at
 
 
@@ -387,16 +433,23 @@ def change(session: Session, entry: Entry, new_value: str) -> int:
     session.version += 1
     edit: types.TextDocumentContentChangeEvent
     if session.incremental:
-        edit = types.TextDocumentContentChangePartial(text=new_value, range=types.Range(
-            start=types.Position(entry.line, start), end=types.Position(entry.line, start + len(old))))
+        edit = types.TextDocumentContentChangePartial(
+            text=new_value,
+            range=types.Range(
+                start=types.Position(entry.line, start), end=types.Position(entry.line, start + len(old))
+            ),
+        )
     else:
         lines = session.text.split("\n")
-        lines[entry.line] = lines[entry.line][:start] + new_value + lines[entry.line][start + len(old):]
+        lines[entry.line] = lines[entry.line][:start] + new_value + lines[entry.line][start + len(old) :]
         session.text = "\n".join(lines)
         edit = types.TextDocumentContentChangeWholeDocument(text=session.text)
-    session.client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=session.workspace.uri, version=session.version),
-        content_changes=[edit]))
+    session.client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=session.workspace.uri, version=session.version),
+            content_changes=[edit],
+        )
+    )
     return session.version
 
 
@@ -411,8 +464,7 @@ async def save_and_wait(session: Session, version: int, timeout_s: float) -> Sav
     client, uri = session.client, session.workspace.uri
     since, statuses = client.count(uri), len(client.statuses)
     sent = time.perf_counter()
-    client.text_document_did_save(types.DidSaveTextDocumentParams(
-        text_document=types.TextDocumentIdentifier(uri=uri)))
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
     found = await client.wait_published(uri, since, lambda p: p.version == version, timeout_s)
     analysed = [at for at, state in client.statuses[statuses:] if state == "analysed" and at <= found.at]
     return SaveTiming(found.at - sent, analysed[-1] - sent if analysed else None, found)
@@ -428,9 +480,11 @@ async def measure_first_save(session: Session, timeout_s: float) -> float:
     await asyncio.sleep(delay + 1.0)
     early = client.published.get(uri, [])[since:]
     expected = "none expected" if len(session.text) > limit else "one expected"
-    session.figures.live_edit_note = (f"mapping text {len(session.text):,} chars vs LIVE_EDIT_LIMIT {limit:,}: "
-                                      f"{len(early)} publish(es) within {delay + 1.0:.1f} s of a didChange alone "
-                                      f"({expected})")
+    session.figures.live_edit_note = (
+        f"mapping text {len(session.text):,} chars vs LIVE_EDIT_LIMIT {limit:,}: "
+        f"{len(early)} publish(es) within {delay + 1.0:.1f} s of a didChange alone "
+        f"({expected})"
+    )
     timing = await save_and_wait(session, version, timeout_s)
     session.figures.live_edit_note += f"; first save: {split(timing)}"
     return timing.latency_s
@@ -457,8 +511,10 @@ def server_stages(server_log: Path, versions: set[int | None]) -> str:
 def split(timing: SaveTiming) -> str:
     if timing.analysed_s is None:
         return "no 'analysed' status before the publish"
-    return (f"'analysed' status after {fmt_time(timing.analysed_s)}, "
-            f"publish {fmt_time(timing.latency_s - timing.analysed_s)} later")
+    return (
+        f"'analysed' status after {fmt_time(timing.analysed_s)}, "
+        f"publish {fmt_time(timing.latency_s - timing.analysed_s)} later"
+    )
 
 
 async def measure_saves(session: Session, saves: int, timeout_s: float) -> list[float]:
@@ -479,12 +535,18 @@ async def measure_saves(session: Session, saves: int, timeout_s: float) -> list[
     described = "; ".join(f"{state}: {describe_codes(codes)}" for state, codes in flagged.items())
     analysed = [t.analysed_s for t in timings if t.analysed_s is not None]
     gaps = [t.latency_s - t.analysed_s for t in timings if t.analysed_s is not None]
-    breakdown = (f"median {fmt_time(statistics.median(analysed))} to the 'analysed' status, then "
-                 f"{fmt_time(statistics.median(gaps))} to the publish" if analysed else "no 'analysed' statuses")
+    breakdown = (
+        f"median {fmt_time(statistics.median(analysed))} to the 'analysed' status, then "
+        f"{fmt_time(statistics.median(gaps))} to the publish"
+        if analysed
+        else "no 'analysed' statuses"
+    )
     stages = server_stages(session.client.server_log, {t.published.version for t in timings})
-    session.figures.save_note = (f"edit: line {entry.line + 1}, value {original!r} <-> {other!r}; {breakdown}; "
-                                 f"server side, median per stage: {stages}; "
-                                 f"findings on the edited line per state: {described}")
+    session.figures.save_note = (
+        f"edit: line {entry.line + 1}, value {original!r} <-> {other!r}; {breakdown}; "
+        f"server side, median per stage: {stages}; "
+        f"findings on the edited line per state: {described}"
+    )
     return [t.latency_s for t in timings]
 
 
@@ -502,14 +564,17 @@ async def measure_hovers(session: Session, count: int, timeout_s: float) -> list
         raise MeasurementError("no entries to hover")
     latencies, empty = [], 0
     for entry in picked:
-        params = types.HoverParams(text_document=types.TextDocumentIdentifier(uri=session.workspace.uri),
-                                   position=types.Position(entry.line, 3))
+        params = types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=session.workspace.uri),
+            position=types.Position(entry.line, 3),
+        )
         sent = time.perf_counter()
         hover = await within(session.client.text_document_hover_async(params), timeout_s, "hover")
         latencies.append(time.perf_counter() - sent)
         empty += hover is None
-    session.figures.hover_note = (f"{count - empty}/{count} with content; first {latencies[0] * 1000:.1f} ms, "
-                                  f"max {max(latencies) * 1000:.1f} ms")
+    session.figures.hover_note = (
+        f"{count - empty}/{count} with content; first {latencies[0] * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms"
+    )
     return latencies
 
 
@@ -526,17 +591,27 @@ async def measure_requests(session: Session, count: int, timeout_s: float) -> di
     for entry in picked:
         for kind, column in (("completion (key)", 3), ("completion (value)", entry.value[0] + 2)):  # type: ignore[index]
             sent = time.perf_counter()
-            answer = await within(session.client.text_document_completion_async(types.CompletionParams(
-                text_document=uri, position=types.Position(entry.line, column))), timeout_s, kind)
+            answer = await within(
+                session.client.text_document_completion_async(
+                    types.CompletionParams(text_document=uri, position=types.Position(entry.line, column))
+                ),
+                timeout_s,
+                kind,
+            )
             timings[kind].append(time.perf_counter() - sent)
             empty += not (answer and answer.items)
     for _ in range(3):
         sent = time.perf_counter()
-        await within(session.client.text_document_document_symbol_async(types.DocumentSymbolParams(text_document=uri)),
-                     timeout_s, "documentSymbol")
+        await within(
+            session.client.text_document_document_symbol_async(types.DocumentSymbolParams(text_document=uri)),
+            timeout_s,
+            "documentSymbol",
+        )
         timings["documentSymbol"].append(time.perf_counter() - sent)
-    session.figures.request_note = (f"{2 * count - empty}/{2 * count} completions with items; documentSymbol "
-                                    + ", ".join(f"{t * 1000:.0f} ms" for t in timings["documentSymbol"]))
+    session.figures.request_note = (
+        f"{2 * count - empty}/{2 * count} completions with items; documentSymbol "
+        + ", ".join(f"{t * 1000:.0f} ms" for t in timings["documentSymbol"])
+    )
     return timings
 
 
@@ -569,8 +644,9 @@ async def run_server(workspace: Workspace, logs: Path, args: argparse.Namespace)
         high_water = sampler.high_water()
         sampler.stopped.set()
         figures.peak_rss = float(high_water or sampler.max_rss) or "no RSS sample"
-        figures.rss_note = (f"VmHWM {mib(high_water)}" if high_water else "VmHWM n/a") + \
-            f", sampled max {mib(sampler.max_rss)}"
+        figures.rss_note = (
+            f"VmHWM {mib(high_water)}" if high_water else "VmHWM n/a"
+        ) + f", sampled max {mib(sampler.max_rss)}"
         await guarded(stop_session(session.client))
     return figures
 
@@ -618,32 +694,56 @@ def report(refs: References, figures: ServerFigures, workspace: Workspace, saves
         ("  server cold / CLI analyze", fmt_ratio(cold_ratio), verdict(cold_ratio, TARGET_COLD_RATIO)),
         ("  server cold / CLI analysis only", fmt_ratio(ratio(figures.cold_s, seconds(refs.analysis_only))), ""),
         ("didSave -> publish, first save", fmt_time(figures.first_save_s), ""),
-        (f"didSave -> publish, median of {saves}", fmt_time(quantile(figures.saves_s, 0.5)),
-         verdict(quantile(figures.saves_s, 0.5), TARGET_SAVE_S, "s")),
+        (
+            f"didSave -> publish, median of {saves}",
+            fmt_time(quantile(figures.saves_s, 0.5)),
+            verdict(quantile(figures.saves_s, 0.5), TARGET_SAVE_S, "s"),
+        ),
         (f"didSave -> publish, p90 of {saves}", fmt_time(quantile(figures.saves_s, 0.9)), ""),
-        (f"hover, median of {hovers}", fmt_time(quantile(figures.hovers_s, 0.5)),
-         verdict(quantile(figures.hovers_s, 0.5), TARGET_HOVER_S, "ms")),
-        (f"hover, p90 of {hovers}", fmt_time(quantile(figures.hovers_s, 0.9)),
-         verdict(quantile(figures.hovers_s, 0.9), TARGET_HOVER_S, "ms")),
+        (
+            f"hover, median of {hovers}",
+            fmt_time(quantile(figures.hovers_s, 0.5)),
+            verdict(quantile(figures.hovers_s, 0.5), TARGET_HOVER_S, "ms"),
+        ),
+        (
+            f"hover, p90 of {hovers}",
+            fmt_time(quantile(figures.hovers_s, 0.9)),
+            verdict(quantile(figures.hovers_s, 0.9), TARGET_HOVER_S, "ms"),
+        ),
         *request_rows(figures.requests_s),
         ("server peak RSS", mib(rss) if not isinstance(rss, str) else "n/a", ""),
         ("parse floor peak RSS", mib(floor_rss) if not isinstance(floor_rss, str) else "n/a", ""),
         ("  server / floor RSS", fmt_ratio(ratio(rss, floor_rss)), "(analyze's target: <= 1.3x)"),
     ]
-    print(f"\nworkspace {workspace.root}: {workspace.entries:,} mapping entries, "
-          f"{mib(workspace.mapping.stat().st_size)}")
+    print(
+        f"\nworkspace {workspace.root}: {workspace.entries:,} mapping entries, {mib(workspace.mapping.stat().st_size)}"
+    )
     print(f"\n{'figure':<40}{'measured':>12}   target")
     for name, value, target in rows:
         print(f"{name:<40}{value:>12}   {target}")
     print()
-    notes = [("cold", figures.cold_note), ("live edit", figures.live_edit_note), ("saves", figures.save_note),
-             ("hovers", figures.hover_note), ("requests", figures.request_note), ("RSS", figures.rss_note)]
+    notes = [
+        ("cold", figures.cold_note),
+        ("live edit", figures.live_edit_note),
+        ("saves", figures.save_note),
+        ("hovers", figures.hover_note),
+        ("requests", figures.request_note),
+        ("RSS", figures.rss_note),
+    ]
     for name, note in notes:
         if note:
             print(f"{name}: {note}")
-    failures = [("CLI analyze", refs.cli), ("CLI analysis only", refs.analysis_only), ("parse floor", refs.floor),
-                ("cold didOpen", figures.cold_s), ("first save", figures.first_save_s), ("saves", figures.saves_s),
-                ("hovers", figures.hovers_s), ("requests", figures.requests_s), ("peak RSS", figures.peak_rss)]
+    failures = [
+        ("CLI analyze", refs.cli),
+        ("CLI analysis only", refs.analysis_only),
+        ("parse floor", refs.floor),
+        ("cold didOpen", figures.cold_s),
+        ("first save", figures.first_save_s),
+        ("saves", figures.saves_s),
+        ("hovers", figures.hovers_s),
+        ("requests", figures.requests_s),
+        ("peak RSS", figures.peak_rss),
+    ]
     for name, outcome in failures:
         if isinstance(outcome, str):
             print(f"{name}: failed: {outcome.splitlines()[0]}")
@@ -653,8 +753,14 @@ def request_rows(requests: dict[str, list[float]] | str) -> list[tuple[str, str,
     """Median latency of each request kind, against the hover target (an editor waits on each)."""
     if isinstance(requests, str):
         return [("completion, documentSymbol", "n/a", "")]
-    return [(f"{kind}, median of {len(values)}", fmt_time(quantile(values, 0.5)),
-             verdict(quantile(values, 0.5), TARGET_HOVER_S, "ms")) for kind, values in requests.items()]
+    return [
+        (
+            f"{kind}, median of {len(values)}",
+            fmt_time(quantile(values, 0.5)),
+            verdict(quantile(values, 0.5), TARGET_HOVER_S, "ms"),
+        )
+        for kind, values in requests.items()
+    ]
 
 
 def fmt_ratio(value: Figure) -> str:
@@ -663,16 +769,22 @@ def fmt_ratio(value: Figure) -> str:
 
 def main(argv: list[str]) -> int:
     parser = benchmark_parser(__doc__, "dataset written by make_synthetic.py (generated with defaults if missing)")
-    parser.add_argument("--set", choices=sorted(DATA_SETS), default="large",
-                        help="which synthetic set (large: one rank, 4 calls; tp8: 8 train ranks; decode: 256 decode "
-                             "steps); --data-dir defaults to benchmarks/data/<set>")
+    parser.add_argument(
+        "--set",
+        choices=sorted(DATA_SETS),
+        default="large",
+        help="which synthetic set (large: one rank, 4 calls; tp8: 8 train ranks; decode: 256 decode "
+        "steps); --data-dir defaults to benchmarks/data/<set>",
+    )
     parser.add_argument("--entries", type=int, default=60_000, help="mapping entries in the workspace (60000)")
     parser.add_argument("--saves", type=int, default=15, help="timed didSave round trips (15)")
     parser.add_argument("--hovers", type=int, default=50, help="hover requests (50)")
-    parser.add_argument("--timeout", type=float, default=900.0,
-                        help="seconds for a cold CLI run or the server's first findings (900)")
-    parser.add_argument("--step-timeout", type=float, default=120.0,
-                        help="seconds for one save or hover round trip (120)")
+    parser.add_argument(
+        "--timeout", type=float, default=900.0, help="seconds for a cold CLI run or the server's first findings (900)"
+    )
+    parser.add_argument(
+        "--step-timeout", type=float, default=120.0, help="seconds for one save or hover round trip (120)"
+    )
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="rca-bench-server-"))
     try:

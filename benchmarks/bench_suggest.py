@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 import orjson
-
 from bench_common import REPO_ROOT, benchmark_parser, dataset_paths, mib
 
 sys.path.insert(0, str(REPO_ROOT))
@@ -85,8 +84,10 @@ def main(argv: list[str]) -> int:
     print(f"dump loading (DumpCache, both dumps):    {load} = {load.ratio(floor)}")
     print(f"matcher index build:                     {index}")
     print(f"suggestion:                              {suggest}")
-    print(f"suggest-mapping (index + suggestion):    {total} = {total.ratio(floor)} "
-          f"(target <= {TARGET_RATIO:.0f}x): {verdict}")
+    print(
+        f"suggest-mapping (index + suggestion):    {total} = {total.ratio(floor)} "
+        f"(target <= {TARGET_RATIO:.0f}x): {verdict}"
+    )
     print(f"end to end (loading + suggest-mapping):  {load + total} = {(load + total).ratio(floor)}")
 
     reference = orjson.loads(paths.mapping_key.read_bytes())
@@ -100,12 +101,21 @@ def main(argv: list[str]) -> int:
 
     cases: list[tuple[str, Callable[[str], list[Candidate]], Callable[[str], list[str]]]] = [
         ("rank_rollout_candidates (add missing mapping)", matcher.rank_rollout_candidates, counterpart),
-        ("... with a misspelt rollout key (fix unknown key)",
-         lambda key: matcher.rank_rollout_candidates(key, text_hint=_misspell(counterpart(key)[0])), counterpart),
-        ("... with a typed prefix (completion)",
-         lambda key: matcher.rank_rollout_candidates(key, 10, counterpart(key)[0][:40]), counterpart),
-        ("rank_train_candidates with a misspelt train key",
-         lambda key: matcher.rank_train_candidates(_misspell(key)), lambda key: [key]),
+        (
+            "... with a misspelt rollout key (fix unknown key)",
+            lambda key: matcher.rank_rollout_candidates(key, text_hint=_misspell(counterpart(key)[0])),
+            counterpart,
+        ),
+        (
+            "... with a typed prefix (completion)",
+            lambda key: matcher.rank_rollout_candidates(key, 10, counterpart(key)[0][:40]),
+            counterpart,
+        ),
+        (
+            "rank_train_candidates with a misspelt train key",
+            lambda key: matcher.rank_train_candidates(_misspell(key)),
+            lambda key: [key],
+        ),
     ]
     for what, call, expected in cases:
         milliseconds, right = _measure(call, expected, sample)
@@ -113,8 +123,9 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _measure(call: Callable[[str], list[Candidate]], expected: Callable[[str], list[str]],
-             keys: list[str]) -> tuple[float, int]:
+def _measure(
+    call: Callable[[str], list[Candidate]], expected: Callable[[str], list[str]], keys: list[str]
+) -> tuple[float, int]:
     """Median latency of `call` over `keys`, and how often its first candidate is the expected one."""
     durations, right = [], 0
     for key in keys:
@@ -131,7 +142,7 @@ def _misspell(key: str) -> str:
     segments = head.split(".")
     named = max(index for index, segment in enumerate(segments[:-1]) if not segment.isdigit())
     cut = len(segments[named]) // 2
-    segments[named] = segments[named][:cut] + segments[named][cut + 1:]
+    segments[named] = segments[named][:cut] + segments[named][cut + 1 :]
     return f"{'.'.join(segments)}.forward.{call}"
 
 

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import orjson
-
 from bench_common import DatasetPaths, benchmark_parser, dataset_paths
 
 REL_TOLERANCE = 1e-6  # Mean/Norm: parts rounded to float32 (fused q/k/v) vs the exact aggregate
@@ -72,7 +71,7 @@ def slots(entry: dict[str, Any]) -> dict[tuple[str, Any], Stat]:
     found = {}
     for name in SLOT_FIELDS:
         value = entry.get(name) or ()
-        for slot, node in (value.items() if isinstance(value, dict) else enumerate(value)):
+        for slot, node in value.items() if isinstance(value, dict) else enumerate(value):
             if (s := stat(node)) is not None:
                 found[(name, slot)] = s
     return found
@@ -98,8 +97,12 @@ def compare(train: dict[tuple[str, Any], Stat], rollout: dict[tuple[str, Any], S
     for slot in train.keys() & rollout.keys():
         t, r = train[slot], rollout[slot]
         rms = 0.0 if r.norm is None or math.isinf(r.norm) or math.isnan(r.norm) else r.norm / math.sqrt(r.numel or 1)
-        results = [same(t.max, r.max, True), same(t.min, r.min, True), same(t.mean, r.mean, False, rms),
-                   same(t.norm, r.norm, False)]
+        results = [
+            same(t.max, r.max, True),
+            same(t.min, r.min, True),
+            same(t.mean, r.mean, False, rms),
+            same(t.norm, r.norm, False),
+        ]
         ok = ok and t.numel == r.numel and all(agree for agree, _ in results)
         worst = max([worst] + [rel for _, rel in results])
     return ok, worst
@@ -115,14 +118,19 @@ def calls_of(keys: Iterable[str]) -> dict[str, list[str]]:
     return {module: [key for _, key in sorted(calls)] for module, calls in by_module.items()}
 
 
-def rollout_side(value: str | list[str], data: dict[str, Any], calls: dict[str, list[str]]) -> dict[tuple[str, Any], Stat]:
+def rollout_side(
+    value: str | list[str], data: dict[str, Any], calls: dict[str, list[str]]
+) -> dict[tuple[str, Any], Stat]:
     """Aggregate over the calls of each named module (`.forward.*`), then over the modules (1:N)."""
     per_module = []
     for key in [value] if isinstance(value, str) else value:
         keys = calls[key[:-2]] if key.endswith(".*") else [key]
         per_module.append(merged([data[k] for k in keys]))
-    return {slot: aggregate([m[slot] for m in per_module]) for slot in per_module[0].keys() if
-            all(slot in m for m in per_module)}
+    return {
+        slot: aggregate([m[slot] for m in per_module])
+        for slot in per_module[0].keys()
+        if all(slot in m for m in per_module)
+    }
 
 
 def sharding_summary(ranks: list[dict[str, Any]]) -> Counter[str]:
@@ -159,8 +167,10 @@ def check_dataset(paths: DatasetPaths, expect_fault_layer: int | None) -> int:
         print("train slots by module class (first call):")
         for line, n in sorted(sharding_summary(ranks).items()):
             print(f"  {line}: {n}")
-    print(f"{len(mapping)} mapping entries: {len(mapping) - len(mismatches)} match, {len(mismatches)} mismatch; "
-          f"largest relative Mean/Norm difference of matching pairs: 1:1 {worst['1:1']:.2g}, 1:N {worst['1:N']:.2g}")
+    print(
+        f"{len(mapping)} mapping entries: {len(mapping) - len(mismatches)} match, {len(mismatches)} mismatch; "
+        f"largest relative Mean/Norm difference of matching pairs: 1:1 {worst['1:1']:.2g}, 1:N {worst['1:N']:.2g}"
+    )
     first_layer = next((int(m.group(1)) for key in mismatches[:1] if (m := LAYER.search(key))), None)
     if mismatches:
         print(f"first mismatch: {mismatches[0]}")

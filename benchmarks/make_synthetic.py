@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Callable, Literal, Sequence, TextIO, Union
 
 import orjson
-
 from bench_common import DEFAULT_DATA_DIR, dataset_paths, mib
 
 BF16 = "torch.bfloat16"
@@ -105,7 +104,7 @@ class Tensor:
 
 def shard_shape(shape: tuple[int, ...], dim: int, ranks: int) -> tuple[int, ...]:
     dim %= len(shape)
-    return shape[:dim] + (shape[dim] // ranks,) + shape[dim + 1:]
+    return shape[:dim] + (shape[dim] // ranks,) + shape[dim + 1 :]
 
 
 @dataclass(frozen=True)
@@ -161,8 +160,9 @@ def concat(parts: list[Tensor], shape: tuple[int, ...], exact: bool = False) -> 
     mean = sum(n * p.mean for n, p in zip(sizes, parts)) / sum(sizes)
     norm = math.sqrt(sum(p.norm**2 for p in parts))
     rounded = float if exact else to_f32
-    return Tensor(parts[0].dtype, shape, max(p.max for p in parts), min(p.min for p in parts),
-                  rounded(mean), rounded(norm))
+    return Tensor(
+        parts[0].dtype, shape, max(p.max for p in parts), min(p.min for p in parts), rounded(mean), rounded(norm)
+    )
 
 
 def fuse(parts: list[Node], shape: tuple[int, ...]) -> Node:
@@ -172,8 +172,11 @@ def fuse(parts: list[Node], shape: tuple[int, ...]) -> Node:
         return concat(parts, shape)  # type: ignore[arg-type]
     first = parts[0]
     rank_shape = shard_shape(shape, first.dim, len(first.parts))
-    return Sharded.of([concat([p.parts[r] for p in parts], rank_shape) for r in range(len(first.parts))],  # type: ignore[union-attr]
-                      first.dim, shape)
+    return Sharded.of(
+        [concat([p.parts[r] for p in parts], rank_shape) for r in range(len(first.parts))],  # type: ignore[union-attr]
+        first.dim,
+        shape,
+    )
 
 
 def overflowed(t: Tensor) -> Tensor:
@@ -213,8 +216,14 @@ class StatGen:
         if t.mean is None or t.norm is None:
             return t
         factor = 1.0 + self._rng.choice((-1.0, 1.0)) * self._rng.uniform(0.05, 0.4)
-        return Tensor(t.dtype, t.shape, to_bf16(t.max * factor), to_bf16(t.min * factor),
-                      to_f32(t.mean * factor), to_f32(t.norm * abs(factor)))
+        return Tensor(
+            t.dtype,
+            t.shape,
+            to_bf16(t.max * factor),
+            to_bf16(t.min * factor),
+            to_f32(t.mean * factor),
+            to_f32(t.norm * abs(factor)),
+        )
 
     def split_tokens(self, total: int, parts: int) -> list[int]:
         """Routed tokens per expert: every expert gets at least one, so every expert module is called; with
@@ -249,10 +258,12 @@ def tensor_text(t: Tensor, depth: int) -> str:
     pad = "\n" + " " * (depth + 1)
     dims = ",".join(f"{pad} {d}" for d in t.shape)
     shape = f"[{dims}{pad}]" if t.shape else "[]"
-    return (f'{{{pad}"type": "torch.Tensor",{pad}"dtype": "{t.dtype}",{pad}"shape": {shape},'
-            f'{pad}"Max": {number_text(t.max)},{pad}"Min": {number_text(t.min)},'
-            f'{pad}"Mean": {number_text(t.mean)},{pad}"Norm": {number_text(t.norm)},'
-            f'{pad}"requires_grad": false\n{" " * depth}}}')
+    return (
+        f'{{{pad}"type": "torch.Tensor",{pad}"dtype": "{t.dtype}",{pad}"shape": {shape},'
+        f'{pad}"Max": {number_text(t.max)},{pad}"Min": {number_text(t.min)},'
+        f'{pad}"Mean": {number_text(t.mean)},{pad}"Norm": {number_text(t.norm)},'
+        f'{pad}"requires_grad": false\n{" " * depth}}}'
+    )
 
 
 def json_text(value: Json, depth: int, rank: int | None = None) -> str:
@@ -295,8 +306,10 @@ class DumpWriter:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._files.append(path.open("w", encoding="utf-8", buffering=1 << 20))
         for file in self._files:
-            file.write('{\n "task": "statistics",\n "level": "L0",\n "framework": "pytorch",\n'
-                       ' "dump_data_dir": null,\n "data": {')
+            file.write(
+                '{\n "task": "statistics",\n "level": "L0",\n "framework": "pytorch",\n'
+                ' "dump_data_dir": null,\n "data": {'
+            )
 
     def add(self, key: str, entry: dict[str, Json]) -> None:
         head = f'{"," if self.count else ""}\n  "{key}": '
@@ -400,8 +413,12 @@ class CallAggregator:
             self._dump.close()
 
 
-def entry(inputs: list[Json], outputs: list[Json], params: dict[str, Json] | None = None,
-          kwargs: dict[str, Json] | None = None) -> dict[str, Json]:
+def entry(
+    inputs: list[Json],
+    outputs: list[Json],
+    params: dict[str, Json] | None = None,
+    kwargs: dict[str, Json] | None = None,
+) -> dict[str, Json]:
     """A module forward entry; modules without own parameters have no `parameters` field."""
     fields: dict[str, Json] = {"input_args": inputs, "input_kwargs": kwargs or {}, "output": outputs}
     if params is not None:
@@ -449,8 +466,11 @@ class Synth:
     def map(self, train_key: str, rollout_keys: str | list[str]) -> None:
         """A mapping entry; with decode steps the values name all calls of the rollout module (`.forward.*`)."""
         if self.cfg.decode_steps:
-            rollout_keys = ([k.rsplit(".", 1)[0] + ".*" for k in rollout_keys] if isinstance(rollout_keys, list)
-                            else rollout_keys.rsplit(".", 1)[0] + ".*")
+            rollout_keys = (
+                [k.rsplit(".", 1)[0] + ".*" for k in rollout_keys]
+                if isinstance(rollout_keys, list)
+                else rollout_keys.rsplit(".", 1)[0] + ".*"
+            )
         self.mapping[train_key] = rollout_keys
 
     def pair(self, train: tuple[str, str, dict[str, Json]], rollout: tuple[str, str, dict[str, Json]]) -> None:
@@ -478,8 +498,14 @@ class Synth:
     def norm_weight(self, name: str) -> Node:
         return self.param(name, lambda: self.gen.norm_weight((self.cfg.hidden,)))
 
-    def act(self, rollout_shape: tuple[int, ...], train_shape: tuple[int, ...] | None = None,
-            dtype: str = BF16, diverged: bool | None = None, split: int | None = None) -> Pair:
+    def act(
+        self,
+        rollout_shape: tuple[int, ...],
+        train_shape: tuple[int, ...] | None = None,
+        dtype: str = BF16,
+        diverged: bool | None = None,
+        split: int | None = None,
+    ) -> Pair:
         """A fresh activation; the train side diverges after a fault unless `diverged` says otherwise.
         `split`: the dim the train side shards over TP ranks (None: replicated)."""
         rollout = self.tensor(lambda s: self.gen.activation(s, dtype), rollout_shape, split)
@@ -509,22 +535,30 @@ class Synth:
         ids_rollout = replace(ids_train, shape=(tokens,))
         emb = self.act((tokens, cfg.hidden), (1, tokens, cfg.hidden))
         w_emb = self.weight("embed", (cfg.vocab, cfg.hidden), split=0)
-        self.pair(("embedding.word_embeddings", "VocabParallelEmbedding",
-                   entry([ids_train], [emb.train], {"weight": w_emb})),
-                  ("model.embed_tokens", "VocabParallelEmbedding",
-                   entry([ids_rollout], [emb.rollout], {"weight": w_emb})))
+        self.pair(
+            ("embedding.word_embeddings", "VocabParallelEmbedding", entry([ids_train], [emb.train], {"weight": w_emb})),
+            ("model.embed_tokens", "VocabParallelEmbedding", entry([ids_rollout], [emb.rollout], {"weight": w_emb})),
+        )
         h = Pair(replace(emb.train, shape=(tokens, 1, cfg.hidden)), emb.rollout)
-        self.train("embedding", "LanguageModelEmbedding",
-                   entry([ids_train, positions], [h.train], kwargs={"tokentype_ids": None}))
+        self.train(
+            "embedding",
+            "LanguageModelEmbedding",
+            entry([ids_train, positions], [h.train], kwargs={"tokentype_ids": None}),
+        )
         block_input = h
         for layer in range(cfg.layers):
             h = self.layer(layer, h)
         final = self.hidden(cfg.hidden)
         w_final = self.norm_weight("final_norm")
-        self.pair(("decoder.final_layernorm", "RMSNorm", entry([h.train], [final.train], {"weight": w_final})),
-                  ("model.norm", "RMSNorm", entry([h.rollout], [final.rollout], {"weight": w_final})))
-        self.train("decoder", "TransformerBlock", entry([block_input.train], [final.train],
-                                                        kwargs={"attention_mask": None, "rotary_pos_emb": self._rope}))
+        self.pair(
+            ("decoder.final_layernorm", "RMSNorm", entry([h.train], [final.train], {"weight": w_final})),
+            ("model.norm", "RMSNorm", entry([h.rollout], [final.rollout], {"weight": w_final})),
+        )
+        self.train(
+            "decoder",
+            "TransformerBlock",
+            entry([block_input.train], [final.train], kwargs={"attention_mask": None, "rotary_pos_emb": self._rope}),
+        )
         self.rollout("model", "Qwen2MoeModel", entry([ids_rollout, positions], [final.rollout]))
         logits = self.tensor(self.gen.activation, (tokens, 1, cfg.vocab), -1)
         w_head = self.weight("lm_head", (cfg.vocab, cfg.hidden), split=0)
@@ -536,25 +570,46 @@ class Synth:
 
         ln1 = self.hidden(cfg.hidden)
         w_ln1 = self.norm_weight(f"{i}.ln1")
-        self.pair((f"{t_path}.input_layernorm", "RMSNorm", entry([h.train], [ln1.train], {"weight": w_ln1})),
-                  (f"{r_path}.input_layernorm", "RMSNorm", entry([h.rollout], [ln1.rollout], {"weight": w_ln1})))
+        self.pair(
+            (f"{t_path}.input_layernorm", "RMSNorm", entry([h.train], [ln1.train], {"weight": w_ln1})),
+            (f"{r_path}.input_layernorm", "RMSNorm", entry([h.rollout], [ln1.rollout], {"weight": w_ln1})),
+        )
         self.attention(i, ln1)
 
         residual = self.hidden(cfg.hidden)
         ln2 = self.hidden(cfg.hidden)
         w_ln2 = self.norm_weight(f"{i}.ln2")
-        self.pair((f"{t_path}.pre_mlp_layernorm", "RMSNorm", entry([residual.train], [ln2.train], {"weight": w_ln2})),
-                  (f"{r_path}.post_attention_layernorm", "RMSNorm",
-                   entry([residual.rollout], [ln2.rollout], {"weight": w_ln2})))
+        self.pair(
+            (f"{t_path}.pre_mlp_layernorm", "RMSNorm", entry([residual.train], [ln2.train], {"weight": w_ln2})),
+            (
+                f"{r_path}.post_attention_layernorm",
+                "RMSNorm",
+                entry([residual.rollout], [ln2.rollout], {"weight": w_ln2}),
+            ),
+        )
         self.moe(i, ln2)
 
         out = self.hidden(cfg.hidden)
-        self.pair((t_path, "TransformerLayer",
-                   entry([h.train], [out.train, None],
-                         kwargs={"attention_mask": None, "rotary_pos_emb": self._rope, "inference_params": None})),
-                  (r_path, "Qwen2MoeDecoderLayer",
-                   entry([h.rollout], [out.rollout, residual.rollout],
-                         kwargs={"positions": self._positions, "residual": None})))
+        self.pair(
+            (
+                t_path,
+                "TransformerLayer",
+                entry(
+                    [h.train],
+                    [out.train, None],
+                    kwargs={"attention_mask": None, "rotary_pos_emb": self._rope, "inference_params": None},
+                ),
+            ),
+            (
+                r_path,
+                "Qwen2MoeDecoderLayer",
+                entry(
+                    [h.rollout],
+                    [out.rollout, residual.rollout],
+                    kwargs={"positions": self._positions, "residual": None},
+                ),
+            ),
+        )
         return out
 
     def attention(self, i: int, ln1: Pair) -> None:
@@ -572,39 +627,71 @@ class Synth:
             qkv_train = self.gen.diverged(qkv_train)
         fused_params: dict[str, Json] = {
             "weight": self.param(f"{i}.qkv", lambda: fuse(list(weights.values()), (fused_width, cfg.hidden))),
-            "bias": self.param(f"{i}.qkv.bias", lambda: fuse(list(biases.values()), (fused_width,)))}
-        t_qkv = self.train(f"{t_path}.linear_qkv", "ColumnParallelLinear",
-                           entry([ln1.train], [qkv_train, None], fused_params))
+            "bias": self.param(f"{i}.qkv.bias", lambda: fuse(list(biases.values()), (fused_width,))),
+        }
+        t_qkv = self.train(
+            f"{t_path}.linear_qkv", "ColumnParallelLinear", entry([ln1.train], [qkv_train, None], fused_params)
+        )
         if cfg.qkv == "fused":
-            self.map(t_qkv, self.rollout(f"{r_path}.qkv_proj", "QKVParallelLinear",
-                                         entry([ln1.rollout], [qkv, None], fused_params)))
+            self.map(
+                t_qkv,
+                self.rollout(
+                    f"{r_path}.qkv_proj", "QKVParallelLinear", entry([ln1.rollout], [qkv, None], fused_params)
+                ),
+            )
         else:
-            self.map(t_qkv, [
-                self.rollout(f"{r_path}.{name}_proj", "Linear",
-                             entry([ln1.rollout], [outs[name]], {"weight": weights[name], "bias": biases[name]}))
-                for name in widths])
+            self.map(
+                t_qkv,
+                [
+                    self.rollout(
+                        f"{r_path}.{name}_proj",
+                        "Linear",
+                        entry([ln1.rollout], [outs[name]], {"weight": weights[name], "bias": biases[name]}),
+                    )
+                    for name in widths
+                ],
+            )
 
         context = self.act((tokens, widths["q"]), (tokens, 1, widths["q"]), split=-1)
         heads = {"q": cfg.heads, "k": cfg.kv_heads, "v": cfg.kv_heads}
-        core_inputs: list[Json] = [self.tensor(self.gen.activation, (tokens, 1, n, cfg.head_dim), -2)
-                                   for n in heads.values()]
-        self.train(f"{t_path}.core_attention", "DotProductAttention",
-                   entry(core_inputs, [context.train], kwargs={"attention_mask": None, "attn_mask_type": None}))
+        core_inputs: list[Json] = [
+            self.tensor(self.gen.activation, (tokens, 1, n, cfg.head_dim), -2) for n in heads.values()
+        ]
+        self.train(
+            f"{t_path}.core_attention",
+            "DotProductAttention",
+            entry(core_inputs, [context.train], kwargs={"attention_mask": None, "attn_mask_type": None}),
+        )
 
         fault_here = cfg.fault == "param" and i == cfg.fault_layer
         w_proj = self.weight(f"{i}.proj", (cfg.hidden, widths["q"]), split=-1)
         w_proj_rollout = self.param(f"{i}.proj.stale", lambda: self.gen.diverged(w_proj)) if fault_here else w_proj
         self._diverged = self._diverged or fault_here
         out = self.hidden(cfg.hidden)
-        self.pair((f"{t_path}.linear_proj", "RowParallelLinear",
-                   entry([context.train], [out.train, None], {"weight": w_proj})),
-                  (f"{r_path}.o_proj", "RowParallelLinear",
-                   entry([context.rollout], [out.rollout, None], {"weight": w_proj_rollout})))
-        self.pair((t_path, "SelfAttention",
-                   entry([ln1.train], [out.train, None],
-                         kwargs={"attention_mask": None, "rotary_pos_emb": self._rope, "packed_seq_params": None})),
-                  (r_path, "Qwen2MoeAttention",
-                   entry([ln1.rollout], [out.rollout], kwargs={"positions": self._positions})))
+        self.pair(
+            (
+                f"{t_path}.linear_proj",
+                "RowParallelLinear",
+                entry([context.train], [out.train, None], {"weight": w_proj}),
+            ),
+            (
+                f"{r_path}.o_proj",
+                "RowParallelLinear",
+                entry([context.rollout], [out.rollout, None], {"weight": w_proj_rollout}),
+            ),
+        )
+        self.pair(
+            (
+                t_path,
+                "SelfAttention",
+                entry(
+                    [ln1.train],
+                    [out.train, None],
+                    kwargs={"attention_mask": None, "rotary_pos_emb": self._rope, "packed_seq_params": None},
+                ),
+            ),
+            (r_path, "Qwen2MoeAttention", entry([ln1.rollout], [out.rollout], kwargs={"positions": self._positions})),
+        )
 
     def moe(self, i: int, ln2: Pair) -> None:
         cfg = self.cfg
@@ -613,10 +700,10 @@ class Synth:
         logits = self.act((tokens, cfg.experts), (tokens, 1, cfg.experts), F32)
         indices = self.gen.integers((tokens, cfg.topk), cfg.experts)
         w_router = self.weight(f"{i}.router", (cfg.experts, cfg.hidden), F32)
-        self.pair((f"{t_path}.router", "TopKRouter",
-                   entry([ln2.train], [logits.train, indices], {"weight": w_router})),
-                  (f"{r_path}.gate", "ReplicatedLinear",
-                   entry([ln2.rollout], [logits.rollout, None], {"weight": w_router})))
+        self.pair(
+            (f"{t_path}.router", "TopKRouter", entry([ln2.train], [logits.train, indices], {"weight": w_router})),
+            (f"{r_path}.gate", "ReplicatedLinear", entry([ln2.rollout], [logits.rollout, None], {"weight": w_router})),
+        )
 
         fault_here = cfg.fault == "act" and i == cfg.fault_layer
         overflow = cfg.nan and i == cfg.layers - 1 and self._call == cfg.rollout_calls - 1
@@ -630,8 +717,10 @@ class Synth:
         tokens_per_expert = replace(self.gen.integers((cfg.experts,), tokens), tokenwise=False)
         self.train(f"{t_path}.experts", "SequentialMLP", entry([permuted, tokens_per_expert], [combined, None]))
         out = self.hidden(cfg.hidden)
-        self.pair((t_path, "MoELayer", entry([ln2.train], [out.train, None])),
-                  (r_path, "Qwen2MoeSparseMoeBlock", entry([ln2.rollout], [out.rollout])))
+        self.pair(
+            (t_path, "MoELayer", entry([ln2.train], [out.train, None])),
+            (r_path, "Qwen2MoeSparseMoeBlock", entry([ln2.rollout], [out.rollout])),
+        )
 
     def expert(self, i: int, e: int, n_tokens: int, diverge_after_fc1: bool, overflow: bool) -> None:
         cfg = self.cfg
@@ -646,17 +735,34 @@ class Synth:
         w_fc1 = self.weight(f"{i}.{e}.fc1", (2 * cfg.ffn, cfg.hidden))
         w_fc2 = self.weight(f"{i}.{e}.fc2", (cfg.hidden, cfg.ffn))
 
-        t_fc1 = self.train(f"{t_path}.linear_fc1", "ColumnParallelLinear",
-                           entry([x.train], [gate_up.train, None], {"weight": w_fc1}))
-        self.map(t_fc1, self.rollout(f"{r_path}.gate_up_proj", "MergedColumnParallelLinear",
-                                     entry([x.rollout], [gate_up.rollout, None], {"weight": w_fc1})))
+        t_fc1 = self.train(
+            f"{t_path}.linear_fc1", "ColumnParallelLinear", entry([x.train], [gate_up.train, None], {"weight": w_fc1})
+        )
+        self.map(
+            t_fc1,
+            self.rollout(
+                f"{r_path}.gate_up_proj",
+                "MergedColumnParallelLinear",
+                entry([x.rollout], [gate_up.rollout, None], {"weight": w_fc1}),
+            ),
+        )
         self.rollout(f"{r_path}.act_fn", "SiluAndMul", entry([gate_up.rollout], [activated.rollout]))
-        self.pair((f"{t_path}.linear_fc2", "RowParallelLinear",
-                   entry([activated.train], [out.train, None], {"weight": w_fc2})),
-                  (f"{r_path}.down_proj", "RowParallelLinear",
-                   entry([activated.rollout], [out.rollout, None], {"weight": w_fc2})))
-        self.pair((t_path, "MLP", entry([x.train], [out.train, None])),
-                  (r_path, "Qwen2MoeMLP", entry([x.rollout], [out.rollout])))
+        self.pair(
+            (
+                f"{t_path}.linear_fc2",
+                "RowParallelLinear",
+                entry([activated.train], [out.train, None], {"weight": w_fc2}),
+            ),
+            (
+                f"{r_path}.down_proj",
+                "RowParallelLinear",
+                entry([activated.rollout], [out.rollout, None], {"weight": w_fc2}),
+            ),
+        )
+        self.pair(
+            (t_path, "MLP", entry([x.train], [out.train, None])),
+            (r_path, "Qwen2MoeMLP", entry([x.rollout], [out.rollout])),
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -679,8 +785,12 @@ def generate(cfg: Config, out_dir: Path) -> dict[str, int]:
         train.close()
         rollout.close()
     paths.mapping_key.write_bytes(orjson.dumps(synth.mapping, option=orjson.OPT_INDENT_2))
-    return {"train keys": train.count, "rollout keys": rollout.count, "mapping entries": len(synth.mapping),
-            "1:N entries": sum(isinstance(v, list) for v in synth.mapping.values())}
+    return {
+        "train keys": train.count,
+        "rollout keys": rollout.count,
+        "mapping entries": len(synth.mapping),
+        "1:N entries": sum(isinstance(v, list) for v in synth.mapping.values()),
+    }
 
 
 def parse_args(argv: list[str]) -> tuple[Config, Path, bool]:
@@ -692,20 +802,44 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, bool]:
     parser.add_argument("--calls", type=int, default=defaults.calls, help="forward calls (.forward.0 .. .forward.N-1)")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--fault", choices=("act", "param", "none"), default=defaults.fault)
-    parser.add_argument("--qkv", choices=("split", "fused"), default=defaults.qkv,
-                        help="rollout attention projections: q/k/v split (1:N mapping) or fused qkv_proj (1:1)")
+    parser.add_argument(
+        "--qkv",
+        choices=("split", "fused"),
+        default=defaults.qkv,
+        help="rollout attention projections: q/k/v split (1:N mapping) or fused qkv_proj (1:1)",
+    )
     parser.add_argument("--nan", action="store_true", help="write NaN/Infinity literals into the rollout dump")
-    parser.add_argument("--tp", type=int, default=defaults.tp,
-                        help="train tensor-parallel ranks, one dump each (query groups become max(4, tp))")
-    parser.add_argument("--decode-steps", type=int, default=defaults.decode_steps,
-                        help="rollout decode calls after the prefill (replaces --calls), against one train forward")
-    parser.add_argument("--check", action="store_true",
-                        help="read the files back and check merged ranks / aggregated calls against the other side")
+    parser.add_argument(
+        "--tp",
+        type=int,
+        default=defaults.tp,
+        help="train tensor-parallel ranks, one dump each (query groups become max(4, tp))",
+    )
+    parser.add_argument(
+        "--decode-steps",
+        type=int,
+        default=defaults.decode_steps,
+        help="rollout decode calls after the prefill (replaces --calls), against one train forward",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="read the files back and check merged ranks / aggregated calls against the other side",
+    )
     args = parser.parse_args(argv)
     try:
-        cfg = Config(layers=args.layers, experts=args.experts, calls=args.calls, seed=args.seed, fault=args.fault,
-                     nan=args.nan, qkv=args.qkv, tp=args.tp, decode_steps=args.decode_steps,
-                     kv_heads=max(defaults.kv_heads, args.tp))
+        cfg = Config(
+            layers=args.layers,
+            experts=args.experts,
+            calls=args.calls,
+            seed=args.seed,
+            fault=args.fault,
+            nan=args.nan,
+            qkv=args.qkv,
+            tp=args.tp,
+            decode_steps=args.decode_steps,
+            kv_heads=max(defaults.kv_heads, args.tp),
+        )
     except ValueError as error:
         parser.error(str(error))
     return cfg, args.out_dir, args.check
@@ -723,10 +857,13 @@ def main(argv: list[str]) -> int:
         print(f"train, {cfg.tp} ranks: {mib(sum(path.stat().st_size for path in paths.dumps()[:-1]))}")
     print(", ".join(f"{name}: {n}" for name, n in counts.items()))
     fault = "none" if cfg.fault == "none" else f"{cfg.fault} at layer {cfg.fault_layer}"
-    calls = (f"prefill + {cfg.decode_steps} decode calls vs one train forward" if cfg.decode_steps
-             else f"{cfg.calls} calls")
-    print(f"fault: {fault}; NaN/Infinity literals: {'yes' if cfg.nan else 'no'}; train TP ranks: {cfg.tp}; {calls}; "
-          f"generated in {elapsed:.1f} s")
+    calls = (
+        f"prefill + {cfg.decode_steps} decode calls vs one train forward" if cfg.decode_steps else f"{cfg.calls} calls"
+    )
+    print(
+        f"fault: {fault}; NaN/Infinity literals: {'yes' if cfg.nan else 'no'}; train TP ranks: {cfg.tp}; {calls}; "
+        f"generated in {elapsed:.1f} s"
+    )
     if check:
         from check_synthetic import check_dataset  # reads everything back: only on request
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-
 from bench_common import EXIT_NOT_STRICT_JSON
 
 

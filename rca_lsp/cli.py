@@ -15,24 +15,32 @@ from rca_lsp.core.errors import InputError
 from rca_lsp.core.outputs import write_outputs
 from rca_lsp.core.report_md import NOTHING_COMPARED
 from rca_lsp.core.run import analyze_paths, raise_if_unusable
-from rca_lsp.source_args import add_source_arguments, side_options
 from rca_lsp.core.tolerance import Tolerances, checked_tolerance
+from rca_lsp.source_args import add_source_arguments, side_options
 from rca_lsp.suggest import cli as suggest_cli
 
 DEMO_DIR = Path(__file__).parent / "demo"
 
 
 def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("analyze", help="root-cause analysis of a train/rollout dump pair",
-                                   description="Compare a train and a rollout msprobe dump through a mapping-key "
-                                               "file and write output_1..output_5. Without arguments: the bundled demo.")
+    parser = subparsers.add_parser(
+        "analyze",
+        help="root-cause analysis of a train/rollout dump pair",
+        description="Compare a train and a rollout msprobe dump through a mapping-key "
+        "file and write output_1..output_5. Without arguments: the bundled demo.",
+    )
     parser.add_argument("--train", help="train dump.json or msprobe dump directory")
     parser.add_argument("--rollout", help="rollout dump.json or msprobe dump directory")
     parser.add_argument("--mapping-key", "--mapping_key", dest="mapping_key", help="mapping-key JSON file")
     parser.add_argument("--out-dir", default=None, help="output directory (default: ./rca_out)")
     parser.add_argument("--demo", action="store_true", help="run on the bundled demo fixture")
-    parser.add_argument("--tolerance", action="append", default=[], metavar="DTYPE=REL",
-                        help="relative tolerance for a dtype, e.g. bfloat16=0.03 (repeatable)")
+    parser.add_argument(
+        "--tolerance",
+        action="append",
+        default=[],
+        metavar="DTYPE=REL",
+        help="relative tolerance for a dtype, e.g. bfloat16=0.03 (repeatable)",
+    )
     add_source_arguments(parser)
 
 
@@ -54,30 +62,39 @@ def _tolerances(values: Sequence[str]) -> Tolerances:
 
 def _summary(analysis: Analysis, out_dir: Path) -> str:
     report = analysis.report
-    lines = ["Root Cause Evidence Summary:", f"- output_dir: {out_dir}",
-             f"- top_hypothesis: {report['top_hypothesis'] or '(none)'}"]
+    lines = [
+        "Root Cause Evidence Summary:",
+        f"- output_dir: {out_dir}",
+        f"- top_hypothesis: {report['top_hypothesis'] or '(none)'}",
+    ]
     if not analysis.records:
         lines.append(f"- {NOTHING_COMPARED}")
     for suspect in analysis.suspects[:5]:
-        lines.append(f"  - {suspect.classification}: {suspect.train_key}"
-                     + ("" if suspect.credible_origin else " (follows from an earlier divergence)"))
+        lines.append(
+            f"  - {suspect.classification}: {suspect.train_key}"
+            + ("" if suspect.credible_origin else " (follows from an earlier divergence)")
+        )
     for summary in report["calibration"].values():
         lines.append(f"- calibration: {summary['summary']}")
     first = report["first_divergence"]
     if first is not None and first["confidence"]["above_noise"] is not None:
         alternatives = first["confidence"]["alternatives"]
-        lines.append(f"- confidence: the first divergence is {first['confidence']['above_noise']:.3g}x the noise floor"
-                     + (f"; {len(alternatives)} other credible origin(s)" if alternatives else "; no other credible origin"))
+        lines.append(
+            f"- confidence: the first divergence is {first['confidence']['above_noise']:.3g}x the noise floor"
+            + (f"; {len(alternatives)} other credible origin(s)" if alternatives else "; no other credible origin")
+        )
     for side, summary in report["parallel"].items():
         lines.append(f"- {side}: merged {len(summary['ranks'])} ranks ({summary['layout']})")
         lines += [f"  - {note}" for note in summary["notes"][:5]]
     if report["disagreements"]:
         lines.append(f"- disagreements: {len(report['disagreements'])} (copies that should be identical differ)")
         lines += [f"  - {row['side']} {row['key']}: {row['message']}" for row in report["disagreements"][:5]]
-    lines += [f"- structural_false_positives: {len(report['structural_false_positives'])}",
-              f"- root_cause_suspects: {len(report['root_cause_suspects'])}",
-              f"- report_json: {out_dir / 'output_5_root_cause_report.json'}",
-              f"- report_md: {out_dir / 'output_5_root_cause_report.md'}"]
+    lines += [
+        f"- structural_false_positives: {len(report['structural_false_positives'])}",
+        f"- root_cause_suspects: {len(report['root_cause_suspects'])}",
+        f"- report_json: {out_dir / 'output_5_root_cause_report.json'}",
+        f"- report_md: {out_dir / 'output_5_root_cause_report.md'}",
+    ]
     return "\n".join(lines)
 
 
@@ -92,11 +109,20 @@ def run_analyze(args: argparse.Namespace) -> int:
     else:
         train, rollout, mapping = Path(args.train), Path(args.rollout), Path(args.mapping_key)
     train_options, rollout_options = side_options(args)
-    analysis = analyze_paths(train, rollout, mapping, _tolerances(args.tolerance), fork=True,
-                             train_options=train_options, rollout_options=rollout_options)
+    analysis = analyze_paths(
+        train,
+        rollout,
+        mapping,
+        _tolerances(args.tolerance),
+        fork=True,
+        train_options=train_options,
+        rollout_options=rollout_options,
+    )
     raise_if_unusable(analysis.mapping)
     for issue in analysis.issues[:10]:
-        print(f"warning: {mapping}:{analysis.mapping.line_of(issue.span)}: {issue.code}: {issue.message}", file=sys.stderr)
+        print(
+            f"warning: {mapping}:{analysis.mapping.line_of(issue.span)}: {issue.code}: {issue.message}", file=sys.stderr
+        )
     if len(analysis.issues) > 10:
         print(f"warning: ... {len(analysis.issues) - 10} more mapping problems (see output_5)", file=sys.stderr)
     out_dir = Path(args.out_dir or "rca_out")
@@ -121,15 +147,20 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="run the language server (stdio by default)")
     parser.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)")
     parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP address instead of stdio")
-    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="warning",
-                        help="stderr logging; 'info' logs what each analysis cost (default: warning)")
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default="warning",
+        help="stderr logging; 'info' logs what each analysis cost (default: warning)",
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:
     from rca_lsp.server.app import server
 
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")
         if not port.isdigit():

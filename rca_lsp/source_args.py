@@ -10,14 +10,29 @@ from rca_lsp.core.run import SideOptions
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     """--step / --parallel: which step of a dump directory, and how its ranks were laid out (both optional)."""
-    parser.add_argument("--step", type=int, default=None, metavar="N",
-                        help="the step<N> folder to analyse when a dump directory holds several")
-    parser.add_argument("--rollout-step", type=int, default=None, metavar="N",
-                        help="the rollout's step (default: --step, when the rollout holds several)")
-    parser.add_argument("--parallel", default=None, metavar="tp=N,pp=N,ep=N,dp=N",
-                        help="the train run's rank layout when the dumps alone cannot tell (default: inferred)")
-    parser.add_argument("--rollout-parallel", default=None, metavar="tp=N,...",
-                        help="the rollout's rank layout (default: inferred)")
+    parser.add_argument(
+        "--step",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the step<N> folder to analyse when a dump directory holds several",
+    )
+    parser.add_argument(
+        "--rollout-step",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the rollout's step (default: --step, when the rollout holds several)",
+    )
+    parser.add_argument(
+        "--parallel",
+        default=None,
+        metavar="tp=N,pp=N,ep=N,dp=N",
+        help="the train run's rank layout when the dumps alone cannot tell (default: inferred)",
+    )
+    parser.add_argument(
+        "--rollout-parallel", default=None, metavar="tp=N,...", help="the rollout's rank layout (default: inferred)"
+    )
 
 
 def side_options(args: argparse.Namespace) -> tuple[SideOptions, SideOptions]:

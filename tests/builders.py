@@ -13,15 +13,29 @@ ROLLOUT = "Module.model.layers"
 
 def tensor(values: Sequence[float], dtype: str = "torch.float32", shape: Sequence[int] | None = None) -> dict[str, Any]:
     """A tensor node whose statistics are computed from the values, as msprobe does."""
-    return {"type": "torch.Tensor", "dtype": dtype, "shape": list(shape or [len(values)]),
-            "Max": max(values), "Min": min(values), "Mean": sum(values) / len(values),
-            "Norm": math.sqrt(sum(v * v for v in values)), "requires_grad": False}
+    return {
+        "type": "torch.Tensor",
+        "dtype": dtype,
+        "shape": list(shape or [len(values)]),
+        "Max": max(values),
+        "Min": min(values),
+        "Mean": sum(values) / len(values),
+        "Norm": math.sqrt(sum(v * v for v in values)),
+        "requires_grad": False,
+    }
 
 
-def entry(inp: Sequence[float] | None, out: Sequence[float] | None, weight: Sequence[float] | None = None,
-          dtype: str = "torch.float32") -> dict[str, Any]:
-    node: dict[str, Any] = {"input_args": [tensor(inp, dtype)] if inp is not None else [], "input_kwargs": {},
-                            "output": [tensor(out, dtype), None] if out is not None else []}
+def entry(
+    inp: Sequence[float] | None,
+    out: Sequence[float] | None,
+    weight: Sequence[float] | None = None,
+    dtype: str = "torch.float32",
+) -> dict[str, Any]:
+    node: dict[str, Any] = {
+        "input_args": [tensor(inp, dtype)] if inp is not None else [],
+        "input_kwargs": {},
+        "output": [tensor(out, dtype), None] if out is not None else [],
+    }
     node["parameters"] = {"weight": tensor(weight, dtype)} if weight is not None else {}
     return node
 
@@ -39,19 +53,33 @@ def write_mapping(path: Path, mapping: dict[str, Any]) -> Path:
     return path
 
 
-def mlp_layer(prefix: str, layer: int, names: dict[str, str], x: list[float], gate: list[float], up: list[float],
-              act: list[float], down_out: list[float], call: int = 0, act_module: bool = False,
-              fused_fc1: bool = True) -> dict[str, Any]:
+def mlp_layer(
+    prefix: str,
+    layer: int,
+    names: dict[str, str],
+    x: list[float],
+    gate: list[float],
+    up: list[float],
+    act: list[float],
+    down_out: list[float],
+    call: int = 0,
+    act_module: bool = False,
+    fused_fc1: bool = True,
+) -> dict[str, Any]:
     """One MLP block: fc1 (fused or split gate/up), optional explicit activation module, fc2, the container."""
     data: dict[str, Any] = {}
     base = f"{prefix}.{layer}.mlp"
     if fused_fc1:
-        data[f"{base}.{names['fc1']}.ColumnParallelLinear.forward.{call}"] = entry(x, gate + up, [0.5, -0.25, 0.125, 1.0])
+        data[f"{base}.{names['fc1']}.ColumnParallelLinear.forward.{call}"] = entry(
+            x, gate + up, [0.5, -0.25, 0.125, 1.0]
+        )
     else:
         data[f"{base}.gate_proj.Linear.forward.{call}"] = entry(x, gate, [0.5, -0.25])
         data[f"{base}.up_proj.Linear.forward.{call}"] = entry(x, up, [0.125, 1.0])
     if act_module:
-        data[f"{base}.act_fn.SiLUActivation.forward.{call}"] = entry(gate, [a / u if u else 0.0 for a, u in zip(act, up)])
+        data[f"{base}.act_fn.SiLUActivation.forward.{call}"] = entry(
+            gate, [a / u if u else 0.0 for a, u in zip(act, up)]
+        )
     data[f"{base}.{names['fc2']}.Linear.forward.{call}"] = entry(act, down_out, [0.3, 0.7])
     data[f"{base}.MLP.forward.{call}"] = entry(x, down_out)
     return data

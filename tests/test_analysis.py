@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from builders import ROLLOUT, TRAIN, entry, mlp_layer, write_dump, write_mapping
+
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.run import analyze_paths
 
@@ -25,8 +26,14 @@ OUT = [a * 0.3 for a in ACT]
 
 
 def mapping_for(layer: int = 0, call: int = 0, split: bool = True) -> dict:
-    fc1 = ([f"{ROLLOUT}.{layer}.mlp.gate_proj.Linear.forward.{call}", f"{ROLLOUT}.{layer}.mlp.up_proj.Linear.forward.{call}"]
-           if split else f"{ROLLOUT}.{layer}.mlp.gate_up_proj.ColumnParallelLinear.forward.{call}")
+    fc1 = (
+        [
+            f"{ROLLOUT}.{layer}.mlp.gate_proj.Linear.forward.{call}",
+            f"{ROLLOUT}.{layer}.mlp.up_proj.Linear.forward.{call}",
+        ]
+        if split
+        else f"{ROLLOUT}.{layer}.mlp.gate_up_proj.ColumnParallelLinear.forward.{call}"
+    )
     return {
         f"{TRAIN}.{layer}.mlp.linear_fc1.ColumnParallelLinear.forward.{call}": fc1,
         f"{TRAIN}.{layer}.mlp.linear_fc2.Linear.forward.{call}": f"{ROLLOUT}.{layer}.mlp.down_proj.Linear.forward.{call}",
@@ -89,7 +96,9 @@ def test_repeated_calls_are_analysed_per_call(tmp_path: Path) -> None:
     for call in range(3):
         out = [a * (0.35 if call == 1 else 0.3) for a in ACT]
         train |= mlp_layer(TRAIN, 0, NAMES_TRAIN, X, GATE, UP, ACT, OUT, call=call)
-        rollout |= mlp_layer(ROLLOUT, 0, NAMES_ROLLOUT, X, GATE, UP, ACT, out, call=call, act_module=True, fused_fc1=False)
+        rollout |= mlp_layer(
+            ROLLOUT, 0, NAMES_ROLLOUT, X, GATE, UP, ACT, out, call=call, act_module=True, fused_fc1=False
+        )
         mapping |= mapping_for(call=call)
     analysis = run(tmp_path, train, rollout, mapping)
     origins = [s for s in analysis.suspects if s.credible_origin]
@@ -116,4 +125,4 @@ def test_unknown_keys_are_reported_with_closest_matches(tmp_path: Path) -> None:
     issue = next(i for i in analysis.issues if i.code == "unknown-train-key")
     assert issue.key == typo and issue.suggestions[0] == f"{TRAIN}.0.mlp.linear_fc2.Linear.forward.0"
     text = analysis.mapping.text
-    assert analysis.mapping.line_of(issue.span) == text[:text.index(typo)].count("\n") + 1
+    assert analysis.mapping.line_of(issue.span) == text[: text.index(typo)].count("\n") + 1

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
 from conftest import FIXTURES
+
 from rca_lsp.core import atomicfile
 from rca_lsp.core.atomicfile import create_temporary, is_stale_temporary, write_atomically
 from rca_lsp.core.outputs import write_outputs
@@ -34,8 +34,9 @@ def umask_027() -> Iterator[None]:
 
 
 def rca(*args: str, cwd: Path, umask: int = -1) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rca_lsp", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, umask=umask)
+    return subprocess.run(
+        [sys.executable, "-m", "rca_lsp", *args], cwd=cwd, capture_output=True, text=True, timeout=120, umask=umask
+    )
 
 
 def finished_pid() -> int:
@@ -55,8 +56,9 @@ def test_an_atomic_write_gets_the_mode_open_would_give(tmp_path: Path, umask: in
             pass
     finally:
         os.umask(previous)
-    assert mode(tmp_path / "new.json") == mode(tmp_path / "again.json") == mode(tmp_path / "plain.json") \
-        == 0o666 & ~umask
+    assert (
+        mode(tmp_path / "new.json") == mode(tmp_path / "again.json") == mode(tmp_path / "plain.json") == 0o666 & ~umask
+    )
 
 
 @pytest.mark.parametrize("fork", [False, True])
@@ -68,10 +70,20 @@ def test_every_output_file_follows_the_umask(tmp_path: Path, umask_027: None, fo
 
 def test_cli_outputs_and_suggested_mapping_follow_the_umask(tmp_path: Path) -> None:
     assert rca("analyze", "--out-dir", "out", cwd=tmp_path, umask=0o022).returncode == 0
-    assert {p.name: mode(p) for p in (tmp_path / "out").iterdir()} == \
-        {p.name: 0o644 for p in (tmp_path / "out").iterdir()}
-    result = rca("suggest-mapping", "--train", str(SOURCE / "train"), "--rollout", str(SOURCE / "rollout"),
-                 "-o", "suggested.json", cwd=tmp_path, umask=0o002)
+    assert {p.name: mode(p) for p in (tmp_path / "out").iterdir()} == {
+        p.name: 0o644 for p in (tmp_path / "out").iterdir()
+    }
+    result = rca(
+        "suggest-mapping",
+        "--train",
+        str(SOURCE / "train"),
+        "--rollout",
+        str(SOURCE / "rollout"),
+        "-o",
+        "suggested.json",
+        cwd=tmp_path,
+        umask=0o002,
+    )
     assert result.returncode == 0, result.stderr
     assert mode(tmp_path / "suggested.json") == 0o664
 
@@ -90,12 +102,19 @@ def test_a_later_run_removes_the_temporaries_of_a_killed_one_and_nothing_else(tm
     out = tmp_path / "out"
     out.mkdir()
     host, dead, alive = atomicfile._host(), finished_pid(), os.getpid()
-    stale = [f".rca-tmp.{host}.{dead}.output_3_value_compare.json.0123abcd.tmp",
-             f".rca-tmp.{host}.{dead}.output_1_key_mapping.csv.deadbeef.tmp",
-             ".output_3_value_compare.csv.k2_x9abz"]  # the earlier tempfile.mkstemp naming
-    kept = [f".rca-tmp.{host}.{alive}.output_3_value_compare.json.0123abcd.tmp",  # a run still writing
-            f".rca-tmp.elsewhere.{dead}.output_3_value_compare.json.0123abcd.tmp",  # another host's run
-            ".output_3_value_compare.csv.notes", ".my_notes", ".output_9_mine.json.abcdefgh", "keep.txt"]
+    stale = [
+        f".rca-tmp.{host}.{dead}.output_3_value_compare.json.0123abcd.tmp",
+        f".rca-tmp.{host}.{dead}.output_1_key_mapping.csv.deadbeef.tmp",
+        ".output_3_value_compare.csv.k2_x9abz",
+    ]  # the earlier tempfile.mkstemp naming
+    kept = [
+        f".rca-tmp.{host}.{alive}.output_3_value_compare.json.0123abcd.tmp",  # a run still writing
+        f".rca-tmp.elsewhere.{dead}.output_3_value_compare.json.0123abcd.tmp",  # another host's run
+        ".output_3_value_compare.csv.notes",
+        ".my_notes",
+        ".output_9_mine.json.abcdefgh",
+        "keep.txt",
+    ]
     for name in stale + kept:
         (out / name).write_bytes(b"x" * 100)
     result = rca("analyze", "--out-dir", str(out), cwd=tmp_path)
@@ -108,7 +127,15 @@ def test_suggest_mapping_removes_its_own_stale_temporaries(tmp_path: Path) -> No
     stale = tmp_path / f".rca-tmp.{atomicfile._host()}.{finished_pid()}.mapping.json.0123abcd.tmp"
     stale.write_bytes(b"{")
     (tmp_path / ".mapping.json.abcdefgh.tmp").write_bytes(b"{")  # not recognisably ours: kept
-    result = rca("suggest-mapping", "--train", str(SOURCE / "train"), "--rollout", str(SOURCE / "rollout"),
-                 "-o", "mapping.json", cwd=tmp_path)
+    result = rca(
+        "suggest-mapping",
+        "--train",
+        str(SOURCE / "train"),
+        "--rollout",
+        str(SOURCE / "rollout"),
+        "-o",
+        "mapping.json",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert not stale.exists() and (tmp_path / ".mapping.json.abcdefgh.tmp").exists()

@@ -23,8 +23,9 @@ async def test_a_failing_background_run_is_logged_and_reported(caplog: pytest.Lo
         handle = server.debounce(None, 0.0, broken, "file:///m/mapping_key.json")
         await asyncio.sleep(0.05)
     assert handle is not None and server.background == set()
-    assert reported == [("error", "file:///m/mapping_key.json",
-                         "rca-lsp: internal error: RuntimeError: the dumps vanished")]
+    assert reported == [
+        ("error", "file:///m/mapping_key.json", "rca-lsp: internal error: RuntimeError: the dumps vanished")
+    ]
     assert "background work failed: the dumps vanished" in caplog.text
     server.stop()
     with pytest.raises(RuntimeError):  # no new work is accepted after a shutdown

@@ -17,7 +17,7 @@ spreads = st.lists(st.floats(min_value=-0.5, max_value=0.0), min_size=8, max_siz
 
 
 def series(level: float, spread: list[float]) -> list[tuple[str, float]]:
-    return [(f"module {i}", level * 10 ** s) for i, s in enumerate(spread)]
+    return [(f"module {i}", level * 10**s) for i, s in enumerate(spread)]
 
 
 @settings(max_examples=300, deadline=None)
@@ -31,8 +31,9 @@ def test_healthy_series_never_jump(level: float, spread: list[float]) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(floors, spreads, st.floats(min_value=32.0, max_value=1e4), st.data())
-def test_a_planted_jump_is_found_where_it_starts(level: float, spread: list[float], factor: float,
-                                                 data: st.DataObject) -> None:
+def test_a_planted_jump_is_found_where_it_starts(
+    level: float, spread: list[float], factor: float, data: st.DataObject
+) -> None:
     at = data.draw(st.integers(min_value=2, max_value=len(spread) - 1))
     planted = [(key, error * factor if i >= at else error) for i, (key, error) in enumerate(series(level, spread))]
     if planted[at][1] > CEILING:  # above the fixed tolerance anyway: nothing for calibration to find

@@ -7,8 +7,8 @@ import random
 from pathlib import Path
 
 import pytest
-
 from builders import tensor, write_dump, write_mapping
+
 from rca_lsp.core.dump import DumpCache
 from rca_lsp.core.run import analyze_paths
 from rca_lsp.suggest import suggest_mapping
@@ -29,20 +29,33 @@ def seq(tokens: int) -> list[float]:
 
 
 def entry(inp: dict, out: dict, weight: list[float] | None = None, kwargs: dict | None = None) -> dict:
-    return {"input_args": [inp], "input_kwargs": kwargs or {}, "output": [out, None],
-            "parameters": {"weight": tensor(weight)} if weight else {}}
+    return {
+        "input_args": [inp],
+        "input_kwargs": kwargs or {},
+        "output": [out, None],
+        "parameters": {"weight": tensor(weight)} if weight else {},
+    }
 
 
-def make(tmp_path: Path, *, decode_scale: float = 1.0, weight_change: bool = False, explicit: bool = False,
-         mask: bool = False) -> tuple[Path, Path, Path]:
+def make(
+    tmp_path: Path,
+    *,
+    decode_scale: float = 1.0,
+    weight_change: bool = False,
+    explicit: bool = False,
+    mask: bool = False,
+) -> tuple[Path, Path, Path]:
     total = sum(TOKENS)
     x, y, z = seq(total), seq(total), seq(total)
     norm_w, down_w = [1.0, 1.1], [0.5, -0.25, 0.125, 1.0]
     train_mask = {"attention_mask": tensor([-1e9] * 10 + [0.0] * 15)} if mask else None  # the full causal mask
-    write_dump(tmp_path / "train" / "dump.json", {
-        f"{P}.input_layernorm.RMSNorm.forward.0": entry(node(x, total), node(y, total), norm_w, train_mask),
-        f"{P}.mlp.linear_fc2.RowParallelLinear.forward.0": entry(node(y, total), node(z, total), down_w),
-    })
+    write_dump(
+        tmp_path / "train" / "dump.json",
+        {
+            f"{P}.input_layernorm.RMSNorm.forward.0": entry(node(x, total), node(y, total), norm_w, train_mask),
+            f"{P}.mlp.linear_fc2.RowParallelLinear.forward.0": entry(node(y, total), node(z, total), down_w),
+        },
+    )
     rollout: dict = {}
     start = 0
     for call, tokens in enumerate(TOKENS):
@@ -51,17 +64,21 @@ def make(tmp_path: Path, *, decode_scale: float = 1.0, weight_change: bool = Fal
         scale = decode_scale if call > 0 else 1.0
         weight = [w * 1.01 for w in down_w] if weight_change and call == 2 else down_w
         mask_node = {"attention_mask": tensor([-1e9, 0.0] if call == 0 else [0.0, 0.0])} if mask else None
-        rollout[f"{R}.input_layernorm.Qwen2RMSNorm.forward.{call}"] = entry(node(x[part], tokens),
-                                                                             node(y[part], tokens), norm_w, mask_node)
+        rollout[f"{R}.input_layernorm.Qwen2RMSNorm.forward.{call}"] = entry(
+            node(x[part], tokens), node(y[part], tokens), norm_w, mask_node
+        )
         rollout[f"{R}.mlp.down_proj.Linear.forward.{call}"] = entry(
-            node(y[part], tokens), node([v * scale for v in z[part]], tokens), weight)
+            node(y[part], tokens), node([v * scale for v in z[part]], tokens), weight
+        )
     write_dump(tmp_path / "rollout" / "dump.json", rollout)
 
     def calls(name: str) -> str | list[str]:
         return [f"{R}.{name}.forward.{c}" for c in range(len(TOKENS))] if explicit else f"{R}.{name}.forward.*"
 
-    mapping = {f"{P}.input_layernorm.RMSNorm.forward.0": calls("input_layernorm.Qwen2RMSNorm"),
-               f"{P}.mlp.linear_fc2.RowParallelLinear.forward.0": calls("mlp.down_proj.Linear")}
+    mapping = {
+        f"{P}.input_layernorm.RMSNorm.forward.0": calls("input_layernorm.Qwen2RMSNorm"),
+        f"{P}.mlp.linear_fc2.RowParallelLinear.forward.0": calls("mlp.down_proj.Linear"),
+    }
     return tmp_path / "train", tmp_path / "rollout", write_mapping(tmp_path / "mapping_key.json", mapping)
 
 
@@ -81,8 +98,10 @@ def test_decode_calls_aggregate_into_the_one_train_forward(tmp_path: Path, expli
 def test_a_decode_only_fault_is_found_inside_the_module(tmp_path: Path) -> None:
     analysis = analyze_paths(*make(tmp_path, decode_scale=1.02))
     first = analysis.suspects[0]
-    assert (first.train_key, first.classification) == (f"{P}.mlp.linear_fc2.RowParallelLinear.forward.0",
-                                                       "in_module_impl_difference")
+    assert (first.train_key, first.classification) == (
+        f"{P}.mlp.linear_fc2.RowParallelLinear.forward.0",
+        "in_module_impl_difference",
+    )
     assert first.credible_origin
 
 
@@ -126,31 +145,40 @@ def test_train_micro_batches_against_rollout_calls_aggregate_both_sides(tmp_path
     train = {}
     for call, part in enumerate((slice(0, split * HIDDEN), slice(split * HIDDEN, total * HIDDEN))):
         tokens = (part.stop - part.start) // HIDDEN
-        train[f"{P}.mlp.linear_fc2.RowParallelLinear.forward.{call}"] = entry(node(x[part], tokens),
-                                                                             node(y[part], tokens), [1.0, 2.0])
+        train[f"{P}.mlp.linear_fc2.RowParallelLinear.forward.{call}"] = entry(
+            node(x[part], tokens), node(y[part], tokens), [1.0, 2.0]
+        )
     write_dump(tmp_path / "train" / "dump.json", train)
     rollout, start = {}, 0
     for call, tokens in enumerate(TOKENS):
         part = slice(start * HIDDEN, (start + tokens) * HIDDEN)
         start += tokens
-        rollout[f"{R}.mlp.down_proj.Linear.forward.{call}"] = entry(node(x[part], tokens), node(y[part], tokens),
-                                                                    [1.0, 2.0])
+        rollout[f"{R}.mlp.down_proj.Linear.forward.{call}"] = entry(
+            node(x[part], tokens), node(y[part], tokens), [1.0, 2.0]
+        )
     write_dump(tmp_path / "rollout" / "dump.json", rollout)
     star = f"{R}.mlp.down_proj.Linear.forward.*"
-    mapping = write_mapping(tmp_path / "mapping_key.json", {
-        f"{P}.mlp.linear_fc2.RowParallelLinear.forward.0": star, f"{P}.mlp.linear_fc2.RowParallelLinear.forward.1": star})
+    mapping = write_mapping(
+        tmp_path / "mapping_key.json",
+        {
+            f"{P}.mlp.linear_fc2.RowParallelLinear.forward.0": star,
+            f"{P}.mlp.linear_fc2.RowParallelLinear.forward.1": star,
+        },
+    )
     analysis = analyze_paths(tmp_path / "train", tmp_path / "rollout", mapping)
     assert analysis.issues == [] and analysis.suspects == [] and len(analysis.records) == 1
     comparison = analysis.records[0].comparison
     assert comparison.output_consistency == comparison.input_args_consistency == "aligned"
-    assert comparison.calls_note == ("train: 2 calls (2+3 tokens); "
-                                     "rollout: 3 calls: prefill of 3 tokens + 2 decode steps")
+    assert comparison.calls_note == (
+        "train: 2 calls (2+3 tokens); rollout: 3 calls: prefill of 3 tokens + 2 decode steps"
+    )
 
 
 def test_suggest_mapping_pairs_train_micro_batches_with_the_rollout_calls_holding_their_tokens(tmp_path: Path) -> None:
     """Train: 2 micro-batches of 5 tokens; rollout: 2 sequences each as prefill (3) + 2 decode steps = 6 calls."""
+
     def sequence_calls(values: list[float]) -> list[list[float]]:
-        return [values[:3 * HIDDEN], values[3 * HIDDEN:4 * HIDDEN], values[4 * HIDDEN:]]
+        return [values[: 3 * HIDDEN], values[3 * HIDDEN : 4 * HIDDEN], values[4 * HIDDEN :]]
 
     train, rollout = {}, {}
     call = 0
@@ -159,8 +187,9 @@ def test_suggest_mapping_pairs_train_micro_batches_with_the_rollout_calls_holdin
         train[f"{P}.input_layernorm.RMSNorm.forward.{batch}"] = entry(node(x, 5), node(y, 5), [1.0, 1.1])
         for part_x, part_y in zip(sequence_calls(x), sequence_calls(y)):
             tokens = len(part_x) // HIDDEN
-            rollout[f"{R}.input_layernorm.Qwen2RMSNorm.forward.{call}"] = entry(node(part_x, tokens),
-                                                                                node(part_y, tokens), [1.0, 1.1])
+            rollout[f"{R}.input_layernorm.Qwen2RMSNorm.forward.{call}"] = entry(
+                node(part_x, tokens), node(part_y, tokens), [1.0, 1.1]
+            )
             call += 1
     write_dump(tmp_path / "train" / "dump.json", train)
     write_dump(tmp_path / "rollout" / "dump.json", rollout)
@@ -168,7 +197,8 @@ def test_suggest_mapping_pairs_train_micro_batches_with_the_rollout_calls_holdin
     result = suggest_mapping(cache.get(tmp_path / "train"), cache.get(tmp_path / "rollout"))
     assert result.mapping == {
         f"{P}.input_layernorm.RMSNorm.forward.0": [f"{R}.input_layernorm.Qwen2RMSNorm.forward.{c}" for c in (0, 1, 2)],
-        f"{P}.input_layernorm.RMSNorm.forward.1": [f"{R}.input_layernorm.Qwen2RMSNorm.forward.{c}" for c in (3, 4, 5)]}
+        f"{P}.input_layernorm.RMSNorm.forward.1": [f"{R}.input_layernorm.Qwen2RMSNorm.forward.{c}" for c in (3, 4, 5)],
+    }
     assert result.unmatched_rollout == []
     mapping = write_mapping(tmp_path / "mapping_key.json", result.mapping)
     analysis = analyze_paths(tmp_path / "train", tmp_path / "rollout", mapping)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import FIXTURES
 from lsprotocol import types
 from pygls.workspace import PositionCodec
 
-from conftest import FIXTURES
 from rca_lsp.core.cancel import Cancelled
 from rca_lsp.core.dump import DumpCache
 from rca_lsp.core.mapping import parse_mapping
@@ -76,5 +76,9 @@ def test_writing_the_outputs_stops_and_leaves_no_partial_file(tmp_path) -> None:
     with pytest.raises(Cancelled):
         write_outputs(analysis, tmp_path, should_stop=stop_at_the_value_compare)
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["output_1_key_mapping.csv", "output_1_key_mapping.json", "output_2_mapping.csv",
-                     "output_2_mapping.json"]
+    assert names == [
+        "output_1_key_mapping.csv",
+        "output_1_key_mapping.json",
+        "output_2_mapping.csv",
+        "output_2_mapping.json",
+    ]

@@ -9,13 +9,16 @@ import sys
 from pathlib import Path
 
 from conftest import FIXTURES
+
 from rca_lsp.cli import DEMO_DIR
 
 DEMO_SOURCE = FIXTURES / "missing_activation"
 
 
 def rca(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rca_lsp", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "rca_lsp", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_demo_is_a_copy_of_a_real_fixture() -> None:
@@ -34,18 +37,40 @@ def test_demo_runs_and_writes_every_output(tmp_path: Path) -> None:
     report = json.loads((out / "output_5_root_cause_report.json").read_text())
     assert report["root_cause_suspects"][0]["classification"] == "missing_or_extra_op_between_aligned_boundary"
     markdown = (out / "output_5_root_cause_report.md").read_text()
-    for section in ("## Context", "## Final judgement", "## Evidence chain", "## Key suspects", "## Excluded candidates",
-                    "## Expert hypothesis", "## Next checks", "## Notes"):
+    for section in (
+        "## Context",
+        "## Final judgement",
+        "## Evidence chain",
+        "## Key suspects",
+        "## Excluded candidates",
+        "## Expert hypothesis",
+        "## Next checks",
+        "## Notes",
+    ):
         assert section in markdown
     assert not [p for p in out.iterdir() if p.name.startswith(".")], "temporary files left behind"
 
 
 def test_seed_flag_spelling_and_explicit_paths(tmp_path: Path) -> None:
-    result = rca("analyze", "--train", str(DEMO_SOURCE / "train"), "--rollout", str(DEMO_SOURCE / "rollout"),
-                 "--mapping_key", str(DEMO_SOURCE / "mapping_key.json"), "--out-dir", str(tmp_path / "o"), cwd=tmp_path)
+    result = rca(
+        "analyze",
+        "--train",
+        str(DEMO_SOURCE / "train"),
+        "--rollout",
+        str(DEMO_SOURCE / "rollout"),
+        "--mapping_key",
+        str(DEMO_SOURCE / "mapping_key.json"),
+        "--out-dir",
+        str(tmp_path / "o"),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     rows = json.loads((tmp_path / "o" / "output_3_value_compare.json").read_text())["rows"]
-    assert any(r["aggregated"] for r in rows) and {r["target"] for r in rows} >= {"output.0", "input_args.0", "parameters.weight"}
+    assert any(r["aggregated"] for r in rows) and {r["target"] for r in rows} >= {
+        "output.0",
+        "input_args.0",
+        "parameters.weight",
+    }
 
 
 def test_bad_inputs_give_one_line_errors(tmp_path: Path) -> None:
@@ -57,8 +82,17 @@ def test_bad_inputs_give_one_line_errors(tmp_path: Path) -> None:
     }
     for name, (extra, needle) in cases.items():
         train = str(DEMO_SOURCE / "train") if name == "syntax" else str(tmp_path / "nowhere")
-        result = rca("analyze", "--train", train, "--rollout", str(DEMO_SOURCE / "rollout"), *extra,
-                     "--out-dir", str(tmp_path / "o"), cwd=tmp_path)
+        result = rca(
+            "analyze",
+            "--train",
+            train,
+            "--rollout",
+            str(DEMO_SOURCE / "rollout"),
+            *extra,
+            "--out-dir",
+            str(tmp_path / "o"),
+            cwd=tmp_path,
+        )
         assert result.returncode == 2, name
         assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert "Traceback" not in result.stderr
@@ -67,11 +101,23 @@ def test_bad_inputs_give_one_line_errors(tmp_path: Path) -> None:
         target = several / step / "rank0"
         target.mkdir(parents=True)
         (target / "dump.json").write_bytes((DEMO_SOURCE / "train/step0/rank0/dump.json").read_bytes())
-    args = ("analyze", "--train", str(several), "--rollout", str(DEMO_SOURCE / "rollout"), "--mapping-key",
-            str(DEMO_SOURCE / "mapping_key.json"), "--out-dir", str(tmp_path / "o"))
+    args = (
+        "analyze",
+        "--train",
+        str(several),
+        "--rollout",
+        str(DEMO_SOURCE / "rollout"),
+        "--mapping-key",
+        str(DEMO_SOURCE / "mapping_key.json"),
+        "--out-dir",
+        str(tmp_path / "o"),
+    )
     result = rca(*args, cwd=tmp_path)
-    assert result.returncode == 2 and "2 steps found: step0 (rank 0); step1 (rank 0); choose one with --step N" \
-        in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert (
+        result.returncode == 2
+        and "2 steps found: step0 (rank 0); step1 (rank 0); choose one with --step N" in result.stderr
+        and len(result.stderr.strip().splitlines()) == 1
+    )
     assert rca(*args, "--step", "1", cwd=tmp_path).returncode == 0
     result = rca(*args, "--step", "1", "--parallel", "tp=two", cwd=tmp_path)
     assert result.returncode == 2 and "--parallel: tp must be a positive integer" in result.stderr
@@ -91,8 +137,18 @@ def test_unknown_keys_are_warnings_naming_the_line(tmp_path: Path) -> None:
     mapping[key + "x"] = mapping.pop(key)
     path = tmp_path / "m.json"
     path.write_text(json.dumps(mapping, indent=2))
-    result = rca("analyze", "--train", str(DEMO_SOURCE / "train"), "--rollout", str(DEMO_SOURCE / "rollout"),
-                 "--mapping-key", str(path), "--out-dir", str(tmp_path / "o"), cwd=tmp_path)
+    result = rca(
+        "analyze",
+        "--train",
+        str(DEMO_SOURCE / "train"),
+        "--rollout",
+        str(DEMO_SOURCE / "rollout"),
+        "--mapping-key",
+        str(path),
+        "--out-dir",
+        str(tmp_path / "o"),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0
     line = path.read_text().split("\n").index(next(l for l in path.read_text().split("\n") if key + "x" in l)) + 1
     assert f"{path}:{line}: unknown-train-key" in result.stderr
@@ -100,8 +156,18 @@ def test_unknown_keys_are_warnings_naming_the_line(tmp_path: Path) -> None:
 
 def test_a_parallel_run_is_merged_and_its_replica_disagreement_named(tmp_path: Path) -> None:
     folder = FIXTURES / "tp2_sp_replica_desync"
-    result = rca("analyze", "--train", str(folder / "train"), "--rollout", str(folder / "rollout"), "--mapping-key",
-                 str(folder / "mapping_key.json"), "--out-dir", str(tmp_path / "o"), cwd=tmp_path)
+    result = rca(
+        "analyze",
+        "--train",
+        str(folder / "train"),
+        "--rollout",
+        str(folder / "rollout"),
+        "--mapping-key",
+        str(folder / "mapping_key.json"),
+        "--out-dir",
+        str(tmp_path / "o"),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert "- train: merged 2 ranks (tp=2, pp=1, ep=1, dp=1 (inferred from the dumps))" in result.stdout
     assert "sequence parallel" in result.stdout
@@ -116,8 +182,17 @@ def test_a_parallel_run_is_merged_and_its_replica_disagreement_named(tmp_path: P
 
 def test_pipeline_stages_given_explicitly(tmp_path: Path) -> None:
     folder = FIXTURES / "pp2_in_module_diff"
-    args = ("analyze", "--train", str(folder / "train"), "--rollout", str(folder / "rollout"), "--mapping-key",
-            str(folder / "mapping_key.json"), "--out-dir", str(tmp_path / "o"))
+    args = (
+        "analyze",
+        "--train",
+        str(folder / "train"),
+        "--rollout",
+        str(folder / "rollout"),
+        "--mapping-key",
+        str(folder / "mapping_key.json"),
+        "--out-dir",
+        str(tmp_path / "o"),
+    )
     inferred, given = rca(*args, cwd=tmp_path), rca(*args, "--parallel", "pp=2", cwd=tmp_path)
     assert inferred.returncode == given.returncode == 0, inferred.stderr + given.stderr
     assert "pp=2, ep=1, dp=1 (inferred from the dumps)" in inferred.stdout and "(given: pp=2)" in given.stdout
@@ -125,13 +200,24 @@ def test_pipeline_stages_given_explicitly(tmp_path: Path) -> None:
         assert "in_module_impl_difference: Module.module.module.decoder.layers.3.pre_mlp_layernorm" in result.stdout
     wrong = rca(*args, "--parallel", "tp=2,pp=2", cwd=tmp_path)
     assert wrong.returncode == 2 and wrong.stderr.strip().endswith(
-        "--parallel tp=2,pp=2: the 1 rank(s) of a data-parallel group cannot be split into tp=2")
+        "--parallel tp=2,pp=2: the 1 rank(s) of a data-parallel group cannot be split into tp=2"
+    )
 
 
 def test_a_decoding_rollout_through_the_cli(tmp_path: Path) -> None:
     folder = FIXTURES / "decode_norm_eps"
-    result = rca("analyze", "--train", str(folder / "train"), "--rollout", str(folder / "rollout"), "--mapping-key",
-                 str(folder / "mapping_key.json"), "--out-dir", str(tmp_path / "o"), cwd=tmp_path)
+    result = rca(
+        "analyze",
+        "--train",
+        str(folder / "train"),
+        "--rollout",
+        str(folder / "rollout"),
+        "--mapping-key",
+        str(folder / "mapping_key.json"),
+        "--out-dir",
+        str(tmp_path / "o"),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0 and result.stderr == "", result.stderr
     assert "in_module_impl_difference: Module.module.module.decoder.layers.1.pre_mlp_layernorm" in result.stdout
     assert "- calibration: float32: noise floor" in result.stdout
@@ -142,14 +228,32 @@ def test_a_decoding_rollout_through_the_cli(tmp_path: Path) -> None:
 
 
 def _analyze_demo(tmp_path: Path, *extra: str, mapping: Path | None = None, train: Path | None = None):
-    return rca("analyze", "--train", str(train or DEMO_SOURCE / "train"), "--rollout", str(DEMO_SOURCE / "rollout"),
-               "--mapping-key", str(mapping or DEMO_SOURCE / "mapping_key.json"), "--out-dir", str(tmp_path / "o"),
-               *extra, cwd=tmp_path)
+    return rca(
+        "analyze",
+        "--train",
+        str(train or DEMO_SOURCE / "train"),
+        "--rollout",
+        str(DEMO_SOURCE / "rollout"),
+        "--mapping-key",
+        str(mapping or DEMO_SOURCE / "mapping_key.json"),
+        "--out-dir",
+        str(tmp_path / "o"),
+        *extra,
+        cwd=tmp_path,
+    )
 
 
 def test_tolerances_must_be_positive_finite_numbers_of_known_dtypes(tmp_path: Path) -> None:
-    for value in ("float32=-1", "float32=0", "float32=nan", "float32=inf", "float32=-inf", "flaot32=0.1",
-                  "float32=abc", "float32"):
+    for value in (
+        "float32=-1",
+        "float32=0",
+        "float32=nan",
+        "float32=inf",
+        "float32=-inf",
+        "flaot32=0.1",
+        "float32=abc",
+        "float32",
+    ):
         result = _analyze_demo(tmp_path, "--tolerance", value)
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, (value, result.stderr)
@@ -165,12 +269,15 @@ def test_a_named_pipe_or_a_folder_is_refused_not_read(tmp_path: Path) -> None:
 
     pipe = tmp_path / "pipe.json"
     os.mkfifo(pipe)
-    for given, needle in (({"mapping": pipe}, "cannot read mapping-key file: a named pipe (FIFO), not a regular file"),
-                          ({"mapping": tmp_path}, "cannot read mapping-key file: a directory, not a regular file"),
-                          ({"train": pipe}, "not a dump file or directory: a named pipe (FIFO)")):
+    for given, needle in (
+        ({"mapping": pipe}, "cannot read mapping-key file: a named pipe (FIFO), not a regular file"),
+        ({"mapping": tmp_path}, "cannot read mapping-key file: a directory, not a regular file"),
+        ({"train": pipe}, "not a dump file or directory: a named pipe (FIFO)"),
+    ):
         result = _analyze_demo(tmp_path, **given)  # a blocked read would end in subprocess's TimeoutExpired
-        assert result.returncode == 2 and result.stderr.strip().splitlines() == \
-            [f"rca-lsp: error: {next(iter(given.values()))}: {needle}"], result.stderr
+        assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+            f"rca-lsp: error: {next(iter(given.values()))}: {needle}"
+        ], result.stderr
     rank = tmp_path / "dumps" / "step0" / "rank0"
     rank.mkdir(parents=True)
     os.mkfifo(rank / "dump.json")

@@ -6,8 +6,8 @@ import math
 import random
 
 import pytest
-
 from builders import tensor
+
 from rca_lsp.core.compare import aggregate, compare_target, quick_verdict
 from rca_lsp.core.dump import first_tensor
 from rca_lsp.core.tolerance import Tolerances
@@ -74,10 +74,18 @@ def test_unobservable_weight_is_missing_not_a_mismatch() -> None:
 
 def test_shape_relations() -> None:
     tol = Tolerances()
-    assert compare_target("o", "t", "r", stats([1.0] * 6, shape=[2, 1, 3]), stats([1.0] * 6, shape=[2, 3]),
-                          tol).shape_relation == "singleton_compatible_numel_match"
-    assert compare_target("o", "t", "r", stats([1.0] * 6, shape=[3, 2]), stats([1.0] * 6, shape=[2, 3]),
-                          tol).shape_relation == "numel_match"
+    assert (
+        compare_target(
+            "o", "t", "r", stats([1.0] * 6, shape=[2, 1, 3]), stats([1.0] * 6, shape=[2, 3]), tol
+        ).shape_relation
+        == "singleton_compatible_numel_match"
+    )
+    assert (
+        compare_target(
+            "o", "t", "r", stats([1.0] * 6, shape=[3, 2]), stats([1.0] * 6, shape=[2, 3]), tol
+        ).shape_relation
+        == "numel_match"
+    )
 
 
 def test_quick_verdict_agrees_with_the_detailed_comparison() -> None:
@@ -93,8 +101,11 @@ def test_quick_verdict_agrees_with_the_detailed_comparison() -> None:
         train = type(base)(rng.choice(dtypes), base.shape, value(), value(), value(), value())
         if rng.random() < 0.5:
             factor = 1 + rng.choice([0.0, 1e-6, 1e-3, 2e-2, 0.5])
-            rollout = type(base)(train.dtype if rng.random() < 0.8 else rng.choice(dtypes), base.shape,
-                                 *(v * factor if v is not None else None for v in (train.max, train.min, train.mean, train.norm)))
+            rollout = type(base)(
+                train.dtype if rng.random() < 0.8 else rng.choice(dtypes),
+                base.shape,
+                *(v * factor if v is not None else None for v in (train.max, train.min, train.mean, train.norm)),
+            )
         else:
             rollout = type(base)(rng.choice(dtypes), base.shape, value(), value(), value(), value())
         detailed = compare_target("output.0", "t", "r", train, rollout, Tolerances())

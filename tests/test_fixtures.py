@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import FIXTURES, expected, variants
+
 from rca_lsp.core.run import analyze_paths
 
 
@@ -15,8 +15,12 @@ def analyse(variant: str):
 
 def test_fixture_set_covers_every_kind_of_cause() -> None:
     kinds = {expected(v)["root_cause"]["classification"] for v in variants() if not expected(v)["clean"]}
-    assert {"missing_or_extra_op_between_aligned_boundary", "parameter_or_checkpoint_issue",
-            "in_module_impl_difference", "upstream_propagation"} <= kinds
+    assert {
+        "missing_or_extra_op_between_aligned_boundary",
+        "parameter_or_checkpoint_issue",
+        "in_module_impl_difference",
+        "upstream_propagation",
+    } <= kinds
     assert any(expected(v)["clean"] for v in variants())
 
 
@@ -48,7 +52,8 @@ def test_explicit_call_lists_mean_the_same_as_forward_star(variant: str) -> None
     assert "forward.*" in (folder / "mapping_key.json").read_text()
     assert explicit.issues == [] and len(explicit.records) == len(compact.records) > 0
     assert [(s.train_key, s.classification, s.credible_origin) for s in explicit.suspects] == [
-        (s.train_key, s.classification, s.credible_origin) for s in compact.suspects]
+        (s.train_key, s.classification, s.credible_origin) for s in compact.suspects
+    ]
 
 
 def test_the_tables_report_the_calibrated_threshold() -> None:
@@ -56,4 +61,5 @@ def test_the_tables_report_the_calibrated_threshold() -> None:
     threshold = analysis.calibration.by_dtype["float32"].threshold
     assert threshold < 1e-4  # tightened below the fixed float32 tolerance
     assert {r.comparison.output.tolerance for r in analysis.records if r.comparison.output.train is not None} == {
-        threshold}
+        threshold
+    }

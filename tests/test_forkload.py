@@ -6,9 +6,9 @@ import math
 from pathlib import Path
 
 import pytest
-
 from builders import entry, write_dump
 from conftest import FIXTURES
+
 from rca_lsp.core.dump import DumpCache, load_dump_file
 from rca_lsp.core.dumpsource import resolve_dump_source
 from rca_lsp.core.errors import InputError
@@ -26,8 +26,12 @@ def test_background_load_gives_the_same_dump(variant: str, new_interpreter: bool
     with BackgroundDump(source, new_interpreter) as background:
         loaded = background.load(source)
     direct = load_dump_file(path)
-    assert (loaded.path, loaded.task, loaded.level, loaded.framework) == (direct.path, direct.task, direct.level,
-                                                                           direct.framework)
+    assert (loaded.path, loaded.task, loaded.level, loaded.framework) == (
+        direct.path,
+        direct.task,
+        direct.level,
+        direct.framework,
+    )
     assert loaded.keys == direct.keys and loaded.entries == direct.entries
     assert loaded.skipped_keys == direct.skipped_keys
 
@@ -55,8 +59,10 @@ def test_forked_analysis_reports_a_broken_rollout_like_the_usual_one(tmp_path: P
 
 def test_forked_analysis_matches(tmp_path: Path) -> None:
     folder = FIXTURES / "missing_activation"
-    usual, forked = (analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json", fork=fork)
-                     for fork in (False, True))
+    usual, forked = (
+        analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json", fork=fork)
+        for fork in (False, True)
+    )
     assert forked.report == usual.report
 
 
@@ -75,7 +81,8 @@ def test_rank_files_loaded_on_both_cores_give_the_same_dumps_and_errors(tmp_path
     from rca_lsp.core.forkload import load_files_forked
 
     paths = sorted((FIXTURES / "tp2_sp_healthy" / "train").glob("step0/rank*/dump.json")) + sorted(
-        (FIXTURES / "pp2_healthy" / "train").glob("step0/rank*/dump.json"))
+        (FIXTURES / "pp2_healthy" / "train").glob("step0/rank*/dump.json")
+    )
     forked, direct = load_files_forked(paths), [load_dump_file(p) for p in paths]
     assert [d.path for d in forked] == [d.path for d in direct] == [str(p) for p in paths]
     assert all(f.keys == d.keys and f.entries == d.entries for f, d in zip(forked, direct))
@@ -92,13 +99,16 @@ def test_rank_files_loaded_on_both_cores_give_the_same_dumps_and_errors(tmp_path
 def test_the_loading_child_does_not_outlive_a_killed_parent(tmp_path: Path, loader: str) -> None:
     """The parent dies (SIGKILL) while it loads its own rank files: the child must not block forever on the pipe,
     holding its dumps (it inherited the pipe's read end, so no EPIPE would ever tell it)."""
-    import psutil
     import subprocess
     import sys
     import time
 
-    big = {f"Module.model.layers.{i}.mlp.down_proj.Linear.forward.0": entry([1.0, 2.0 + i], [3.0, 4.0])
-           for i in range(3000)}  # packed, far more than a pipe buffer
+    import psutil
+
+    big = {
+        f"Module.model.layers.{i}.mlp.down_proj.Linear.forward.0": entry([1.0, 2.0 + i], [3.0, 4.0])
+        for i in range(3000)
+    }  # packed, far more than a pipe buffer
     paths = [write_dump(tmp_path / f"rank{r}" / "dump.json", big) for r in range(2)]
     pids = tmp_path / "children.txt"
     script = f"""
@@ -123,8 +133,9 @@ else:
     children = [int(pid) for pid in pids.read_text().split()]
     assert children
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
-                                              for pid in children):
+    while time.monotonic() < deadline and any(
+        psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in children
+    ):
         time.sleep(0.1)
     alive = [pid for pid in children if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
     for pid in alive:

@@ -18,9 +18,11 @@ from rca_lsp.core.mapping import parse_mapping
 keys = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30)
 values = st.one_of(keys, st.lists(keys, min_size=1, max_size=4))
 mappings = st.dictionaries(keys, values, max_size=12)
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
-                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
-                                                                                        max_size=4), max_leaves=20)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20,
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -36,7 +38,7 @@ def test_a_valid_mapping_reads_as_json_does(mapping: dict) -> None:
 @given(mappings, st.integers(min_value=0, max_value=400), st.text(max_size=5))
 def test_any_edit_of_a_mapping_is_read_without_an_exception(mapping: dict, cut: int, inserted: str) -> None:
     text = json.dumps(mapping, indent=2)
-    broken = text[:cut] + inserted + text[cut + len(inserted):]
+    broken = text[:cut] + inserted + text[cut + len(inserted) :]
     parsed = parse_mapping("m.json", broken)
     previous = parse_mapping("m.json", text)
     assert parse_mapping("m.json", broken, previous).as_dict() == parsed.as_dict()  # incremental = fresh
@@ -45,8 +47,19 @@ def test_any_edit_of_a_mapping_is_read_without_an_exception(mapping: dict, cut: 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(json_values, st.integers(min_value=0, max_value=10_000), st.sampled_from(["utf-8", "latin-1", "utf-16"]))
 def test_any_dump_bytes_load_or_give_one_input_error(tmp_path: Path, document: object, cut: int, encoding: str) -> None:
-    text = json.dumps({"task": "statistics", "data": {"Module.m.Linear.forward.0": {
-        "input_args": [document], "output": [document], "parameters": {"w": document}}}}, allow_nan=True)
+    text = json.dumps(
+        {
+            "task": "statistics",
+            "data": {
+                "Module.m.Linear.forward.0": {
+                    "input_args": [document],
+                    "output": [document],
+                    "parameters": {"w": document},
+                }
+            },
+        },
+        allow_nan=True,
+    )
     path = tmp_path / "dump.json"
     for data in (text.encode(encoding, errors="replace"), text.encode()[:cut]):
         path.write_bytes(data)
@@ -58,10 +71,18 @@ def test_any_dump_bytes_load_or_give_one_input_error(tmp_path: Path, document: o
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_nonfinite_literals_load_like_pythons_json(tmp_path: Path, literal: str) -> None:
-    node = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "Max": float(literal.replace("Infinity", "inf")),
-            "Min": 0.0, "Mean": 1.0, "Norm": 2.0}
+    node = {
+        "type": "torch.Tensor",
+        "dtype": "torch.float32",
+        "shape": [2],
+        "Max": float(literal.replace("Infinity", "inf")),
+        "Min": 0.0,
+        "Mean": 1.0,
+        "Norm": 2.0,
+    }
     path = tmp_path / "dump.json"
-    path.write_text(json.dumps({"data": {"Module.m.Linear.forward.0": {"input_args": [node], "output": [node]}}},
-                               allow_nan=True))
+    path.write_text(
+        json.dumps({"data": {"Module.m.Linear.forward.0": {"input_args": [node], "output": [node]}}}, allow_nan=True)
+    )
     stats = DumpCache().get(path).entries["Module.m.Linear.forward.0"].output
     assert stats is not None and (math.isnan(stats.max) if literal == "NaN" else stats.max == node["Max"])

@@ -7,8 +7,8 @@ import random
 from typing import Any
 
 import pytest
-
 from conftest import FIXTURES
+
 from rca_lsp.core.analysis import Analysis, analyze
 from rca_lsp.core.dump import DumpCache
 from rca_lsp.core.mapping import parse_mapping
@@ -33,13 +33,24 @@ def _summary(analysis: Analysis) -> dict[str, Any]:
         "matched": (analysis.matched_train, analysis.matched_rollout),
         "unmapped_between": analysis.unmapped_between,
         "report": analysis.report,
-        "suspects": [(s.train_key, s.classification, s.rationale, s.credible_origin, s.explained_by,
-                      s.boundary.train_key if s.boundary else None, s.between) for s in analysis.suspects],
+        "suspects": [
+            (
+                s.train_key,
+                s.classification,
+                s.rationale,
+                s.credible_origin,
+                s.explained_by,
+                s.boundary.train_key if s.boundary else None,
+                s.between,
+            )
+            for s in analysis.suspects
+        ],
     }
 
 
-def _edit(mapping: dict[str, Any], removed: dict[str, Any], rng: random.Random, train_keys: list[str],
-          rollout_keys: list[str]) -> None:
+def _edit(
+    mapping: dict[str, Any], removed: dict[str, Any], rng: random.Random, train_keys: list[str], rollout_keys: list[str]
+) -> None:
     """One random edit of the kinds an engineer makes by hand, including wrong ones."""
     key = rng.choice(list(mapping))
     kind = rng.choice(["delete", "restore", "retarget", "share", "unknown-value", "unknown-key", "split", "add"])
@@ -76,8 +87,9 @@ def test_updated_analysis_equals_a_fresh_one(variant: str) -> None:
         _edit(mapping, removed, rng, comparator.train.keys, comparator.rollout.keys)
         parsed = parse_mapping("m.json", json.dumps(mapping, indent=2), parsed)
         updated = analyze(parsed, comparator, previous)
-        assert _summary(updated) == _summary(analyze(parsed, Comparator(comparator.train, comparator.rollout,
-                                                                          Tolerances())))
+        assert _summary(updated) == _summary(
+            analyze(parsed, Comparator(comparator.train, comparator.rollout, Tolerances()))
+        )
         previous = updated
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import orjson
 import pytest
-
 from builders import entry, tensor, write_dump
 from conftest import FIXTURES
+
 from rca_lsp.core.dump import DumpCache, decode_dump
 from rca_lsp.core.dumpsource import resolve_dump_source
 from rca_lsp.core.errors import InputError
@@ -48,8 +48,19 @@ def test_literals_are_quoted_only_outside_strings(tmp_path: Path) -> None:
     assert dump.framework == "x: NaN y, z: -Infinity" and output.max == math.inf and output.min == -math.inf
 
 
-@pytest.mark.parametrize("text", ['x: NaN y', 'a "quoted: NaN" b', 'ends in a backslash \\', '\\\\": NaN',
-                                  '\\": Infinity \\\\', 'NaN', '-Infinity', ''])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x: NaN y",
+        'a "quoted: NaN" b',
+        "ends in a backslash \\",
+        '\\\\": NaN',
+        '\\": Infinity \\\\',
+        "NaN",
+        "-Infinity",
+        "",
+    ],
+)
 def test_quoting_agrees_with_python_json_around_tricky_strings(text: str) -> None:
     document = {"task": text, "data": {text: [math.nan, {"Max": math.inf, text: -math.inf}], "k": text}}
     data = json.dumps(document, allow_nan=True).encode()
@@ -148,8 +159,12 @@ def test_cache_reuses_until_file_changes(tmp_path: Path) -> None:
 
 
 def test_hidden_states_kwarg_is_the_input(tmp_path: Path) -> None:
-    node = {"input_args": [], "input_kwargs": {"hidden_states": tensor([1.0, -1.0])}, "output": [tensor([2.0])],
-            "parameters": {}}
+    node = {
+        "input_args": [],
+        "input_kwargs": {"hidden_states": tensor([1.0, -1.0])},
+        "output": [tensor([2.0])],
+        "parameters": {},
+    }
     path = write_dump(tmp_path / "dump.json", {KEY: node, "Functional.linear.0.forward": node})
     dump = DumpCache().get(path)
     assert dump.keys == [KEY] and dump.skipped_keys == 1
@@ -157,10 +172,22 @@ def test_hidden_states_kwarg_is_the_input(tmp_path: Path) -> None:
 
 
 def test_vllm_positions_before_hidden_states(tmp_path: Path) -> None:
-    positions = {"type": "torch.Tensor", "dtype": "torch.int64", "shape": [4], "Max": 3, "Min": 0, "Mean": None,
-                 "Norm": None, "requires_grad": False}
-    node = {"input_args": [positions, tensor([0.5, -1.0, 2.0, 0.0])], "input_kwargs": {}, "output": [tensor([1.0])],
-            "parameters": {}}
+    positions = {
+        "type": "torch.Tensor",
+        "dtype": "torch.int64",
+        "shape": [4],
+        "Max": 3,
+        "Min": 0,
+        "Mean": None,
+        "Norm": None,
+        "requires_grad": False,
+    }
+    node = {
+        "input_args": [positions, tensor([0.5, -1.0, 2.0, 0.0])],
+        "input_kwargs": {},
+        "output": [tensor([1.0])],
+        "parameters": {},
+    }
     dump = DumpCache().get(write_dump(tmp_path / "dump.json", {KEY: node}))
     assert dump.entries[KEY].input.dtype == "torch.float32" and dump.entries[KEY].input.max == 2.0
 
@@ -179,16 +206,38 @@ def test_lines_of_many_keys_in_one_pass(tmp_path: Path) -> None:
 def test_every_kind_of_json_value_where_msprobe_writes_arguments(tmp_path: Path) -> None:
     """The typed decoder accepts any JSON value in any node: scalars, nulls, nested tuples, non-tensor objects,
     bool statistics (masks) and a shape that is not a list of sizes."""
-    mask = {"type": "torch.Tensor", "dtype": "torch.bool", "shape": [2, 2], "Max": True, "Min": False, "Mean": None,
-            "Norm": None}
-    odd = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": "2x2", "Max": "1.5", "Min": -1, "Mean": 0,
-           "Norm": None}
-    nested = {"input_args": [None, {"type": "int", "value": 3}, [[tensor([4.0, -4.0])], mask]],
-              "input_kwargs": {"flag": True, "scale": {"type": "float", "value": 0.5}, "mask": mask},
-              "output": [7, [tensor([2.0]), tensor([3.0])]], "parameters": {"weight": odd, "bias": None}}
+    mask = {
+        "type": "torch.Tensor",
+        "dtype": "torch.bool",
+        "shape": [2, 2],
+        "Max": True,
+        "Min": False,
+        "Mean": None,
+        "Norm": None,
+    }
+    odd = {
+        "type": "torch.Tensor",
+        "dtype": "torch.float32",
+        "shape": "2x2",
+        "Max": "1.5",
+        "Min": -1,
+        "Mean": 0,
+        "Norm": None,
+    }
+    nested = {
+        "input_args": [None, {"type": "int", "value": 3}, [[tensor([4.0, -4.0])], mask]],
+        "input_kwargs": {"flag": True, "scale": {"type": "float", "value": 0.5}, "mask": mask},
+        "output": [7, [tensor([2.0]), tensor([3.0])]],
+        "parameters": {"weight": odd, "bias": None},
+    }
     keys = [f"Module.m.layers.{i}.Linear.forward.0" for i in range(5)]
-    data = {keys[0]: nested, keys[1]: {"input_args": "text", "input_kwargs": [1], "output": 3.5, "parameters": []},
-            keys[2]: [1, 2], keys[3]: None, keys[4]: {"output": {"type": "torch.Tensor", **tensor([1.0, 2.0])}}}
+    data = {
+        keys[0]: nested,
+        keys[1]: {"input_args": "text", "input_kwargs": [1], "output": 3.5, "parameters": []},
+        keys[2]: [1, 2],
+        keys[3]: None,
+        keys[4]: {"output": {"type": "torch.Tensor", **tensor([1.0, 2.0])}},
+    }
     dump = DumpCache().get(write_dump(tmp_path / "dump.json", data))
     assert dump.keys == [keys[0], keys[1], keys[4]] and dump.skipped_keys == 2
     first = dump.entries[keys[0]]
@@ -203,12 +252,15 @@ def test_every_kind_of_json_value_where_msprobe_writes_arguments(tmp_path: Path)
     assert dump.entries[keys[4]].output.max == 2.0
 
 
-@pytest.mark.parametrize("text, reason", [
-    ('[{"data": {}}]', "not an msprobe dump"),
-    ('{"task": "statistics"}', "not an msprobe dump"),
-    ('{"data": [1, 2]}', "not an msprobe dump"),
-    ('{"data": {"Functional.linear.0.forward": {}}}', "no Module./Cell. forward entries"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ('[{"data": {}}]', "not an msprobe dump"),
+        ('{"task": "statistics"}', "not an msprobe dump"),
+        ('{"data": [1, 2]}', "not an msprobe dump"),
+        ('{"data": {"Functional.linear.0.forward": {}}}', "no Module./Cell. forward entries"),
+    ],
+)
 def test_files_that_are_not_dumps_say_so(tmp_path: Path, text: str, reason: str) -> None:
     path = tmp_path / "dump.json"
     path.write_text(text)
@@ -219,8 +271,10 @@ def test_files_that_are_not_dumps_say_so(tmp_path: Path, text: str, reason: str)
 
 def test_statistics_quoted_literals_and_literals_without_spaces(tmp_path: Path) -> None:
     path = tmp_path / "dump.json"
-    text = ('{"data":{"%s":{"input_args":[{"dtype":"torch.float32","shape":[2],"Max":Infinity,"Min":-Infinity,'
-            '"Mean":NaN,"Norm":"NaN"}],"output":[]}}}' % KEY)
+    text = (
+        '{"data":{"%s":{"input_args":[{"dtype":"torch.float32","shape":[2],"Max":Infinity,"Min":-Infinity,'
+        '"Mean":NaN,"Norm":"NaN"}],"output":[]}}}' % KEY
+    )
     path.write_text(text)
     stats = DumpCache().get(path).entries[KEY].input
     assert stats is not None and stats.max == math.inf and stats.min == -math.inf

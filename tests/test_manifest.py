@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES
+
 from rca_lsp.core.cancel import Cancelled
 from rca_lsp.core.manifest import MANIFEST_NAME
 from rca_lsp.core.outputs import write_outputs
@@ -50,8 +50,12 @@ def test_the_manifest_lists_every_file_written_and_comes_last(tmp_path: Path, an
     assert all(manifest_path.stat().st_mtime_ns >= p.stat().st_mtime_ns for p in files)
     carried = run_ids(tmp_path)
     assert {name for name, run in carried.items() if run is not None} == {
-        "output_1_key_mapping.json", "output_3_value_compare.json", "output_4_module_analysis.json",
-        "output_5_root_cause_report.json", "output_5_root_cause_report.md"}
+        "output_1_key_mapping.json",
+        "output_3_value_compare.json",
+        "output_4_module_analysis.json",
+        "output_5_root_cause_report.json",
+        "output_5_root_cause_report.md",
+    }
     assert {run for run in carried.values() if run is not None} == {manifest["run_id"]}
 
 
@@ -79,9 +83,15 @@ def test_the_cli_writes_the_manifest(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "rca_lsp", "analyze", "--out-dir", "out"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "rca_lsp", "analyze", "--out-dir", "out"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     manifest = json.loads((tmp_path / "out" / MANIFEST_NAME).read_text())
     assert sorted(f["name"] for f in manifest["files"]) == sorted(
-        p.name for p in (tmp_path / "out").iterdir() if p.name != MANIFEST_NAME)
+        p.name for p in (tmp_path / "out").iterdir() if p.name != MANIFEST_NAME
+    )

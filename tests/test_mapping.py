@@ -19,18 +19,26 @@ def test_valid_file_has_entries_with_positions() -> None:
     text = json.dumps({"a": "x", "b": ["y", "z"]}, indent=2)
     parsed = parse_mapping("m.json", text)
     assert parsed.syntax_ok and not parsed.issues
-    assert [(e.train_key, e.rollout_keys, e.is_list) for e in parsed.entries] == [("a", ("x",), False), ("b", ("y", "z"), True)]
+    assert [(e.train_key, e.rollout_keys, e.is_list) for e in parsed.entries] == [
+        ("a", ("x",), False),
+        ("b", ("y", "z"), True),
+    ]
     b = parsed.entries[1]
     spans = parsed.spans(b)
-    assert text[spans.key.start:spans.key.end] == '"b"'
-    assert [text[s.start:s.end] for s in spans.values] == ['"y"', '"z"']
+    assert text[spans.key.start : spans.key.end] == '"b"'
+    assert [text[s.start : s.end] for s in spans.values] == ['"y"', '"z"']
     assert parsed.entry_at(spans.values[1].start + 2) == (b, 1)
 
 
 def test_each_problem_has_its_line_and_code() -> None:
     text = '{\n "a": "x",\n "b": ["y", 3],\n "e": [],\n "a": "z",\n "f": 5,\n "g": {"x": "y"}\n}'
-    assert codes_by_line(text) == [(3, "invalid-value"), (4, "invalid-value"), (5, "duplicate-key"),
-                                   (6, "invalid-value"), (7, "invalid-value")]
+    assert codes_by_line(text) == [
+        (3, "invalid-value"),
+        (4, "invalid-value"),
+        (5, "duplicate-key"),
+        (6, "invalid-value"),
+        (7, "invalid-value"),
+    ]
 
 
 def test_syntax_error_mid_edit_keeps_the_rest_of_the_file() -> None:
@@ -63,8 +71,13 @@ def _layout(parsed: ParsedMapping) -> list[tuple[object, ...]]:
     """Everything a parse says about the text, positions included."""
     entries = [(e.train_key, e.rollout_keys, e.is_list, parsed.spans(e)) for e in parsed.entries]
     effective = {k: parsed.spans(e) for k, e in parsed.effective().items()}
-    return [parsed.syntax_ok, entries, [(i.code, i.span, i.message) for i in parsed.issues],
-            [parsed.lines.position(o) for o in range(0, len(parsed.text) + 1, 7)], effective]
+    return [
+        parsed.syntax_ok,
+        entries,
+        [(i.code, i.span, i.message) for i in parsed.issues],
+        [parsed.lines.position(o) for o in range(0, len(parsed.text) + 1, 7)],
+        effective,
+    ]
 
 
 BASE = {f"t.{i}": (f"r.{i}" if i % 3 else [f"r.{i}.a", f"r.{i}.b"]) for i in range(12)}
@@ -83,9 +96,9 @@ EDITS = [
     ("an escaped quote", lambda t: t.replace('"r.5"', '"r.\\"5"')),
     ("break the syntax", lambda t: t.replace('"r.4",', '"r.4"')),
     ("an unclosed string", lambda t: t.replace('"r.4"', '"r.4')),
-    ("a key turned into a value", lambda t: t.replace('"t.6": ', '')),
+    ("a key turned into a value", lambda t: t.replace('"t.6": ', "")),
     ("whitespace only", lambda t: t.replace('"t.6": ', '"t.6":    ')),
-    ("a wrong value type", lambda t: t.replace('"r.7"', '7')),
+    ("a wrong value type", lambda t: t.replace('"r.7"', "7")),
     ("replace everything", lambda t: '{"a": "b"}'),
     ("no change", lambda t: t),
 ]
@@ -123,8 +136,18 @@ def test_random_edits_parse_like_fresh_files() -> None:
             text, previous = edited, reused
 
 
-@pytest.mark.parametrize("old,new", [("abcdef", "abXdef"), ("abc", "abcd"), ("abcd", "abc"), ("aaaa", "aa"),
-                                     ("", "x"), ("x" * 10000 + "y", "x" * 10000 + "z"), ("same", "same")])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("abcdef", "abXdef"),
+        ("abc", "abcd"),
+        ("abcd", "abc"),
+        ("aaaa", "aa"),
+        ("", "x"),
+        ("x" * 10000 + "y", "x" * 10000 + "z"),
+        ("same", "same"),
+    ],
+)
 def test_edited_region(old: str, new: str) -> None:
     start, old_end, new_end = edited_region(old, new)
     assert new == old[:start] + new[start:new_end] + old[old_end:]

@@ -41,7 +41,7 @@ def test_fast_csv_matches_the_csv_module() -> None:
 
 
 def test_strings_needing_escapes_fall_back_to_the_csv_module() -> None:
-    rows = [("a \"quoted\" key", math.pi, True, "back\\slash", None)]
+    rows = [('a "quoted" key', math.pi, True, "back\\slash", None)]
     assert read(_csv(COLUMNS, rows, (4,)))[1][:1] == ['a "quoted" key']
 
 
@@ -72,9 +72,11 @@ def _non_finite_pair(tmp_path: Path) -> tuple[Path, Path, Path]:
     train, rollout = entry([1.0, 2.0], [3.0, 4.0]), entry([1.0, 2.0], [3.0, 4.0])
     train["output"][0].update(Max=math.nan, Min=-math.inf, Mean=None)  # Mean missing on train
     rollout["output"][0].update(Max=math.nan, Min=1.0, Norm=math.inf)
-    return (write_dump(tmp_path / "train.json", {train_key: train}),
-            write_dump(tmp_path / "rollout.json", {rollout_key: rollout}),
-            write_mapping(tmp_path / "mapping.json", {train_key: rollout_key}))
+    return (
+        write_dump(tmp_path / "train.json", {train_key: train}),
+        write_dump(tmp_path / "rollout.json", {rollout_key: rollout}),
+        write_mapping(tmp_path / "mapping.json", {train_key: rollout_key}),
+    )
 
 
 def test_non_finite_statistics_are_told_apart_from_missing_ones(tmp_path: Path) -> None:
@@ -87,23 +89,34 @@ def test_non_finite_statistics_are_told_apart_from_missing_ones(tmp_path: Path) 
     for fork in (False, True):
         out = tmp_path / f"out_{fork}"
         write_outputs(analysis, out, fork=fork)
-        row = next(r for r in json.loads((out / "output_3_value_compare.json").read_text())["rows"]
-                   if r["target"] == "output.0")
-        assert (row["train_Max"], row["rollout_Max"], row["train_Min"], row["rollout_Min"]) == \
-            ("NaN", "NaN", "-Infinity", 1.0)
+        row = next(
+            r
+            for r in json.loads((out / "output_3_value_compare.json").read_text())["rows"]
+            if r["target"] == "output.0"
+        )
+        assert (row["train_Max"], row["rollout_Max"], row["train_Min"], row["rollout_Min"]) == (
+            "NaN",
+            "NaN",
+            "-Infinity",
+            1.0,
+        )
         assert row["train_Mean"] is None and row["rollout_Norm"] == "Infinity" and row["train_Norm"] == 5.0
         assert (row["Min_rel_err"], row["Min_status"]) == ("Infinity", "alert")
         assert (row["Mean_rel_err"], row["Mean_status"]) == (None, "missing")
         table = read((out / "output_3_value_compare.csv").read_bytes())
         cells = dict(zip(table[0], next(r for r in table[1:] if "output.0" in r)))
-        assert (cells["train_Max"], cells["train_Min"], cells["rollout_Norm"], cells["Min_rel_err"]) == \
-            ("nan", "-inf", "inf", "inf")
+        assert (cells["train_Max"], cells["train_Min"], cells["rollout_Norm"], cells["Min_rel_err"]) == (
+            "nan",
+            "-inf",
+            "inf",
+            "inf",
+        )
         assert cells["train_Mean"] == "" and cells["Mean_rel_err"] == "" and float(cells["train_Norm"]) == 5.0
 
 
 def test_non_finite_cells_through_the_csv_module() -> None:
     from rca_lsp.core.outputs import _marked
 
-    rows = [("a \"quoted\" key", _marked(math.nan), _marked(math.inf), _marked(-math.inf), None)]
+    rows = [('a "quoted" key', _marked(math.nan), _marked(math.inf), _marked(-math.inf), None)]
     assert read(_csv(COLUMNS, rows))[1] == ['a "quoted" key', "nan", "inf", "-inf", ""]
     assert read(_csv(COLUMNS, [("plain", *rows[0][1:])]))[1] == ["plain", "nan", "inf", "-inf", ""]

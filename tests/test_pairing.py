@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from conftest import FIXTURES
+
 from rca_lsp.core.dumpsource import ParallelLayout
 from rca_lsp.server.pairing import Pair, Unpaired, find_pair
 from rca_lsp.server.settings import PairSetting, Settings
@@ -31,13 +32,15 @@ def test_a_config_file_wins_over_convention_and_carries_step_and_layout(tmp_path
     root = workspace(tmp_path)
     (root / "exp" / "rca-lsp.toml").write_text(
         '[[pair]]\nmapping_key = "mapping_key.json"\ntrain = "../ranks/train"\nrollout = "../other/rollout"\n'
-        'step = 0\nparallel = "tp=2"\n')
+        'step = 0\nparallel = "tp=2"\n'
+    )
     pair = find_pair(root / "exp" / "mapping_key.json", (), [root])
     assert isinstance(pair, Pair) and pair.source.endswith("rca-lsp.toml")
     assert len(pair.train.files) == 2 and pair.train.layout == ParallelLayout(tp=2) and pair.train.step == 0
     assert "other" in str(pair.rollout.root)
     (root / "exp" / "rca-lsp.toml").write_text(
-        '[[pair]]\nmapping_key = "mapping_key.json"\ntrain = "train"\nrollout = "rollout"\nparallel = "tq=2"\n')
+        '[[pair]]\nmapping_key = "mapping_key.json"\ntrain = "train"\nrollout = "rollout"\nparallel = "tq=2"\n'
+    )
     bad = find_pair(root / "exp" / "mapping_key.json", (), [root])
     assert isinstance(bad, Unpaired) and "unknown parallel dimension 'tq'" in (bad.problem or "")
 
@@ -45,26 +48,45 @@ def test_a_config_file_wins_over_convention_and_carries_step_and_layout(tmp_path
 def test_settings_win_over_a_config_file(tmp_path: Path) -> None:
     root = workspace(tmp_path)
     (root / "exp" / "rca-lsp.toml").write_text(
-        '[[pair]]\nmapping_key = "mapping_key.json"\ntrain = "../ranks/train"\nrollout = "rollout"\n')
-    setting = PairSetting("${workspaceFolder}/exp/mapping_key.json", "${workspaceFolder}/other/train",
-                          "${workspaceFolder}/other/rollout")
+        '[[pair]]\nmapping_key = "mapping_key.json"\ntrain = "../ranks/train"\nrollout = "rollout"\n'
+    )
+    setting = PairSetting(
+        "${workspaceFolder}/exp/mapping_key.json", "${workspaceFolder}/other/train", "${workspaceFolder}/other/rollout"
+    )
     pair = find_pair(root / "exp" / "mapping_key.json", (setting,), [root])
     assert isinstance(pair, Pair) and pair.source == "settings rcaLsp.pairs"
     assert "other" in str(pair.train.root)
 
 
 def test_settings_from_the_client() -> None:
-    settings, problems = Settings.from_client({"rcaLsp": {
-        "pairs": [{"mappingKey": "m.json", "train": "t", "rollout": "r", "step": 3, "parallel": "tp=2",
-                   "rolloutParallel": "tp=4"},
-                  {"mappingKey": "m.json", "train": "t"}, {"mappingKey": "m", "train": "t", "rollout": "r", "step": -1}],
-        "tolerances": {"float32": 1e-5, "bfloat16": 0}, "severity": {"missing-op": "error", "nan-inf": "loud"},
-        "outDir": "out"}})
+    settings, problems = Settings.from_client(
+        {
+            "rcaLsp": {
+                "pairs": [
+                    {
+                        "mappingKey": "m.json",
+                        "train": "t",
+                        "rollout": "r",
+                        "step": 3,
+                        "parallel": "tp=2",
+                        "rolloutParallel": "tp=4",
+                    },
+                    {"mappingKey": "m.json", "train": "t"},
+                    {"mappingKey": "m", "train": "t", "rollout": "r", "step": -1},
+                ],
+                "tolerances": {"float32": 1e-5, "bfloat16": 0},
+                "severity": {"missing-op": "error", "nan-inf": "loud"},
+                "outDir": "out",
+            }
+        }
+    )
     assert settings.pairs == (PairSetting("m.json", "t", "r", 3, "tp=2", "tp=4"),)
     assert settings.tolerances.for_dtypes("torch.float32") == 1e-5 and settings.severity == {"missing-op": "error"}
     assert settings.out_dir == "out"
-    assert problems == ["rcaLsp.pairs[1] needs string fields mappingKey, train and rollout",
-                        "rcaLsp.pairs[2].step must be a step number (0, 1, ...)",
-                        "rcaLsp.tolerances.bfloat16: the tolerance for bfloat16 must be a positive number, got 0; ignored",
-                        "rcaLsp.severity.nan-inf must be one of error, warning, information, hint, off"]
+    assert problems == [
+        "rcaLsp.pairs[1] needs string fields mappingKey, train and rollout",
+        "rcaLsp.pairs[2].step must be a step number (0, 1, ...)",
+        "rcaLsp.tolerances.bfloat16: the tolerance for bfloat16 must be a positive number, got 0; ignored",
+        "rcaLsp.severity.nan-inf must be one of error, warning, information, hint, off",
+    ]
     assert Settings.from_client("nonsense")[1] == ["rcaLsp settings must be an object, got str"]

@@ -7,8 +7,8 @@ import random
 from pathlib import Path
 
 import pytest
-
 from builders import tensor, write_dump, write_mapping
+
 from rca_lsp.core.dump import DumpCache
 from rca_lsp.core.dumpsource import ParallelLayout, resolve_dump_source
 from rca_lsp.core.errors import InputError
@@ -28,38 +28,59 @@ def node(vals: list[float], shape: list[int]) -> dict:
 
 
 def module(inp: dict | None, out: dict | None, params: dict | None = None) -> dict:
-    return {"input_args": [inp] if inp else [], "input_kwargs": {}, "output": [out, None] if out else [],
-            "parameters": params or {}}
+    return {
+        "input_args": [inp] if inp else [],
+        "input_kwargs": {},
+        "output": [out, None] if out else [],
+        "parameters": params or {},
+    }
 
 
-def tp_layer(layer: int, x: list[float], fc1_w: list[float], fc1_out: list[float], norm_w: list[float],
-             prefix: str = P, rank: int = 0, tp: int = 2, local_layer: int | None = None) -> dict:
+def tp_layer(
+    layer: int,
+    x: list[float],
+    fc1_w: list[float],
+    fc1_out: list[float],
+    norm_w: list[float],
+    prefix: str = P,
+    rank: int = 0,
+    tp: int = 2,
+    local_layer: int | None = None,
+) -> dict:
     """A norm (replicated) and a column-parallel linear (output and weight sharded on their last/first dim)."""
     index = layer if local_layer is None else local_layer
     half_out, half_w = len(fc1_out) // tp, len(fc1_w) // tp
-    shard_out = fc1_out[rank * half_out:(rank + 1) * half_out]
-    shard_w = fc1_w[rank * half_w:(rank + 1) * half_w]
+    shard_out = fc1_out[rank * half_out : (rank + 1) * half_out]
+    shard_w = fc1_w[rank * half_w : (rank + 1) * half_w]
     return {
-        f"{prefix}.{index}.pre_mlp_layernorm.RMSNorm.forward.0":
-            module(node(x, [len(x), 1]), node(x, [len(x), 1]), {"weight": node(norm_w, [len(norm_w)])}),
-        f"{prefix}.{index}.mlp.linear_fc1.ColumnParallelLinear.forward.0":
-            module(node(x, [len(x), 1]), node(shard_out, [len(x), half_out // len(x)]),
-                   {"weight": node(shard_w, [half_w // 2, 2])}),
+        f"{prefix}.{index}.pre_mlp_layernorm.RMSNorm.forward.0": module(
+            node(x, [len(x), 1]), node(x, [len(x), 1]), {"weight": node(norm_w, [len(norm_w)])}
+        ),
+        f"{prefix}.{index}.mlp.linear_fc1.ColumnParallelLinear.forward.0": module(
+            node(x, [len(x), 1]),
+            node(shard_out, [len(x), half_out // len(x)]),
+            {"weight": node(shard_w, [half_w // 2, 2])},
+        ),
     }
 
 
 def full_layer(layer: int, x: list[float], fc1_w: list[float], fc1_out: list[float], norm_w: list[float]) -> dict:
     return {
-        f"{R}.{layer}.post_attention_layernorm.Qwen2RMSNorm.forward.0":
-            module(node(x, [1, len(x)]), node(x, [1, len(x)]), {"weight": node(norm_w, [len(norm_w)])}),
-        f"{R}.{layer}.mlp.up_proj.Linear.forward.0":
-            module(node(x, [1, len(x)]), node(fc1_out, [1, len(fc1_out)]), {"weight": node(fc1_w, [len(fc1_w) // 2, 2])}),
+        f"{R}.{layer}.post_attention_layernorm.Qwen2RMSNorm.forward.0": module(
+            node(x, [1, len(x)]), node(x, [1, len(x)]), {"weight": node(norm_w, [len(norm_w)])}
+        ),
+        f"{R}.{layer}.mlp.up_proj.Linear.forward.0": module(
+            node(x, [1, len(x)]), node(fc1_out, [1, len(fc1_out)]), {"weight": node(fc1_w, [len(fc1_w) // 2, 2])}
+        ),
     }
 
 
-MAPPING = {f"{P}.{i}.pre_mlp_layernorm.RMSNorm.forward.0": f"{R}.{i}.post_attention_layernorm.Qwen2RMSNorm.forward.0"
-           for i in range(2)} | {f"{P}.{i}.mlp.linear_fc1.ColumnParallelLinear.forward.0":
-                                 f"{R}.{i}.mlp.up_proj.Linear.forward.0" for i in range(2)}
+MAPPING = {
+    f"{P}.{i}.pre_mlp_layernorm.RMSNorm.forward.0": f"{R}.{i}.post_attention_layernorm.Qwen2RMSNorm.forward.0"
+    for i in range(2)
+} | {
+    f"{P}.{i}.mlp.linear_fc1.ColumnParallelLinear.forward.0": f"{R}.{i}.mlp.up_proj.Linear.forward.0" for i in range(2)
+}
 
 
 def make_pair(tmp_path: Path, desync_norm_rank1: bool = False, shard_fault: bool = False) -> tuple[Path, Path, Path]:
@@ -89,8 +110,9 @@ def test_tensor_parallel_shards_merge_exactly_and_a_clean_pair_stays_clean(tmp_p
     full = analysis.rollout.entries[f"{R}.0.mlp.up_proj.Linear.forward.0"]
     for mine, theirs in ((merged.output, full.output), (merged.parameters["weight"], full.parameters["weight"])):
         assert mine.numel == theirs.numel and (mine.max, mine.min) == (theirs.max, theirs.min)
-        assert math.isclose(mine.norm, theirs.norm, rel_tol=1e-12) and math.isclose(mine.mean, theirs.mean,
-                                                                                      rel_tol=1e-9, abs_tol=1e-12)
+        assert math.isclose(mine.norm, theirs.norm, rel_tol=1e-12) and math.isclose(
+            mine.mean, theirs.mean, rel_tol=1e-9, abs_tol=1e-12
+        )
     assert merged.output.shape == (4, 4) and merged.parameters["weight"].shape == (4, 2)
     info = analysis.train.parallel
     assert info is not None and info.layout.startswith("tp=2, pp=1, ep=1, dp=1")
@@ -101,19 +123,24 @@ def test_tensor_parallel_shards_merge_exactly_and_a_clean_pair_stays_clean(tmp_p
 def test_one_ranks_shard_desynced_is_a_parameter_issue(tmp_path: Path) -> None:
     analysis = analyze_paths(*make_pair(tmp_path, shard_fault=True))
     first = analysis.suspects[0]
-    assert (first.train_key, first.classification) == (f"{P}.1.mlp.linear_fc1.ColumnParallelLinear.forward.0",
-                                                       "parameter_or_checkpoint_issue")
+    assert (first.train_key, first.classification) == (
+        f"{P}.1.mlp.linear_fc1.ColumnParallelLinear.forward.0",
+        "parameter_or_checkpoint_issue",
+    )
 
 
 def test_replicas_that_disagree_are_a_finding_of_their_own(tmp_path: Path) -> None:
     analysis = analyze_paths(*make_pair(tmp_path, desync_norm_rank1=True))
     first = analysis.suspects[0]
-    assert (first.train_key, first.classification) == (f"{P}.1.pre_mlp_layernorm.RMSNorm.forward.0",
-                                                       "rank_replica_disagreement")
+    assert (first.train_key, first.classification) == (
+        f"{P}.1.pre_mlp_layernorm.RMSNorm.forward.0",
+        "rank_replica_disagreement",
+    )
     assert first.credible_origin and "ranks 0 and 1 disagree" in first.rationale
     rows = analysis.report["disagreements"]
     assert [(r["key"], r["slot"], r["members"]) for r in rows] == [
-        (f"{P}.1.pre_mlp_layernorm.RMSNorm.forward.0", "parameters.weight", [1])]
+        (f"{P}.1.pre_mlp_layernorm.RMSNorm.forward.0", "parameters.weight", [1])
+    ]
     assert "ranks disagree" in analysis.report["top_hypothesis"]
 
 
@@ -124,28 +151,34 @@ def test_pipeline_stages_are_named_by_global_layer(tmp_path: Path, first_rank: i
         data: dict = {}
         if stage == 0:
             data["Module.module.module.embedding.word_embeddings.VocabParallelEmbedding.forward.0"] = module(
-                node([1.0, 5.0, 3.0, 2.0], [1, 4]), node(values(8), [4, 1, 2]))
+                node([1.0, 5.0, 3.0, 2.0], [1, 4]), node(values(8), [4, 1, 2])
+            )
         for local in range(2):
             x, w, out, norm_w = layers[stage * 2 + local]
             data |= tp_layer(stage * 2 + local, x, w, out, norm_w, tp=1, local_layer=local)
         if stage == 1:
             data["Module.module.module.output_layer.ColumnParallelLinear.forward.0"] = module(
-                node(values(4), [4, 1]), node(values(8), [4, 2]))
-        data["Module.module.module.GPTModel.forward.0"] = module(node([1.0, 5.0], [1, 2]) if stage == 0 else None,
-                                                                 node(values(6), [2, 3]))
+                node(values(4), [4, 1]), node(values(8), [4, 2])
+            )
+        data["Module.module.module.GPTModel.forward.0"] = module(
+            node([1.0, 5.0], [1, 2]) if stage == 0 else None, node(values(6), [2, 3])
+        )
         write_dump(tmp_path / "train" / "step0" / f"rank{(stage + first_rank) % 2}" / "dump.json", data)
     dump = DumpCache().get(tmp_path / "train")
     assert dump.keys[0].startswith("Module.module.module.embedding")
     assert (first_rank == 1) == any("ordered by their content" in note for note in dump.parallel.notes)
     assert [k for k in dump.keys if "linear_fc1" in k] == [
-        f"{P}.{i}.mlp.linear_fc1.ColumnParallelLinear.forward.0" for i in range(4)]
+        f"{P}.{i}.mlp.linear_fc1.ColumnParallelLinear.forward.0" for i in range(4)
+    ]
     model = dump.entries["Module.module.module.GPTModel.forward.0"]
     assert dump.keys[-1] == "Module.module.module.GPTModel.forward.0" and model.input is not None
     assert [e.position for e in map(dump.entries.get, dump.keys)] == list(range(len(dump.keys)))
     assert dump.parallel is not None and "pp=2" in dump.parallel.layout
     second_stage = tmp_path / f"train/step0/rank{(1 + first_rank) % 2}/dump.json"
     assert dump.file_key(f"{P}.3.mlp.linear_fc1.ColumnParallelLinear.forward.0") == (
-        str(second_stage.resolve()), f"{P}.1.mlp.linear_fc1.ColumnParallelLinear.forward.0")
+        str(second_stage.resolve()),
+        f"{P}.1.mlp.linear_fc1.ColumnParallelLinear.forward.0",
+    )
     file, line = dump.location_of(f"{P}.3.mlp.linear_fc1.ColumnParallelLinear.forward.0")
     assert f"{P}.1.mlp.linear_fc1" in Path(file).read_text().splitlines()[line]
 
@@ -154,6 +187,7 @@ def test_a_rank_that_stopped_early_loses_only_its_missing_keys(tmp_path: Path) -
     train, rollout, mapping = make_pair(tmp_path)
     rank1 = train / "step0" / "rank1" / "dump.json"
     import json
+
     document = json.loads(rank1.read_text())
     keys = list(document["data"])
     document["data"] = {k: document["data"][k] for k in keys[:-1]}
@@ -179,8 +213,11 @@ def test_a_truncated_rank_file_is_one_line_naming_it(tmp_path: Path) -> None:
 def test_data_parallel_replicas_are_not_merged(tmp_path: Path) -> None:
     x, w, out, norm_w = values(4), values(8), values(16), values(4)
     for rank in range(2):
-        data = {"Module.module.module.embedding.word_embeddings.VocabParallelEmbedding.forward.0": module(
-            node([1.0, 2.0 + rank], [1, 2]), node(values(4), [2, 1, 2]))}
+        data = {
+            "Module.module.module.embedding.word_embeddings.VocabParallelEmbedding.forward.0": module(
+                node([1.0, 2.0 + rank], [1, 2]), node(values(4), [2, 1, 2])
+            )
+        }
         data |= tp_layer(0, x if rank == 0 else values(4), w, out if rank == 0 else values(16), norm_w, tp=1)
         write_dump(tmp_path / "train" / "step0" / f"rank{rank}" / "dump.json", data)
     dump = DumpCache().get(tmp_path / "train")
@@ -204,6 +241,7 @@ def test_an_explicit_layout_overrides_inference(tmp_path: Path) -> None:
 def test_real_merged_ranks_equal_the_unsharded_run(variant: str) -> None:
     """Real Megatron-core TP=2 / TP=2+SP / PP=2 dumps, merged, against the TP=1 run of the same model and inputs."""
     from conftest import FIXTURES
+
     from rca_lsp.core.compare import copy_difference
     from rca_lsp.core.rankmerge import entry_slots
 
@@ -218,8 +256,12 @@ def test_real_merged_ranks_equal_the_unsharded_run(variant: str) -> None:
                 continue
             ours = mine[slot]
             assert ours.numel == theirs.numel, (key, slot)
-            assert copy_difference(theirs, ours.__class__(theirs.dtype, theirs.shape, ours.max, ours.min, ours.mean,
-                                                          ours.norm)) <= 1e-5, (key, slot)
+            assert (
+                copy_difference(
+                    theirs, ours.__class__(theirs.dtype, theirs.shape, ours.max, ours.min, ours.mean, ours.norm)
+                )
+                <= 1e-5
+            ), (key, slot)
             compared += 1
     assert compared > 100
     assert merged.parallel is not None and merged.parallel.sequence_parallel == (variant == "tp2_sp_healthy")
@@ -235,4 +277,8 @@ def test_the_same_layout_on_both_sides_is_compared_rank_by_rank(tmp_path: Path) 
     assert first["train_key"] == f"{P}.1.mlp.linear_fc1.ColumnParallelLinear.forward.0"
     assert first["rank_by_rank"] == ["rank 1: output.0, parameters.weight differ"]
     assert {(row["slot"], row["rank"]) for row in first["train_per_rank"]} == {
-        ("output.0", 0), ("output.0", 1), ("parameters.weight", 0), ("parameters.weight", 1)}
+        ("output.0", 0),
+        ("output.0", 1),
+        ("parameters.weight", 0),
+        ("parameters.weight", 1),
+    }

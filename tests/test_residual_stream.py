@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from builders import tensor
+
 from rca_lsp.core.dump import build_dump
 from rca_lsp.core.module import compare_module
 from rca_lsp.core.tolerance import Tolerances
@@ -22,13 +23,18 @@ def _rms_norm(values: list[float], eps: float = 1e-6) -> list[float]:
 def _pair(train_node: dict, rollout_node: dict):
     train = build_dump("t.json", {"data": {"Module.a.RMSNorm.forward.0": train_node}})
     rollout = build_dump("r.json", {"data": {"Module.b.RMSNorm.forward.0": rollout_node}})
-    return compare_module([train.entries["Module.a.RMSNorm.forward.0"]],
-                          [rollout.entries["Module.b.RMSNorm.forward.0"]], Tolerances())
+    return compare_module(
+        [train.entries["Module.a.RMSNorm.forward.0"]], [rollout.entries["Module.b.RMSNorm.forward.0"]], Tolerances()
+    )
 
 
 def _node(inputs: list[list[float]], outputs: list[list[float]]) -> dict:
-    return {"input_args": [tensor(v) for v in inputs], "input_kwargs": {}, "output": [tensor(v) for v in outputs],
-            "parameters": {}}
+    return {
+        "input_args": [tensor(v) for v in inputs],
+        "input_kwargs": {},
+        "output": [tensor(v) for v in outputs],
+        "parameters": {},
+    }
 
 
 def test_fused_residual_norm_input_is_compared_through_its_sum_output() -> None:
@@ -65,4 +71,6 @@ def test_layer_returning_branch_and_residual_is_compared_as_their_sum_which_can_
 
 def test_plain_pairs_are_unaffected() -> None:
     comparison = _pair(_node([HIDDEN], [BRANCH]), _node([HIDDEN], [BRANCH]))
-    assert comparison.module_bucket == "normal_aligned" and comparison.output.rollout_key == "Module.b.RMSNorm.forward.0"
+    assert (
+        comparison.module_bucket == "normal_aligned" and comparison.output.rollout_key == "Module.b.RMSNorm.forward.0"
+    )

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES, variants
+
 from rca_lsp.core import outputs
 from rca_lsp.core.run import analyze_paths
 from rca_lsp.core.splittable import write_split
@@ -18,11 +18,16 @@ ROWS = [(f"Module.m{i}.Linear.forward.0", i / 7 if i % 3 else None, (i, 1, 2) if
 
 
 def _split_write(out: Path, parent_work) -> None:
-    chunks = [ROWS[i:i + outputs.CHUNK] for i in range(0, len(ROWS), outputs.CHUNK)]
+    chunks = [ROWS[i : i + outputs.CHUNK] for i in range(0, len(ROWS), outputs.CHUNK)]
     out.mkdir()
-    write_split((out / "t.json", out / "t.csv"), outputs._table_heads({"tool": "x"}, "rows", COLUMNS),
-                outputs._JSON_TAIL, len(chunks), lambda i: outputs._encode_chunk(i, chunks[i], COLUMNS, (2,)),
-                parent_work)
+    write_split(
+        (out / "t.json", out / "t.csv"),
+        outputs._table_heads({"tool": "x"}, "rows", COLUMNS),
+        outputs._JSON_TAIL,
+        len(chunks),
+        lambda i: outputs._encode_chunk(i, chunks[i], COLUMNS, (2,)),
+        parent_work,
+    )
 
 
 @pytest.mark.parametrize("parent_delay", [0.0, 0.5])

@@ -35,13 +35,27 @@ class Stats:
     def tensor(self, *shape: int, dtype: str = "torch.float32") -> Node:
         scale = self._rng.uniform(0.5, 2.0)
         mean = self._rng.uniform(-0.1, 0.1)
-        return {"type": "torch.Tensor", "dtype": dtype, "shape": list(shape), "Max": round(3 * scale, 6),
-                "Min": round(-2.9 * scale, 6), "Mean": mean, "Norm": scale * math.sqrt(math.prod(shape))}
+        return {
+            "type": "torch.Tensor",
+            "dtype": dtype,
+            "shape": list(shape),
+            "Max": round(3 * scale, 6),
+            "Min": round(-2.9 * scale, 6),
+            "Mean": mean,
+            "Norm": scale * math.sqrt(math.prod(shape)),
+        }
 
     @staticmethod
     def ids(*shape: int) -> Node:
-        return {"type": "torch.Tensor", "dtype": "torch.int64", "shape": list(shape), "Max": VOCAB - 1, "Min": 0,
-                "Mean": None, "Norm": None}
+        return {
+            "type": "torch.Tensor",
+            "dtype": "torch.int64",
+            "shape": list(shape),
+            "Max": VOCAB - 1,
+            "Min": 0,
+            "Mean": None,
+            "Norm": None,
+        }
 
     @staticmethod
     def perturbed(node: Node) -> Node:
@@ -54,10 +68,14 @@ def reshaped(node: Node, *shape: int) -> Node:
 
 def concat(nodes: list[Node], *shape: int) -> Node:
     sizes = [math.prod(node["shape"]) for node in nodes]
-    return {**nodes[0], "shape": list(shape), "Max": max(node["Max"] for node in nodes),
-            "Min": min(node["Min"] for node in nodes),
-            "Mean": sum(node["Mean"] * size for node, size in zip(nodes, sizes)) / sum(sizes),
-            "Norm": math.sqrt(sum(node["Norm"] ** 2 for node in nodes))}
+    return {
+        **nodes[0],
+        "shape": list(shape),
+        "Max": max(node["Max"] for node in nodes),
+        "Min": min(node["Min"] for node in nodes),
+        "Mean": sum(node["Mean"] * size for node, size in zip(nodes, sizes)) / sum(sizes),
+        "Norm": math.sqrt(sum(node["Norm"] ** 2 for node in nodes)),
+    }
 
 
 @dataclass
@@ -65,11 +83,22 @@ class Side:
     prefix: str
     data: dict[str, Node] = field(default_factory=dict)
 
-    def add(self, path: str, class_name: str, inputs: Node | None = None, output: Node | None = None,
-            weight: Node | None = None, call: int = 0, kwargs: dict[str, Node] | None = None) -> str:
+    def add(
+        self,
+        path: str,
+        class_name: str,
+        inputs: Node | None = None,
+        output: Node | None = None,
+        weight: Node | None = None,
+        call: int = 0,
+        kwargs: dict[str, Node] | None = None,
+    ) -> str:
         key = f"{'.'.join(filter(None, (self.prefix, path, class_name)))}.forward.{call}"
-        entry: Node = {"input_args": [inputs] if inputs else [], "input_kwargs": kwargs or {},
-                       "output": [output, None] if output else []}
+        entry: Node = {
+            "input_args": [inputs] if inputs else [],
+            "input_kwargs": kwargs or {},
+            "output": [output, None] if output else [],
+        }
         if weight is not None:
             entry["parameters"] = {"weight": weight}
         self.data[key] = entry
@@ -89,31 +118,46 @@ class Pair:
 Twin = tuple[Node, Node]  # one logical tensor as (train side [s, 1, h], rollout side [1, s, h])
 
 HF_NAMES = {  # role -> (rollout module path, class); "{i}" is the layer index
-    "embed": ("model.embed_tokens", "Embedding"), "rotary": ("model.rotary_emb", "Qwen2RotaryEmbedding"),
-    "layer": ("model.layers.{i}", "Qwen2DecoderLayer"), "ln1": ("model.layers.{i}.input_layernorm", "Qwen2RMSNorm"),
-    "attn": ("model.layers.{i}.self_attn", "Qwen2Attention"), "q": ("model.layers.{i}.self_attn.q_proj", "Linear"),
-    "k": ("model.layers.{i}.self_attn.k_proj", "Linear"), "v": ("model.layers.{i}.self_attn.v_proj", "Linear"),
+    "embed": ("model.embed_tokens", "Embedding"),
+    "rotary": ("model.rotary_emb", "Qwen2RotaryEmbedding"),
+    "layer": ("model.layers.{i}", "Qwen2DecoderLayer"),
+    "ln1": ("model.layers.{i}.input_layernorm", "Qwen2RMSNorm"),
+    "attn": ("model.layers.{i}.self_attn", "Qwen2Attention"),
+    "q": ("model.layers.{i}.self_attn.q_proj", "Linear"),
+    "k": ("model.layers.{i}.self_attn.k_proj", "Linear"),
+    "v": ("model.layers.{i}.self_attn.v_proj", "Linear"),
     "o": ("model.layers.{i}.self_attn.o_proj", "Linear"),
     "ln2": ("model.layers.{i}.post_attention_layernorm", "Qwen2RMSNorm"),
-    "mlp": ("model.layers.{i}.mlp", "Qwen2MLP"), "gate": ("model.layers.{i}.mlp.gate_proj", "Linear"),
-    "act": ("model.layers.{i}.mlp.act_fn", "SiLUActivation"), "up": ("model.layers.{i}.mlp.up_proj", "Linear"),
-    "down": ("model.layers.{i}.mlp.down_proj", "Linear"), "norm": ("model.norm", "Qwen2RMSNorm"),
-    "head": ("lm_head", "Linear"), "root": ("model", "Qwen2Model"),
+    "mlp": ("model.layers.{i}.mlp", "Qwen2MLP"),
+    "gate": ("model.layers.{i}.mlp.gate_proj", "Linear"),
+    "act": ("model.layers.{i}.mlp.act_fn", "SiLUActivation"),
+    "up": ("model.layers.{i}.mlp.up_proj", "Linear"),
+    "down": ("model.layers.{i}.mlp.down_proj", "Linear"),
+    "norm": ("model.norm", "Qwen2RMSNorm"),
+    "head": ("lm_head", "Linear"),
+    "root": ("model", "Qwen2Model"),
 }
 LITGPT_NAMES = {
-    "embed": ("transformer.wte", "Embedding"), "layer": ("transformer.h.{i}", "Block"),
-    "ln1": ("transformer.h.{i}.norm_1", "RMSNorm"), "attn": ("transformer.h.{i}.attn", "CausalSelfAttention"),
-    "qkv": ("transformer.h.{i}.attn.qkv", "Linear"), "o": ("transformer.h.{i}.attn.proj", "Linear"),
-    "ln2": ("transformer.h.{i}.norm_2", "RMSNorm"), "mlp": ("transformer.h.{i}.mlp", "LLaMAMLP"),
-    "gate": ("transformer.h.{i}.mlp.fc_1", "Linear"), "up": ("transformer.h.{i}.mlp.fc_2", "Linear"),
-    "down": ("transformer.h.{i}.mlp.proj", "Linear"), "norm": ("transformer.ln_f", "RMSNorm"),
+    "embed": ("transformer.wte", "Embedding"),
+    "layer": ("transformer.h.{i}", "Block"),
+    "ln1": ("transformer.h.{i}.norm_1", "RMSNorm"),
+    "attn": ("transformer.h.{i}.attn", "CausalSelfAttention"),
+    "qkv": ("transformer.h.{i}.attn.qkv", "Linear"),
+    "o": ("transformer.h.{i}.attn.proj", "Linear"),
+    "ln2": ("transformer.h.{i}.norm_2", "RMSNorm"),
+    "mlp": ("transformer.h.{i}.mlp", "LLaMAMLP"),
+    "gate": ("transformer.h.{i}.mlp.fc_1", "Linear"),
+    "up": ("transformer.h.{i}.mlp.fc_2", "Linear"),
+    "down": ("transformer.h.{i}.mlp.proj", "Linear"),
+    "norm": ("transformer.ln_f", "RMSNorm"),
     "head": ("lm_head", "Linear"),
 }
 ROLLOUT_NAMES = {"hf": HF_NAMES, "litgpt": LITGPT_NAMES}
 
 
-def model_pair(rollout_naming: str = "hf", layers: int = 2, calls: int = 1, fault_layer: int | None = None,
-               seed: int = 0) -> Pair:
+def model_pair(
+    rollout_naming: str = "hf", layers: int = 2, calls: int = 1, fault_layer: int | None = None, seed: int = 0
+) -> Pair:
     """A Megatron-core train dump and a rollout dump of the same tiny model, plus the mapping a person would write.
 
     With `fault_layer`, the train side's statistics diverge from that layer's attention output onwards."""
@@ -152,8 +196,13 @@ def model_pair(rollout_naming: str = "hf", layers: int = 2, calls: int = 1, faul
             n1, q, k, v, context = hidden(), hidden(HEADS_DIM), hidden(KV_DIM), hidden(KV_DIM), hidden()
             pair("ln1", f"{layer}.input_layernorm", "RMSNorm", i, x, n1)
             width = HEADS_DIM + 2 * KV_DIM
-            qkv = train.add(f"{layer}.self_attention.linear_qkv", "ColumnParallelLinear", n1[0],
-                            concat([q[0], k[0], v[0]], SEQ, 1, width), call=call)
+            qkv = train.add(
+                f"{layer}.self_attention.linear_qkv",
+                "ColumnParallelLinear",
+                n1[0],
+                concat([q[0], k[0], v[0]], SEQ, 1, width),
+                call=call,
+            )
             if "qkv" in names:
                 expected[qkv] = on_rollout("qkv", i, n1[1], concat([q[1], k[1], v[1]], 1, SEQ, width))
             else:
@@ -166,8 +215,13 @@ def model_pair(rollout_naming: str = "hf", layers: int = 2, calls: int = 1, faul
             pair("attn", f"{layer}.self_attention", "SelfAttention", i, n1, attention)
             pair("ln2", f"{layer}.pre_mlp_layernorm", "RMSNorm", i, residual, n2)
             gate, up, activated, out = hidden(FFN), hidden(FFN), hidden(FFN), hidden()
-            fc1 = train.add(f"{layer}.mlp.linear_fc1", "ColumnParallelLinear", n2[0],
-                            concat([gate[0], up[0]], SEQ, 1, 2 * FFN), call=call)
+            fc1 = train.add(
+                f"{layer}.mlp.linear_fc1",
+                "ColumnParallelLinear",
+                n2[0],
+                concat([gate[0], up[0]], SEQ, 1, 2 * FFN),
+                call=call,
+            )
             gate_key = on_rollout("gate", i, n2[1], gate[1])
             if "act" in names:
                 on_rollout("act", i, gate[1], activated[1])
@@ -266,10 +320,12 @@ def test_split_train_modules_share_one_fused_rollout_module() -> None:
     train, rollout = Side("Module"), Side("Module")
     x, q = stats.tensor(SEQ, HIDDEN), stats.tensor(SEQ, HEADS_DIM)
     k, v = stats.tensor(SEQ, KV_DIM), stats.tensor(SEQ, KV_DIM)
-    parts = [train.add(f"model.layers.0.self_attn.{name}_proj", "Linear", x, node)
-             for name, node in zip("qkv", (q, k, v))]
-    fused = rollout.add("model.layers.0.self_attn.qkv_proj", "QKVParallelLinear", x,
-                        concat([q, k, v], SEQ, HEADS_DIM + 2 * KV_DIM))
+    parts = [
+        train.add(f"model.layers.0.self_attn.{name}_proj", "Linear", x, node) for name, node in zip("qkv", (q, k, v))
+    ]
+    fused = rollout.add(
+        "model.layers.0.self_attn.qkv_proj", "QKVParallelLinear", x, concat([q, k, v], SEQ, HEADS_DIM + 2 * KV_DIM)
+    )
     result = suggest_mapping(train.dump("t"), rollout.dump("r"))
     assert result.mapping == {key: fused for key in parts}
     assert [(group.kind, group.train_keys, group.rollout_keys) for group in result.groups] == [("N:1", parts, [fused])]
@@ -373,7 +429,8 @@ def test_user_rules_extend_the_defaults(tmp_path: Path) -> None:
     rules_file.write_text('[[rename]]\ncanonical = "mixer"\nnames = ["token_mixer", "time_mix"]\n')
     result = suggest_mapping(train.dump("t"), rollout.dump("r"), rules=NamingRules.from_files([rules_file]))
     assert result.mapping == {
-        "Module.model.layers.0.token_mixer.Mixer.forward.0": "Module.model.layers.0.time_mix.Mixer.forward.0"}
+        "Module.model.layers.0.token_mixer.Mixer.forward.0": "Module.model.layers.0.time_mix.Mixer.forward.0"
+    }
     assert "token_mixer↔time_mix" in result.suggestions[0].reason
 
 
@@ -397,8 +454,14 @@ def test_litgpt_fc_2_is_the_up_projection_not_megatrons_linear_fc2() -> None:
     assert canonical("model.layers.0.self_attn.attn").path == core_attention
 
 
-def _tensor(shape: tuple[int, ...], mx: float = 2.0, mn: float = -2.0, mean: float = 0.1, norm: float = 5.0,
-            dtype: str = "torch.float32") -> TensorStats:
+def _tensor(
+    shape: tuple[int, ...],
+    mx: float = 2.0,
+    mn: float = -2.0,
+    mean: float = 0.1,
+    norm: float = 5.0,
+    dtype: str = "torch.float32",
+) -> TensorStats:
     return TensorStats(dtype, shape, mx, mn, mean, norm)
 
 

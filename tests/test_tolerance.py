@@ -25,11 +25,13 @@ def test_known_dtypes_and_their_aliases_are_accepted() -> None:
 
 
 def test_the_server_applies_the_same_rule() -> None:
-    settings, problems = Settings.from_client({"tolerances": {"float32": 0.1, "bfloat16": 0, "float16": math.inf,
-                                                              "flaot32": 1e-3, "float64": None}})
+    settings, problems = Settings.from_client(
+        {"tolerances": {"float32": 0.1, "bfloat16": 0, "float16": math.inf, "flaot32": 1e-3, "float64": None}}
+    )
     assert settings.tolerances.by_dtype["float32"] == 0.1
     assert settings.tolerances.by_dtype["bfloat16"] == 3e-2 and settings.tolerances.by_dtype["float16"] == 5e-3
     assert len(problems) == 3 and all(p.startswith("rcaLsp.tolerances.") for p in problems)
     assert any("unknown dtype 'flaot32'" in p for p in problems)
-    assert Settings.from_client({"tolerances": [1]})[1] == ['rcaLsp.tolerances must be an object such as '
-                                                            '{"bfloat16": 0.03}']
+    assert Settings.from_client({"tolerances": [1]})[1] == [
+        'rcaLsp.tolerances must be an object such as {"bfloat16": 0.03}'
+    ]

@@ -22,25 +22,33 @@ TOKENS, HIDDEN, INTER, QKV = 8, 128, 256, 256  # 4 heads + 2 kv heads of dim 32
 
 ROLLOUT_KEYS = [
     "Module.model.embed_tokens.VocabParallelEmbedding.forward.0",
-    *[k for i in range(2) for k in (
-        f"Module.model.layers.{i}.input_layernorm.RMSNorm.forward.0",
-        f"Module.model.layers.{i}.self_attn.qkv_proj.QKVParallelLinear.forward.0",
-        f"Module.model.layers.0.self_attn.rotary_emb.RotaryEmbedding.forward.{i}",  # shared module, keyed layers.0
-        f"Module.model.layers.{i}.self_attn.attn.Attention.forward.0",
-        f"Module.model.layers.{i}.self_attn.o_proj.RowParallelLinear.forward.0",
-        f"Module.model.layers.{i}.self_attn.Qwen2Attention.forward.0",
-        f"Module.model.layers.{i}.post_attention_layernorm.RMSNorm.forward.0",
-        f"Module.model.layers.{i}.mlp.gate_up_proj.MergedColumnParallelLinear.forward.0",
-        f"Module.model.layers.{i}.mlp.act_fn.SiluAndMul.forward.0",
-        f"Module.model.layers.{i}.mlp.down_proj.RowParallelLinear.forward.0",
-        f"Module.model.layers.{i}.mlp.Qwen2MLP.forward.0",
-        f"Module.model.layers.{i}.Qwen2DecoderLayer.forward.0",
-    )],
+    *[
+        k
+        for i in range(2)
+        for k in (
+            f"Module.model.layers.{i}.input_layernorm.RMSNorm.forward.0",
+            f"Module.model.layers.{i}.self_attn.qkv_proj.QKVParallelLinear.forward.0",
+            f"Module.model.layers.0.self_attn.rotary_emb.RotaryEmbedding.forward.{i}",  # shared module, keyed layers.0
+            f"Module.model.layers.{i}.self_attn.attn.Attention.forward.0",
+            f"Module.model.layers.{i}.self_attn.o_proj.RowParallelLinear.forward.0",
+            f"Module.model.layers.{i}.self_attn.Qwen2Attention.forward.0",
+            f"Module.model.layers.{i}.post_attention_layernorm.RMSNorm.forward.0",
+            f"Module.model.layers.{i}.mlp.gate_up_proj.MergedColumnParallelLinear.forward.0",
+            f"Module.model.layers.{i}.mlp.act_fn.SiluAndMul.forward.0",
+            f"Module.model.layers.{i}.mlp.down_proj.RowParallelLinear.forward.0",
+            f"Module.model.layers.{i}.mlp.Qwen2MLP.forward.0",
+            f"Module.model.layers.{i}.Qwen2DecoderLayer.forward.0",
+        )
+    ],
     "Module.model.norm.RMSNorm.forward.0",
     "Module.logits_processor.LogitsProcessor.forward.0",
 ]
-LINEARS = ["self_attn.qkv_proj.QKVParallelLinear", "self_attn.o_proj.RowParallelLinear",
-           "mlp.gate_up_proj.MergedColumnParallelLinear", "mlp.down_proj.RowParallelLinear"]
+LINEARS = [
+    "self_attn.qkv_proj.QKVParallelLinear",
+    "self_attn.o_proj.RowParallelLinear",
+    "mlp.gate_up_proj.MergedColumnParallelLinear",
+    "mlp.down_proj.RowParallelLinear",
+]
 
 
 @cache
@@ -67,8 +75,9 @@ def same_stats(a: dict, b: dict, rel: float = 1e-5) -> bool:
 
 
 def is_tensor(node, shape, dtype="torch.float32"):
-    return isinstance(node, dict) and node["type"] == "torch.Tensor" and node["shape"] == shape \
-        and node["dtype"] == dtype
+    return (
+        isinstance(node, dict) and node["type"] == "torch.Tensor" and node["shape"] == shape and node["dtype"] == dtype
+    )
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -87,8 +96,10 @@ def test_rollout_keys_are_exactly_vllms_modules(variant: str) -> None:
     assert keys == ROLLOUT_KEYS  # dump order; no Qwen2Model, no lm_head, no model root
     assert not any("lm_head" in k or "Qwen2Model" in k or ".layers.1.self_attn.rotary_emb" in k for k in keys)
     construct = load(variant, "rollout", "construct.json")
-    assert construct["Module.model.layers.0.self_attn.rotary_emb.RotaryEmbedding.forward.1"] == \
-        "Module.model.layers.1.self_attn.Qwen2Attention.forward.0"
+    assert (
+        construct["Module.model.layers.0.self_attn.rotary_emb.RotaryEmbedding.forward.1"]
+        == "Module.model.layers.1.self_attn.Qwen2Attention.forward.0"
+    )
     assert construct["Module.model.layers.0.Qwen2DecoderLayer.forward.0"] is None  # Qwen2Model is not dumped
 
 
@@ -100,8 +111,10 @@ def test_mapping_is_one_to_one_between_present_keys(variant: str) -> None:
     assert all(isinstance(v, str) for v in mapping.values())  # vLLM fuses like Megatron: all pairs 1:1
     assert set(mapping) <= set(train) and set(mapping.values()) <= set(rollout)
     assert not any("output_layer" in k for k in mapping)
-    assert mapping[f"{T}decoder.layers.0.mlp.linear_fc1.ColumnParallelLinear.forward.0"] == \
-        f"{R}model.layers.0.mlp.gate_up_proj.MergedColumnParallelLinear.forward.0"
+    assert (
+        mapping[f"{T}decoder.layers.0.mlp.linear_fc1.ColumnParallelLinear.forward.0"]
+        == f"{R}model.layers.0.mlp.gate_up_proj.MergedColumnParallelLinear.forward.0"
+    )
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -117,15 +130,16 @@ def test_repacked_linear_weights_are_empty(variant: str) -> None:
         assert is_tensor(bias, [QKV]) and isinstance(bias["Norm"], float)
         for norm in ("input_layernorm", "post_attention_layernorm"):
             assert is_tensor(rk(variant, f"model.layers.{i}.{norm}", "RMSNorm")["parameters"]["weight"], [HIDDEN])
-    assert is_tensor(rk(variant, "model.embed_tokens", "VocabParallelEmbedding")["parameters"]["weight"],
-                     [128, HIDDEN])
+    assert is_tensor(rk(variant, "model.embed_tokens", "VocabParallelEmbedding")["parameters"]["weight"], [128, HIDDEN])
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_tensors_have_no_batch_dim(variant: str) -> None:
     assert is_tensor(rk(variant, "model.layers.0.self_attn.o_proj", "RowParallelLinear")["output"][0], [TOKENS, HIDDEN])
-    assert is_tensor(tk(variant, "decoder.layers.0.self_attention.linear_proj", "RowParallelLinear")["output"][0],
-                     [TOKENS, 1, HIDDEN])
+    assert is_tensor(
+        tk(variant, "decoder.layers.0.self_attention.linear_proj", "RowParallelLinear")["output"][0],
+        [TOKENS, 1, HIDDEN],
+    )
     act = rk(variant, "model.layers.0.mlp.act_fn", "SiluAndMul")
     assert is_tensor(act["input_args"][0], [TOKENS, 2 * INTER]) and is_tensor(act["output"][0], [TOKENS, INTER])
 
@@ -134,8 +148,12 @@ def test_tensors_have_no_batch_dim(variant: str) -> None:
 def test_fused_residual_rmsnorm_takes_and_returns_pairs(variant: str) -> None:
     first = rk(variant, "model.layers.0.input_layernorm", "RMSNorm")
     assert len(first["input_args"]) == 1 and len(first["output"]) == 1
-    for path in ("model.layers.0.post_attention_layernorm", "model.layers.1.input_layernorm",
-                 "model.layers.1.post_attention_layernorm", "model.norm"):
+    for path in (
+        "model.layers.0.post_attention_layernorm",
+        "model.layers.1.input_layernorm",
+        "model.layers.1.post_attention_layernorm",
+        "model.norm",
+    ):
         e = rk(variant, path, "RMSNorm")
         assert [n["shape"] for n in e["input_args"]] == [[TOKENS, HIDDEN]] * 2, path
         assert [n["shape"] for n in e["output"]] == [[TOKENS, HIDDEN]] * 2, path
@@ -165,17 +183,28 @@ def test_decoder_layer_returns_mlp_out_and_residual(variant: str) -> None:
 def test_healthy_full_hidden_state_is_the_next_norms_residual_output() -> None:
     v = "vllm_healthy"
     # train layer output (full hidden state) == vLLM's x + residual, visible only as the next norm's output.1
-    assert same_stats(tk(v, "decoder.layers.0", "TransformerLayer")["output"][0],
-                      rk(v, "model.layers.1.input_layernorm", "RMSNorm")["output"][1])
-    assert same_stats(tk(v, "decoder.layers.0.pre_mlp_layernorm", "RMSNorm")["input_args"][0],
-                      rk(v, "model.layers.0.post_attention_layernorm", "RMSNorm")["output"][1])
-    assert same_stats(tk(v, "decoder.final_layernorm", "RMSNorm")["input_args"][0],
-                      rk(v, "model.norm", "RMSNorm")["output"][1])
+    assert same_stats(
+        tk(v, "decoder.layers.0", "TransformerLayer")["output"][0],
+        rk(v, "model.layers.1.input_layernorm", "RMSNorm")["output"][1],
+    )
+    assert same_stats(
+        tk(v, "decoder.layers.0.pre_mlp_layernorm", "RMSNorm")["input_args"][0],
+        rk(v, "model.layers.0.post_attention_layernorm", "RMSNorm")["output"][1],
+    )
+    assert same_stats(
+        tk(v, "decoder.final_layernorm", "RMSNorm")["input_args"][0], rk(v, "model.norm", "RMSNorm")["output"][1]
+    )
     # ... while the naive pairs differ (structure, not a fault)
-    assert not same_stats(tk(v, "decoder.layers.0", "TransformerLayer")["output"][0],
-                          rk(v, "model.layers.0", "Qwen2DecoderLayer")["output"][0], rel=1e-2)
-    assert not same_stats(tk(v, "decoder.layers.1.input_layernorm", "RMSNorm")["input_args"][0],
-                          rk(v, "model.layers.1.input_layernorm", "RMSNorm")["input_args"][0], rel=1e-2)
+    assert not same_stats(
+        tk(v, "decoder.layers.0", "TransformerLayer")["output"][0],
+        rk(v, "model.layers.0", "Qwen2DecoderLayer")["output"][0],
+        rel=1e-2,
+    )
+    assert not same_stats(
+        tk(v, "decoder.layers.1.input_layernorm", "RMSNorm")["input_args"][0],
+        rk(v, "model.layers.1.input_layernorm", "RMSNorm")["input_args"][0],
+        rel=1e-2,
+    )
     # every mapped output.0 that is not a decoder layer matches
     for t_key, r_key in meta(v, "mapping_key.json").items():
         if "TransformerLayer" not in t_key:
@@ -195,11 +224,15 @@ def test_logits_and_truth() -> None:
 def test_missing_activation_diverges_between_fc1_and_fc2() -> None:
     v = "vllm_missing_activation"
     assert not any("activation" in k or "act_fn" in k for k in load(v, "train"))
-    fc1, gate_up = tk(v, "decoder.layers.0.mlp.linear_fc1", "ColumnParallelLinear"), \
-        rk(v, "model.layers.0.mlp.gate_up_proj", "MergedColumnParallelLinear")
+    fc1, gate_up = (
+        tk(v, "decoder.layers.0.mlp.linear_fc1", "ColumnParallelLinear"),
+        rk(v, "model.layers.0.mlp.gate_up_proj", "MergedColumnParallelLinear"),
+    )
     assert same_stats(fc1["output"][0], gate_up["output"][0])
-    fc2, down = tk(v, "decoder.layers.0.mlp.linear_fc2", "RowParallelLinear"), \
-        rk(v, "model.layers.0.mlp.down_proj", "RowParallelLinear")
+    fc2, down = (
+        tk(v, "decoder.layers.0.mlp.linear_fc2", "RowParallelLinear"),
+        rk(v, "model.layers.0.mlp.down_proj", "RowParallelLinear"),
+    )
     assert not same_stats(fc2["input_args"][0], down["input_args"][0], rel=1e-2)
     assert down["input_args"][0] == rk(v, "model.layers.0.mlp.act_fn", "SiluAndMul")["output"][0]
 
@@ -207,8 +240,11 @@ def test_missing_activation_diverges_between_fc1_and_fc2() -> None:
 def test_param_desync_only_visible_on_the_train_side() -> None:
     v, h = "vllm_param_desync", "vllm_healthy"
     path = "decoder.layers.1.self_attention.linear_proj"
-    assert not same_stats(tk(v, path, "RowParallelLinear")["parameters"]["weight"],
-                          tk(h, path, "RowParallelLinear")["parameters"]["weight"], rel=1e-3)
+    assert not same_stats(
+        tk(v, path, "RowParallelLinear")["parameters"]["weight"],
+        tk(h, path, "RowParallelLinear")["parameters"]["weight"],
+        rel=1e-3,
+    )
     o_proj = rk(v, "model.layers.1.self_attn.o_proj", "RowParallelLinear")
     assert o_proj["parameters"]["weight"]["shape"] == [0]
     assert same_stats(tk(v, path, "RowParallelLinear")["input_args"][0], o_proj["input_args"][0])

@@ -23,8 +23,6 @@ from rca_lsp.core.report_json import hypothesis, root_cause_report
 from rca_lsp.core.rootcause import CallEvidence, RootCauseAnalysis, Suspect, ranked_suspects
 from rca_lsp.core.validate import unknown_entries, unknown_key_issues
 
-
-
 Usable = dict[str, tuple[str, ...]]  # train key -> rollout keys present in the rollout dump
 
 
@@ -119,12 +117,18 @@ def _rows(train: Dump, mapping: ParsedMapping, usable: Usable) -> list[MappingRo
         layer = layer_index(key)
         notes = "no matched rollout key" if not rollout_keys else ""
         entry = requested.get(key)
-        confident = bool(rollout_keys) and entry is not None and len(rollout_keys) == len(entry.rollout_keys) and all(
-            layer_index(r) == layer for r in rollout_keys)
+        confident = (
+            bool(rollout_keys)
+            and entry is not None
+            and len(rollout_keys) == len(entry.rollout_keys)
+            and all(layer_index(r) == layer for r in rollout_keys)
+        )
         if entry is not None and len(rollout_keys) < len(entry.rollout_keys):
             notes = "some mapped rollout keys are not in the rollout dump"
         cardinality = "1:0" if not rollout_keys else ("1:1" if len(rollout_keys) == 1 else "1:N")
-        rows.append(MappingRow(key, rollout_keys, layer, block_of(key), cardinality, "high" if confident else "low", notes))
+        rows.append(
+            MappingRow(key, rollout_keys, layer, block_of(key), cardinality, "high" if confident else "low", notes)
+        )
     return rows
 
 
@@ -164,8 +168,11 @@ def _issues(mapping: ParsedMapping, flagged: list[MappingEntry], comparator: Com
 def _flagged_after_edit(mapping: ParsedMapping, previous: Analysis) -> list[MappingEntry]:
     """Entries with unknown keys: those of the previous parse still present, and those new to this parse."""
     kept = [e for e in previous.flagged if mapping.index_of(e) is not None]
-    added = mapping.edit.added if mapping.edit and mapping.edit.derives(previous.mapping) else (
-        mapping.entries_not_in(previous.mapping))
+    added = (
+        mapping.edit.added
+        if mapping.edit and mapping.edit.derives(previous.mapping)
+        else (mapping.entries_not_in(previous.mapping))
+    )
     new = unknown_entries(added, previous.train, previous.rollout)
     return sorted(kept + new, key=mapping.index_of) if new else kept  # type: ignore[arg-type]
 
@@ -181,8 +188,9 @@ def _usable_after_edit(mapping: ParsedMapping, previous: Analysis) -> tuple[Usab
     usable = dict(previous.usable)
     for key in edited:
         usable.pop(key, None)
-    usable.update(_usable_mapping({k: effective[k] for k in edited if k in effective}, previous.train,
-                                  previous.rollout))
+    usable.update(
+        _usable_mapping({k: effective[k] for k in edited if k in effective}, previous.train, previous.rollout)
+    )
     return usable, [k for k in edited if usable.get(k) != previous.usable.get(k)]
 
 
@@ -210,10 +218,23 @@ def _analyze(mapping: ParsedMapping, comparator: Comparator) -> Analysis:
     calls = {call: root_cause.call_evidence(rs) for call, rs in _by_call(records).items()}
     unmapped = {call: _unmapped_between(train, keys, matched_train) for call, keys in comparator.train_calls.items()}
     flagged = unknown_entries(mapping.entries, train, rollout)
-    return Analysis(comparator, mapping, flagged, _issues(mapping, flagged, comparator), usable, owners_of(usable),
-                    records,
-                    {k: r for r in records for k in r.comparison.train_keys}, matched_train, matched_rollout, calls,
-                    unmapped, ranked_suspects(calls.values()), calibration, judge)
+    return Analysis(
+        comparator,
+        mapping,
+        flagged,
+        _issues(mapping, flagged, comparator),
+        usable,
+        owners_of(usable),
+        records,
+        {k: r for r in records for k in r.comparison.train_keys},
+        matched_train,
+        matched_rollout,
+        calls,
+        unmapped,
+        ranked_suspects(calls.values()),
+        calibration,
+        judge,
+    )
 
 
 def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
@@ -223,9 +244,23 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
     issues = _issues(mapping, flagged, comparator)
     usable, changed = _usable_after_edit(mapping, previous)
     if not changed:
-        return Analysis(comparator, mapping, flagged, issues, usable, previous.owners, previous.records,
-                        previous.by_train_key, previous.matched_train, previous.matched_rollout, previous.calls,
-                        previous.unmapped_by_call, previous.suspects, previous.calibration, previous.judge)
+        return Analysis(
+            comparator,
+            mapping,
+            flagged,
+            issues,
+            usable,
+            previous.owners,
+            previous.records,
+            previous.by_train_key,
+            previous.matched_train,
+            previous.matched_rollout,
+            previous.calls,
+            previous.unmapped_by_call,
+            previous.suspects,
+            previous.calibration,
+            previous.judge,
+        )
     owners = updated_owners(previous.owners, previous.usable, usable, changed)
     dirty, groups = regroup(changed, usable, owners, previous.by_train_key, train, rollout)
     old = {id(r): r for k in dirty if (r := previous.by_train_key.get(k)) is not None}
@@ -245,13 +280,22 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
         matched_train.update(record.comparison.train_keys)
         matched_rollout.update(record.comparison.rollout_keys)
     # dump keys that became matched or unmatched: the "between" lists that scanned them must be derived again
-    flipped_train = {k for r in removed + added for k in r.comparison.train_keys
-                     if (k in matched_train) != (k in previous.matched_train)}
-    flipped_rollout = [rollout.entries[k].position for r in removed + added for k in r.comparison.rollout_keys
-                       if (k in matched_rollout) != (k in previous.matched_rollout)]
+    flipped_train = {
+        k
+        for r in removed + added
+        for k in r.comparison.train_keys
+        if (k in matched_train) != (k in previous.matched_train)
+    }
+    flipped_rollout = [
+        rollout.entries[k].position
+        for r in removed + added
+        for k in r.comparison.rollout_keys
+        if (k in matched_rollout) != (k in previous.matched_rollout)
+    ]
     root_cause = RootCauseAnalysis(train, rollout, matched_train, matched_rollout)
-    calls = _calls_after(previous, removed, added, root_cause, [train.entries[k].position for k in flipped_train],
-                         flipped_rollout)
+    calls = _calls_after(
+        previous, removed, added, root_cause, [train.entries[k].position for k in flipped_train], flipped_rollout
+    )
     unmapped = dict(previous.unmapped_by_call)
     for call in {train.entries[k].call_index for k in flipped_train}:
         unmapped[call] = _unmapped_between(train, comparator.train_calls[call], matched_train)
@@ -259,37 +303,60 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
     calibration, judge = _calibrated(comparator, records)
     if judge is not previous.judge:  # the edit moved the noise floor: every verdict may change
         return _analyze(mapping, comparator)
-    return Analysis(comparator, mapping, flagged, issues, usable, owners, records, by_train_key, matched_train,
-                    matched_rollout, calls, unmapped, ranked_suspects(calls.values()), calibration, judge)
+    return Analysis(
+        comparator,
+        mapping,
+        flagged,
+        issues,
+        usable,
+        owners,
+        records,
+        by_train_key,
+        matched_train,
+        matched_rollout,
+        calls,
+        unmapped,
+        ranked_suspects(calls.values()),
+        calibration,
+        judge,
+    )
 
 
-def _calls_after(previous: Analysis, removed: list[ModuleRecord], added: list[ModuleRecord],
-                 root_cause: RootCauseAnalysis, train_positions: list[int],
-                 rollout_positions: list[int]) -> dict[int, CallEvidence]:
+def _calls_after(
+    previous: Analysis,
+    removed: list[ModuleRecord],
+    added: list[ModuleRecord],
+    root_cause: RootCauseAnalysis,
+    train_positions: list[int],
+    rollout_positions: list[int],
+) -> dict[int, CallEvidence]:
     """The evidence per call after records were removed and added: reused, updated, or new."""
     call_records: dict[int, list[ModuleRecord]] = {}
     changed_positions: dict[int, list[int]] = {}
     for call in {r.call_index for r in removed + added}:
         earlier = previous.calls[call].records if call in previous.calls else []
-        call_records[call] = _replaced(earlier, [r for r in removed if r.call_index == call],
-                                       [r for r in added if r.call_index == call])
+        call_records[call] = _replaced(
+            earlier, [r for r in removed if r.call_index == call], [r for r in added if r.call_index == call]
+        )
         changed_positions[call] = [r.train_position for r in removed + added if r.call_index == call]
     calls: dict[int, CallEvidence] = {}
     for call in dict.fromkeys(r.call_index for r in _call_heads(previous, call_records)):
         evidence = previous.calls.get(call)
         if call in call_records:
             span = (min(changed_positions[call]), max(changed_positions[call]))
-            calls[call] = root_cause.call_evidence(call_records[call], evidence, span, train_positions,
-                                                   rollout_positions)
+            calls[call] = root_cause.call_evidence(
+                call_records[call], evidence, span, train_positions, rollout_positions
+            )
         elif evidence is not None and evidence.saw_any(train_positions, rollout_positions):
-            calls[call] = root_cause.call_evidence(evidence.records, evidence, None, train_positions,
-                                                   rollout_positions)
+            calls[call] = root_cause.call_evidence(evidence.records, evidence, None, train_positions, rollout_positions)
         elif evidence is not None:
             calls[call] = evidence
     return calls
 
 
-def _replaced(records: list[ModuleRecord], removed: list[ModuleRecord], added: list[ModuleRecord]) -> list[ModuleRecord]:
+def _replaced(
+    records: list[ModuleRecord], removed: list[ModuleRecord], added: list[ModuleRecord]
+) -> list[ModuleRecord]:
     """`records` (in train order, each of `removed` among them) without `removed`, with `added` in their place."""
     kept = list(records)
     for record in removed:

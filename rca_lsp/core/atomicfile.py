@@ -77,8 +77,12 @@ def is_stale_temporary(name: str, legacy_targets: Iterable[str] = ()) -> bool:
     match = _TEMPORARY_RE.match(name)
     if match is not None:
         return match["host"] == _host() and not _is_running(int(match["pid"]))
-    return any(name.startswith(f".{target}.") and len(name) == len(target) + 10
-               and _MKSTEMP_SUFFIX_RE.match(name, len(target) + 2) is not None for target in legacy_targets)
+    return any(
+        name.startswith(f".{target}.")
+        and len(name) == len(target) + 10
+        and _MKSTEMP_SUFFIX_RE.match(name, len(target) + 2) is not None
+        for target in legacy_targets
+    )
 
 
 def remove_stale_temporaries(folder: Path, legacy_targets: Iterable[str] = ()) -> list[Path]:

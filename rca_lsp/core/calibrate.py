@@ -47,10 +47,14 @@ class DtypeCalibration:
 
     def describe(self) -> str:
         if self.fallback:
-            return (f"{self.dtype}: {self.pairs} compared pairs, too few to calibrate: the fixed tolerance "
-                    f"{self.ceiling:g} applies")
-        text = (f"{self.dtype}: noise floor {self.floor:.2g} over {self.pairs} pairs, threshold {self.threshold:.2g} "
-                f"({'capped at the fixed tolerance' if self.threshold >= self.ceiling else f'{JUMP_FACTOR:g}x the floor, rounded up'})")
+            return (
+                f"{self.dtype}: {self.pairs} compared pairs, too few to calibrate: the fixed tolerance "
+                f"{self.ceiling:g} applies"
+            )
+        text = (
+            f"{self.dtype}: noise floor {self.floor:.2g} over {self.pairs} pairs, threshold {self.threshold:.2g} "
+            f"({'capped at the fixed tolerance' if self.threshold >= self.ceiling else f'{JUMP_FACTOR:g}x the floor, rounded up'})"
+        )
         if self.jump_key is not None and self.jump_factor is not None:
             text += f"; first jump {self.jump_error:.2g} ({self.jump_factor:.3g}x the floor) at {self.jump_key}"
         return text
@@ -104,16 +108,19 @@ def calibrate_series(dtype: str, series: Sequence[tuple[str, float]], ceiling: f
             return DtypeCalibration(dtype, len(series), floor, threshold, ceiling, key, error, False)
         if error <= ceiling:  # an error past the ceiling is no noise, whatever follows it
             floor = max(floor, error)
-    return DtypeCalibration(dtype, len(series), floor, _threshold(floor, rounding, ceiling), ceiling, None, None,
-                            False)
+    return DtypeCalibration(dtype, len(series), floor, _threshold(floor, rounding, ceiling), ceiling, None, None, False)
 
 
 def _persists(series: Sequence[tuple[str, float]], index: int, threshold: float) -> bool:
     """Half of the next pairs stay above the threshold (the last pairs of a run have nothing after them)."""
-    following = [error for _, error in series[index + 1:index + 1 + PERSIST_WINDOW]]
+    following = [error for _, error in series[index + 1 : index + 1 + PERSIST_WINDOW]]
     return not following or 2 * sum(error > threshold for error in following) >= len(following)
 
 
 def calibrate(records: Iterable[ModuleRecord], base: Tolerances) -> Calibration:
-    return Calibration({dtype: calibrate_series(dtype, series, base.for_dtypes(dtype))
-                        for dtype, series in error_series(records).items()})
+    return Calibration(
+        {
+            dtype: calibrate_series(dtype, series, base.for_dtypes(dtype))
+            for dtype, series in error_series(records).items()
+        }
+    )

@@ -61,7 +61,7 @@ def _joined_shape(shapes: list[tuple[int, ...] | None]) -> tuple[int, ...] | Non
     if len(differing) > 1:
         return None
     dim = differing[0] if differing else next((d for d, size in enumerate(first) if size != 1), 0)
-    return first[:dim] + (sum(s[dim] for s in known),) + first[dim + 1:]
+    return first[:dim] + (sum(s[dim] for s in known),) + first[dim + 1 :]
 
 
 def _joined(parts: list[TensorStats | None], with_mean: bool = True) -> TensorStats | None:
@@ -102,14 +102,23 @@ def join_calls(calls: Sequence[ModuleEntry], tolerances: Tolerances) -> ModuleEn
     """Several calls of one module as one entry (the first call's, with every slot joined along the sequence)."""
     first = calls[0]
     with_mean = not _is_probability(first)
-    kwargs = {name: joined for name in first.kwargs
-              if _comparable_kwarg(name) and (joined := _joined([c.kwargs.get(name) for c in calls])) is not None}
+    kwargs = {
+        name: joined
+        for name in first.kwargs
+        if _comparable_kwarg(name) and (joined := _joined([c.kwargs.get(name) for c in calls])) is not None
+    }
     disagreements = tuple(d for c in calls for d in c.disagreements) + tuple(_parameters(calls, tolerances))
     return msgspec.structs.replace(
-        first, key=all_calls_key(first.key), position=calls[-1].position,
-        input=_joined([c.input for c in calls], with_mean), output=_joined([c.output for c in calls], with_mean),
-        kwargs=kwargs, stream_input=_joined([c.stream_input for c in calls]),
-        stream_output=_joined([c.stream_output for c in calls]), disagreements=disagreements)
+        first,
+        key=all_calls_key(first.key),
+        position=calls[-1].position,
+        input=_joined([c.input for c in calls], with_mean),
+        output=_joined([c.output for c in calls], with_mean),
+        kwargs=kwargs,
+        stream_input=_joined([c.stream_input for c in calls]),
+        stream_output=_joined([c.stream_output for c in calls]),
+        disagreements=disagreements,
+    )
 
 
 def fold_calls(entries: Sequence[ModuleEntry], tolerances: Tolerances) -> tuple[list[ModuleEntry], list[CallSummary]]:
@@ -127,8 +136,12 @@ def fold_calls(entries: Sequence[ModuleEntry], tolerances: Tolerances) -> tuple[
             continue
         calls.sort(key=lambda e: e.call_index)
         folded.append(join_calls(calls, tolerances))
-        summaries.append(CallSummary(tuple(c.call_index for c in calls),
-                                     tuple(leading_size(c.output) if c.output is not None else None for c in calls)))
+        summaries.append(
+            CallSummary(
+                tuple(c.call_index for c in calls),
+                tuple(leading_size(c.output) if c.output is not None else None for c in calls),
+            )
+        )
     return folded, summaries
 
 
@@ -187,6 +200,15 @@ def regrouped_view(dump: Dump, groups: list[list[int]], tolerances: Tolerances) 
     keys.sort(key=lambda k: entries[k].position)
     for position, key in enumerate(keys):
         entries[key] = msgspec.structs.replace(entries[key], position=position)
-    view = Dump(dump.path, dump.task, dump.level, dump.framework, keys, entries, dump.skipped_keys, dump.parallel,
-                dump.null_keys)
+    view = Dump(
+        dump.path,
+        dump.task,
+        dump.level,
+        dump.framework,
+        keys,
+        entries,
+        dump.skipped_keys,
+        dump.parallel,
+        dump.null_keys,
+    )
     return view, members

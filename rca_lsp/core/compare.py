@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from math import isfinite, isnan
 from functools import lru_cache
+from math import isfinite, isnan
 from typing import Any, Literal, NamedTuple, Sequence
 
 from rca_lsp.core.dump import TensorStats, is_integer_dtype
@@ -47,8 +47,9 @@ class TargetComparison(NamedTuple):
 _new = tuple.__new__
 
 
-def aggregate(parts: Sequence[TensorStats], shape: tuple[int, ...] | None = None,
-              with_mean: bool = True) -> TensorStats:
+def aggregate(
+    parts: Sequence[TensorStats], shape: tuple[int, ...] | None = None, with_mean: bool = True
+) -> TensorStats:
     """Exact statistics of the concatenation of the parts, in any order or permutation; `shape` is the
     concatenation's shape when known (else flat). `with_mean=False` leaves the Mean out: for tensors whose parts
     are not pieces of one tensor's elements (attention probabilities of decode steps lack the masked triangle)."""
@@ -124,12 +125,17 @@ def relative_error(train: TensorStats | None, rollout: TensorStats | None) -> fl
         return None
     t_max, t_min, t_mean, t_norm = train.max, train.min, train.mean, train.norm
     if (t_max, t_min, t_mean, t_norm) == (rollout.max, rollout.min, rollout.mean, rollout.norm) and all(
-            v is None or isfinite(v) for v in (t_max, t_min, t_mean, t_norm)):
+        v is None or isfinite(v) for v in (t_max, t_min, t_mean, t_norm)
+    ):
         return None if t_max is None and t_min is None and t_mean is None and t_norm is None else 0.0  # the common case
     scale = _comparison_scale(train, rollout, dtype_match)
     worst: float | None = None
-    for name, t, r in (("Max", train.max, rollout.max), ("Min", train.min, rollout.min),
-                       ("Mean", train.mean, rollout.mean), ("Norm", train.norm, rollout.norm)):
+    for name, t, r in (
+        ("Max", train.max, rollout.max),
+        ("Min", train.min, rollout.min),
+        ("Mean", train.mean, rollout.mean),
+        ("Norm", train.norm, rollout.norm),
+    ):
         if t is None or r is None:
             continue
         if not (isfinite(t) and isfinite(r)):
@@ -178,8 +184,9 @@ NONFINITE_BOTH = 1
 NONFINITE_ONE_SIDE = 2
 
 
-def quick_verdict(train: TensorStats | None, rollout: TensorStats | None,
-                  tolerances: Tolerances) -> tuple[Consistency, int]:
+def quick_verdict(
+    train: TensorStats | None, rollout: TensorStats | None, tolerances: Tolerances
+) -> tuple[Consistency, int]:
     """The consistency `compare_target` would give, plus non-finite flags, without building any objects.
 
     Every target of every mapped pair goes through this; the detailed comparison is built only when shown.
@@ -190,15 +197,27 @@ def quick_verdict(train: TensorStats | None, rollout: TensorStats | None,
     if not same_form:
         return "missing", 0
     t_max, t_min, t_mean, t_norm = train.max, train.min, train.mean, train.norm
-    if (t_max is not None and t_min is not None and t_mean is not None and t_norm is not None
-            and (t_max, t_min, t_mean, t_norm) == (rollout.max, rollout.min, rollout.mean, rollout.norm)
-            and isfinite(t_max) and isfinite(t_min) and isfinite(t_mean) and isfinite(t_norm)):
+    if (
+        t_max is not None
+        and t_min is not None
+        and t_mean is not None
+        and t_norm is not None
+        and (t_max, t_min, t_mean, t_norm) == (rollout.max, rollout.min, rollout.mean, rollout.norm)
+        and isfinite(t_max)
+        and isfinite(t_min)
+        and isfinite(t_mean)
+        and isfinite(t_norm)
+    ):
         return "aligned", 0  # identical finite statistics (synced weights, untouched activations)
     scale = -1.0  # computed once a statistic differs: identical statistics need neither scale nor tolerance
     compared = bad = beyond_mean = False
     flags = 0
-    for name, t, r in (("Max", train.max, rollout.max), ("Min", train.min, rollout.min),
-                       ("Mean", train.mean, rollout.mean), ("Norm", train.norm, rollout.norm)):
+    for name, t, r in (
+        ("Max", train.max, rollout.max),
+        ("Min", train.min, rollout.min),
+        ("Mean", train.mean, rollout.mean),
+        ("Norm", train.norm, rollout.norm),
+    ):
         if t is None or r is None:
             continue
         compared = True
@@ -226,12 +245,34 @@ def quick_verdict(train: TensorStats | None, rollout: TensorStats | None,
 Assessment = tuple[tuple[Any, ...], float, str, str, str, str, str]
 
 
-def compare_target(target: str, train_key: str, rollout_key: str, train: TensorStats | None,
-                   rollout: TensorStats | None, tolerances: Tolerances, aggregated: bool = False) -> TargetComparison:
+def compare_target(
+    target: str,
+    train_key: str,
+    rollout_key: str,
+    train: TensorStats | None,
+    rollout: TensorStats | None,
+    tolerances: Tolerances,
+    aggregated: bool = False,
+) -> TargetComparison:
     errors, tol, dtype_match, relation, consistency, status, reason = assess(target, train, rollout, tolerances)
-    return _new(TargetComparison, (target, train_key, rollout_key, train, rollout, aggregated,
-                                   _stat_comparisons(train, rollout, errors), tol, dtype_match, relation, consistency,
-                                   status, reason))
+    return _new(
+        TargetComparison,
+        (
+            target,
+            train_key,
+            rollout_key,
+            train,
+            rollout,
+            aggregated,
+            _stat_comparisons(train, rollout, errors),
+            tol,
+            dtype_match,
+            relation,
+            consistency,
+            status,
+            reason,
+        ),
+    )
 
 
 def assess(target: str, train: TensorStats | None, rollout: TensorStats | None, tolerances: Tolerances) -> Assessment:
@@ -243,8 +284,15 @@ def assess(target: str, train: TensorStats | None, rollout: TensorStats | None, 
     dtype_match, same_form = _dtype_pair(train.dtype, rollout.dtype)
     relation = shape_relation(train, rollout)
     if not same_form:
-        return ((), tol, dtype_match, relation, "missing", "not_comparable",
-                f"{target} is {train.dtype} on train and {rollout.dtype} on rollout: not the same tensor form")
+        return (
+            (),
+            tol,
+            dtype_match,
+            relation,
+            "missing",
+            "not_comparable",
+            f"{target} is {train.dtype} on train and {rollout.dtype} on rollout: not the same tensor form",
+        )
     scale = _comparison_scale(train, rollout, dtype_match)
     max_err, max_status = _stat_cells("Max", train.max, rollout.max, scale, tol)
     min_err, min_status = _stat_cells("Min", train.min, rollout.min, scale, tol)
@@ -258,21 +306,27 @@ def assess(target: str, train: TensorStats | None, rollout: TensorStats | None, 
     return errors, tol, dtype_match, relation, consistency, status, reason + note
 
 
-def _stat_comparisons(train: TensorStats | None, rollout: TensorStats | None,
-                      errors: tuple[Any, ...]) -> tuple[StatComparison, ...]:
+def _stat_comparisons(
+    train: TensorStats | None, rollout: TensorStats | None, errors: tuple[Any, ...]
+) -> tuple[StatComparison, ...]:
     if not errors:
         return ()
-    return (_new(StatComparison, ("Max", train.max, rollout.max, errors[0], errors[1])),  # type: ignore[union-attr]
-            _new(StatComparison, ("Min", train.min, rollout.min, errors[2], errors[3])),  # type: ignore[union-attr]
-            _new(StatComparison, ("Mean", train.mean, rollout.mean, errors[4], errors[5])),  # type: ignore[union-attr]
-            _new(StatComparison, ("Norm", train.norm, rollout.norm, errors[6], errors[7])))  # type: ignore[union-attr]
+    return (
+        _new(StatComparison, ("Max", train.max, rollout.max, errors[0], errors[1])),  # type: ignore[union-attr]
+        _new(StatComparison, ("Min", train.min, rollout.min, errors[2], errors[3])),  # type: ignore[union-attr]
+        _new(StatComparison, ("Mean", train.mean, rollout.mean, errors[4], errors[5])),  # type: ignore[union-attr]
+        _new(StatComparison, ("Norm", train.norm, rollout.norm, errors[6], errors[7])),
+    )  # type: ignore[union-attr]
 
 
 @lru_cache(maxsize=1024)
 def _dtype_pair(train: str | None, rollout: str | None) -> tuple[str, bool]:
     """(dtype_match, whether both are integer or both floating)."""
-    match = "unknown" if train is None or rollout is None else (
-        "match" if normalise_dtype(train) == normalise_dtype(rollout) else "mismatch")
+    match = (
+        "unknown"
+        if train is None or rollout is None
+        else ("match" if normalise_dtype(train) == normalise_dtype(rollout) else "mismatch")
+    )
     return match, is_integer_dtype(train) == is_integer_dtype(rollout)
 
 
@@ -286,13 +340,23 @@ def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float) -> tupl
         nonfinite = [s for s in bad if _one_nonfinite(s.train, s.rollout)]
         if nonfinite:
             side = "train" if not math.isfinite(nonfinite[0].train) else "rollout"  # type: ignore[arg-type]
-            return ("mismatch", f"nonfinite_on_{side}",
-                    f"{target}: {', '.join(s.name for s in nonfinite)} non-finite on {side} only")
+            return (
+                "mismatch",
+                f"nonfinite_on_{side}",
+                f"{target}: {', '.join(s.name for s in nonfinite)} non-finite on {side} only",
+            )
         worst = max(bad, key=lambda s: s.rel_err or 0.0)
-        return "mismatch", "mismatch", f"{target}: {worst.name} differs by {worst.rel_err:.3g} relative (tolerance {tol:g})"
+        return (
+            "mismatch",
+            "mismatch",
+            f"{target}: {worst.name} differs by {worst.rel_err:.3g} relative (tolerance {tol:g})",
+        )
     if all(s.name == "Mean" for s in compared):
-        return "missing", "mean_only", f"{target}: only the Mean is known on both sides (it agrees, which alone does " \
-                                       "not show the tensors agree)"
+        return (
+            "missing",
+            "mean_only",
+            f"{target}: only the Mean is known on both sides (it agrees, which alone does not show the tensors agree)",
+        )
     both = [s.name for s in compared if s.status == "nonfinite_both"]
     return "aligned", "match", f"{target}: {', '.join(both)} non-finite on both sides" if both else _within(target, tol)
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
 import os
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -124,8 +124,11 @@ class Disagreement(msgspec.Struct, frozen=True, array_like=True, gc=False):
     def describe(self) -> str:
         others = ", ".join(map(str, self.members))
         noun = "rank" if self.across == "ranks" else "call"
-        what = ("a tensor that should be identical on every rank" if self.across == "ranks"
-                else "a parameter that should be the same in every call (did the weights change mid-generation?)")
+        what = (
+            "a tensor that should be identical on every rank"
+            if self.across == "ranks"
+            else "a parameter that should be the same in every call (did the weights change mid-generation?)"
+        )
         return f"{slot_label(self.slot)}: {noun}s {self.reference} and {others} disagree (by {self.rel_err:.3g} relative) on {what}"
 
 
@@ -220,7 +223,12 @@ class Dump:
         for key in self.keys:
             entry = self.entries[key]
             for stats in (entry.input, entry.output):
-                if stats is not None and stats.shape and len(stats.shape) in (2, 3) and not is_integer_dtype(stats.dtype):
+                if (
+                    stats is not None
+                    and stats.shape
+                    and len(stats.shape) in (2, 3)
+                    and not is_integer_dtype(stats.dtype)
+                ):
                     found[entry.call_index] = max(found.get(entry.call_index, 0), leading_size(stats))
         return dict(sorted(found.items()))
 
@@ -260,8 +268,10 @@ class Dump:
 
     def prefetch_lines(self, keys: Iterable[str]) -> None:
         """Find the lines of many keys in one pass over each file: keys are searched in dump order."""
-        wanted = sorted({k for k in keys if k not in self._line_cache},
-                        key=lambda k: self.entries[k].position if k in self.entries else -1)
+        wanted = sorted(
+            {k for k in keys if k not in self._line_cache},
+            key=lambda k: self.entries[k].position if k in self.entries else -1,
+        )
         by_file: dict[str, list[tuple[str, str]]] = {}
         for key in wanted:
             file, original = self.file_key(key)
@@ -379,8 +389,10 @@ def _entry(key: str, position: int, raw: Any) -> ModuleEntry | None:
     primary = _primary_input(args)
     source = "input_args.0"
     if primary is None and kwargs:
-        source, primary = next(((f"input_kwargs.{n}", kwargs[n]) for n in ("hidden_states", "x", "input") if n in kwargs),
-                               (f"input_kwargs.{next(iter(kwargs))}", next(iter(kwargs.values()))))
+        source, primary = next(
+            ((f"input_kwargs.{n}", kwargs[n]) for n in ("hidden_states", "x", "input") if n in kwargs),
+            (f"input_kwargs.{next(iter(kwargs))}", next(iter(kwargs.values()))),
+        )
     return ModuleEntry(
         key=key,
         position=position,
@@ -428,8 +440,9 @@ def build_dump(path: str, document: Any) -> Dump:
         entries[key] = entry
     if not keys:
         raise InputError(path, "no Module./Cell. forward entries in this dump (was it made at level L0 or mix?)")
-    return Dump(path, document.task, document.level, document.framework, keys, entries, skipped,
-                null_keys=frozenset(null_keys))
+    return Dump(
+        path, document.task, document.level, document.framework, keys, entries, skipped, null_keys=frozenset(null_keys)
+    )
 
 
 def decode_dump(data: bytes, path: str) -> Any:
@@ -472,8 +485,9 @@ class DumpCache:
         self._locks: dict[tuple[object, ...], threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def get(self, source: "DumpSource | str | os.PathLike[str]",
-            load: "Callable[[DumpSource], Dump] | None" = None) -> Dump:
+    def get(
+        self, source: "DumpSource | str | os.PathLike[str]", load: "Callable[[DumpSource], Dump] | None" = None
+    ) -> Dump:
         """`source` as resolved by resolve_dump_source, or a path (a file or a directory with one step)."""
         if not isinstance(source, DumpSource):
             source = resolve_dump_source(source)

@@ -44,7 +44,9 @@ def parse_layout(text: str | None, where: str = "--parallel") -> ParallelLayout 
         name, _, number = part.strip().partition("=")
         name = name.strip().lower()
         if name not in _LAYOUT_DIMS:
-            raise InputError(where, f"unknown parallel dimension {name!r} in {text!r} (expected {', '.join(_LAYOUT_DIMS)})")
+            raise InputError(
+                where, f"unknown parallel dimension {name!r} in {text!r} (expected {', '.join(_LAYOUT_DIMS)})"
+            )
         if not number.strip().isdigit() or int(number) < 1:
             raise InputError(where, f"{name} must be a positive integer, got {number.strip()!r} in {text!r}")
         values[name] = int(number)
@@ -102,20 +104,30 @@ def _ranks_in(folder: Path, label: str) -> tuple[list[tuple[int, Path]], str | N
         numbers = [r for r, _ in ranks]
         missing = sorted(set(range(max(numbers) + 1)) - set(numbers))
         if missing:
-            raise InputError(label, f"rank folders {', '.join(map(str, numbers))} found, but rank "
-                                    f"{', '.join(map(str, missing))} is missing (a rank that did not dump?)")
+            raise InputError(
+                label,
+                f"rank folders {', '.join(map(str, numbers))} found, but rank "
+                f"{', '.join(map(str, missing))} is missing (a rank that did not dump?)",
+            )
         return ranks, None
     procs = _proc_folders(folder)
     if len(procs) == 1:
         return [(0, procs[0])], None
     if len(procs) > 1:
-        raise InputError(label, f"{len(procs)} proc* dumps found ({', '.join(p.parent.name for p in procs[:4])}): "
-                                "without rank folders the ranks cannot be told apart; pass one dump.json")
+        raise InputError(
+            label,
+            f"{len(procs)} proc* dumps found ({', '.join(p.parent.name for p in procs[:4])}): "
+            "without rank folders the ranks cannot be told apart; pass one dump.json",
+        )
     return [], "no dump.json found"
 
 
-def resolve_dump_source(path: str | os.PathLike[str], step: int | None = None,
-                        layout: ParallelLayout | None = None, step_if_several: int | None = None) -> DumpSource:
+def resolve_dump_source(
+    path: str | os.PathLike[str],
+    step: int | None = None,
+    layout: ParallelLayout | None = None,
+    step_if_several: int | None = None,
+) -> DumpSource:
     """A dump.json, an msprobe dump directory (`step*/rank*/dump.json`), a step folder or a rank folder.
     `step` must exist; `step_if_several` chooses only among several steps (`--step` given for the other side)."""
     candidate = Path(path)
@@ -137,8 +149,9 @@ def resolve_dump_source(path: str | os.PathLike[str], step: int | None = None,
         if step is None:
             if len(steps) > 1:
                 listed = "; ".join(f"step{n} ({_describe_ranks(folder)})" for n, folder in steps.items())
-                raise InputError(str(root), f"{len(steps)} steps found: {listed}; choose one with --step N "
-                                            "(setting `step`)")
+                raise InputError(
+                    str(root), f"{len(steps)} steps found: {listed}; choose one with --step N (setting `step`)"
+                )
             step = next(iter(steps))
         if step not in steps:
             raise InputError(str(root), f"no step{step} here (steps: {', '.join(f'step{n}' for n in steps)})")
@@ -148,8 +161,10 @@ def resolve_dump_source(path: str | os.PathLike[str], step: int | None = None,
         return DumpSource(root, tuple(p for _, p in ranks), tuple(r for r, _ in ranks), step, layout)
     ranks, problem = _ranks_in(root, str(root))
     if problem:
-        raise InputError(str(root), "no dump.json found (looked for dump.json, step*/rank*/dump.json, "
-                                    "step*/proc*/dump.json, rank*/dump.json)")
+        raise InputError(
+            str(root),
+            "no dump.json found (looked for dump.json, step*/rank*/dump.json, step*/proc*/dump.json, rank*/dump.json)",
+        )
     return DumpSource(root, tuple(p for _, p in ranks), tuple(r for r, _ in ranks), step, layout)
 
 

@@ -59,9 +59,12 @@ class BackgroundDump:
         self._receiver: Connection | None = None
         self._child: multiprocessing.process.BaseProcess | None = None
         if new_interpreter:
-            self._process = subprocess.Popen([sys.executable, "-c", _CHILD, _SOURCE_ENCODER.encode(source).decode()],
-                                             stdin=subprocess.DEVNULL,
-                                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", _CHILD, _SOURCE_ENCODER.encode(source).decode()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
         else:
             context = multiprocessing.get_context("fork")
             self._receiver, sender = context.Pipe(duplex=False)
@@ -142,15 +145,34 @@ def _load_and_send(source: DumpSource, sender: Connection, inherited: Connection
 
 
 def _pack(dump: Dump) -> bytes:
-    return _ENCODER.encode(_Transfer(dump.path, dump.task, dump.level, dump.framework, dump.skipped_keys,
-                                     list(dump.entries.values()), dump.parallel, sorted(dump.null_keys)))
+    return _ENCODER.encode(
+        _Transfer(
+            dump.path,
+            dump.task,
+            dump.level,
+            dump.framework,
+            dump.skipped_keys,
+            list(dump.entries.values()),
+            dump.parallel,
+            sorted(dump.null_keys),
+        )
+    )
 
 
 def _unpack(data: bytes) -> Dump:
     sent = _DECODER.decode(data)
     entries = {entry.key: entry for entry in sent.entries}
-    return Dump(sent.path, sent.task, sent.level, sent.framework, list(entries), entries, sent.skipped_keys,
-                sent.parallel, frozenset(sent.null_keys))
+    return Dump(
+        sent.path,
+        sent.task,
+        sent.level,
+        sent.framework,
+        list(entries),
+        entries,
+        sent.skipped_keys,
+        sent.parallel,
+        frozenset(sent.null_keys),
+    )
 
 
 def load_files_forked(paths: Sequence[Path]) -> list[Dump]:

@@ -40,7 +40,7 @@ def _literal_spans(data: bytes) -> list[tuple[int, int]]:
         at = data.find(word)
         while at >= 0:
             end = at + len(word)
-            spans.append((at - 1 if word == b"Infinity" and data[at - 1:at] == b"-" else at, end))
+            spans.append((at - 1 if word == b"Infinity" and data[at - 1 : at] == b"-" else at, end))
             at = data.find(word, end)
     spans.sort()
     return spans

@@ -58,7 +58,9 @@ def is_descendant_path(path: str, ancestor: str) -> bool:
     return path.startswith(ancestor + ".")
 
 
-ACTIVATION_TOKENS = frozenset({"act", "activation", "silu", "swiglu", "gelu", "geglu", "relu", "mul", "sigmoid", "tanh"})
+ACTIVATION_TOKENS = frozenset(
+    {"act", "activation", "silu", "swiglu", "gelu", "geglu", "relu", "mul", "sigmoid", "tanh"}
+)
 _TOKEN_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
 

@@ -50,8 +50,15 @@ class MappingEntry:
 
     __slots__ = ("train_key", "rollout_keys", "is_list", "key_length", "value_offsets", "value_extent")
 
-    def __init__(self, train_key: str, rollout_keys: tuple[str, ...], is_list: bool, key_length: int,
-                 value_offsets: tuple[tuple[int, int], ...], value_extent: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        train_key: str,
+        rollout_keys: tuple[str, ...],
+        is_list: bool,
+        key_length: int,
+        value_offsets: tuple[tuple[int, int], ...],
+        value_extent: tuple[int, int],
+    ) -> None:
         self.train_key = train_key
         self.rollout_keys = rollout_keys
         self.is_list = is_list
@@ -80,12 +87,26 @@ class _EntryList:
         self.entries: list[MappingEntry] = []
         self.starts: list[int] = []
 
-    def add(self, key: str, key_span: Span, values: tuple[str, ...], spans: tuple[Span, ...], value_span: Span,
-            is_list: bool) -> None:
+    def add(
+        self,
+        key: str,
+        key_span: Span,
+        values: tuple[str, ...],
+        spans: tuple[Span, ...],
+        value_span: Span,
+        is_list: bool,
+    ) -> None:
         start = key_span.start
-        self.entries.append(MappingEntry(key, values, is_list, key_span.end - start,
-                                         tuple((s.start - start, s.end - start) for s in spans),
-                                         (value_span.start - start, value_span.end - start)))
+        self.entries.append(
+            MappingEntry(
+                key,
+                values,
+                is_list,
+                key_span.end - start,
+                tuple((s.start - start, s.end - start) for s in spans),
+                (value_span.start - start, value_span.end - start),
+            )
+        )
         self.starts.append(start)
 
 
@@ -186,13 +207,16 @@ class ParsedMapping:
     def spans(self, entry: MappingEntry) -> EntrySpans:
         """Where an entry of this parse sits in its text."""
         start = self.key_starts[self._index[entry]]
-        return EntrySpans(Span(start, start + entry.key_length),
-                          tuple(Span(start + a, start + b) for a, b in entry.value_offsets),
-                          Span(start + entry.value_extent[0], start + entry.value_extent[1]))
+        return EntrySpans(
+            Span(start, start + entry.key_length),
+            tuple(Span(start + a, start + b) for a, b in entry.value_offsets),
+            Span(start + entry.value_extent[0], start + entry.value_extent[1]),
+        )
 
     def as_dict(self) -> dict[str, str | list[str]]:
-        return {e.train_key: list(e.rollout_keys) if e.is_list else e.rollout_keys[0]
-                for e in self.effective().values()}
+        return {
+            e.train_key: list(e.rollout_keys) if e.is_list else e.rollout_keys[0] for e in self.effective().values()
+        }
 
     def entry_before(self, offset: int) -> MappingEntry | None:
         """The last entry whose key starts at or before an offset."""
@@ -260,8 +284,9 @@ class _Reader:
         first = self._peek()
         if first is None or first[0] != "{":
             where = first or ("", 0, 0)
-            self._issue("invalid-value", "a mapping-key file is a JSON object: {train key: rollout key(s)}",
-                        where[1], where[2])
+            self._issue(
+                "invalid-value", "a mapping-key file is a JSON object: {train key: rollout key(s)}", where[1], where[2]
+            )
             return
         self.i = 1
         while (tok := self._peek()) is not None:
@@ -301,8 +326,13 @@ class _Reader:
             kind = "object" if text == "{" else text[:20]
             self._skip_value()
             last = self.tokens[min(self.i, len(self.tokens)) - 1]
-            self._issue("invalid-value", f"value must be a rollout key string or a list of them, not {kind}",
-                        start, max(end, last[2]), key)
+            self._issue(
+                "invalid-value",
+                f"value must be a rollout key string or a list of them, not {kind}",
+                start,
+                max(end, last[2]),
+                key,
+            )
 
     def _read_list(self, key: str, key_span: Span, open_at: int) -> None:
         self.i += 1
@@ -324,16 +354,23 @@ class _Reader:
             else:
                 self._skip_value()
                 other_items = True
-                self._issue("invalid-value", f"list items must be rollout key strings, not {text[:20]!r}"
-                            + (" (a nested list)" if text == "[" else ""), start, end, key)
+                self._issue(
+                    "invalid-value",
+                    f"list items must be rollout key strings, not {text[:20]!r}"
+                    + (" (a nested list)" if text == "[" else ""),
+                    start,
+                    end,
+                    key,
+                )
         close = self._peek()
         close_at = close[2] if close is not None and close[0] == "]" else (spans[-1].end if spans else open_at + 1)
         if close is not None and close[0] == "]":
             self.i += 1
         if not values:
             if not other_items:
-                self._issue("invalid-value", "empty list: map the train key to at least one rollout key",
-                            open_at, close_at, key)
+                self._issue(
+                    "invalid-value", "empty list: map the train key to at least one rollout key", open_at, close_at, key
+                )
             return
         self.entries.add(key, key_span, tuple(values), tuple(spans), Span(open_at, close_at), True)
 
@@ -353,12 +390,14 @@ def _read_tolerantly(text: str, error: orjson.JSONDecodeError | None) -> tuple[_
         return reader.entries, reader.issues
     offset = min(error.pos, len(text))
     return reader.entries, reader.issues + [
-        MappingIssue("json-syntax", f"JSON syntax error: {error.msg}", Span(offset, min(offset + 1, len(text))))]
+        MappingIssue("json-syntax", f"JSON syntax error: {error.msg}", Span(offset, min(offset + 1, len(text))))
+    ]
 
 
 def _is_flat_mapping(document: object) -> bool:
     return isinstance(document, dict) and all(
-        type(v) is str or (type(v) is list and v and all(type(x) is str for x in v)) for v in document.values())
+        type(v) is str or (type(v) is list and v and all(type(x) is str for x in v)) for v in document.values()
+    )
 
 
 def _entries_from_quotes(text: str, document: dict[str, str | list[str]]) -> _EntryList | None:
@@ -391,8 +430,11 @@ def _entries_from_quotes(text: str, document: dict[str, str | list[str]]) -> _En
             extent = values[0]
         else:  # the value spans its brackets, so that an edit of one of them is an edit of this entry
             extent = (bounds[2 * key + 2] + bracket - start, text.find("]", values[-1][1] + start) + 1 - start)
-        entries.append(MappingEntry(strings[key], tuple(strings[key + 1:end]), bracket >= 0,
-                                    bounds[2 * key + 2] - start, values, extent))
+        entries.append(
+            MappingEntry(
+                strings[key], tuple(strings[key + 1 : end]), bracket >= 0, bounds[2 * key + 2] - start, values, extent
+            )
+        )
         starts.append(start)
     if not _agrees(entries, document):
         return None
@@ -414,12 +456,14 @@ def _agrees(entries: list[MappingEntry], document: dict[str, str | list[str]]) -
     """Whether the entries read from the text say what the JSON parser read (the last definition of each key)."""
     if len(entries) == len(document):  # no duplicates: compare in order
         return [e.train_key for e in entries] == list(document) and [
-            list(e.rollout_keys) if e.is_list else e.rollout_keys[0] for e in entries] == list(document.values())
+            list(e.rollout_keys) if e.is_list else e.rollout_keys[0] for e in entries
+        ] == list(document.values())
     last = {e.train_key: e for e in entries}
     return last.keys() == document.keys() and all(
         e.is_list == (type(document[k]) is list)
         and list(e.rollout_keys) == ([document[k]] if type(document[k]) is str else document[k])
-        for k, e in last.items())
+        for k, e in last.items()
+    )
 
 
 def parse_mapping(path: str, text: str, previous: ParsedMapping | None = None) -> ParsedMapping:
@@ -444,8 +488,9 @@ def _parse_mapping(path: str, text: str) -> ParsedMapping:
     return parsed
 
 
-def _valid_mapping(path: str, text: str, entries: list[MappingEntry], starts: list[int],
-                   lines: LineIndex) -> ParsedMapping:
+def _valid_mapping(
+    path: str, text: str, entries: list[MappingEntry], starts: list[int], lines: LineIndex
+) -> ParsedMapping:
     parsed = ParsedMapping(path, text, entries, starts, [], True, lines)
     parsed.issues = _duplicate_issues(parsed)
     return parsed
@@ -459,9 +504,15 @@ def _duplicate_issues(parsed: ParsedMapping) -> list[MappingIssue]:
     for entry in parsed.entries:
         earlier = first_seen.setdefault(entry.train_key, entry)
         if earlier is not entry:
-            issues.append(MappingIssue(
-                "duplicate-key", f"duplicate key: also defined at line {parsed.line_of(parsed.spans(earlier).key)}; "
-                "the last definition is the one used", parsed.spans(entry).key, entry.train_key))
+            issues.append(
+                MappingIssue(
+                    "duplicate-key",
+                    f"duplicate key: also defined at line {parsed.line_of(parsed.spans(earlier).key)}; "
+                    "the last definition is the one used",
+                    parsed.spans(entry).key,
+                    entry.train_key,
+                )
+            )
     return issues
 
 
@@ -511,10 +562,16 @@ def _reparse_edit(previous: ParsedMapping, path: str, text: str) -> ParsedMappin
         return MappingIssue(issue.code, issue.message, Span(start, end), issue.key, issue.suggestions)
 
     issues = [located(i) for i in issues]
-    parsed = ParsedMapping(path, text, entries[:first] + middle + entries[stop:],
-                           starts[:first] + [s + shift for s in middle_starts] + [s + delta for s in starts[stop:]],
-                           [], syntax_ok, lines,
-                           MappingEdit(previous.token, entries[first:stop], middle))
+    parsed = ParsedMapping(
+        path,
+        text,
+        entries[:first] + middle + entries[stop:],
+        starts[:first] + [s + shift for s in middle_starts] + [s + delta for s in starts[stop:]],
+        [],
+        syntax_ok,
+        lines,
+        MappingEdit(previous.token, entries[first:stop], middle),
+    )
     if len(previous.effective()) == len(previous.entries):  # no duplicates before: update the lookup
         effective = dict(previous.effective())
         for entry in entries[first:stop]:
@@ -556,7 +613,9 @@ def edited_region(old: str, new: str) -> tuple[int, int, int]:
     """(start, old_end, new_end) such that new == old[:start] + new[start:new_end] + old[old_end:]."""
     limit = min(len(old), len(new))
     start = _common_length(lambda i, j: old[i:j] == new[i:j], limit)
-    end = _common_length(lambda i, j: old[len(old) - j:len(old) - i] == new[len(new) - j:len(new) - i], limit - start)
+    end = _common_length(
+        lambda i, j: old[len(old) - j : len(old) - i] == new[len(new) - j : len(new) - i], limit - start
+    )
     return start, len(old) - end, len(new) - end
 
 

@@ -6,15 +6,26 @@ output_3) are built on first access, so an analysis of 10^5 groups does not buil
 
 from __future__ import annotations
 
-from functools import cached_property
 import math
+from functools import cached_property
 from typing import Callable, Literal, NamedTuple, Sequence
 
-from rca_lsp.core.compare import (NONFINITE_BOTH, Assessment, Consistency, TargetComparison, aggregate, assess,
-                                  compare_target, quick_verdict, relative_error, sum_of)
 from rca_lsp.core.calls import fold_calls
+from rca_lsp.core.compare import (
+    NONFINITE_BOTH,
+    Assessment,
+    Consistency,
+    TargetComparison,
+    aggregate,
+    assess,
+    compare_target,
+    quick_verdict,
+    relative_error,
+    sum_of,
+)
 from rca_lsp.core.dump import Disagreement, ModuleEntry, TensorStats
 from rca_lsp.core.tolerance import Tolerances, normalise_dtype
+
 
 class TargetSpec(NamedTuple):
     target: str
@@ -82,13 +93,16 @@ def _stream_reading(train: ModuleEntry, rollout: ModuleEntry, judge: Judge) -> _
     on_rollout = rollout.stream_output is not None
     plain, stream = (train, rollout) if on_rollout else (rollout, train)
 
-    def oriented(plain_stats: TensorStats | None, stream_stats: TensorStats | None) -> tuple[
-            TensorStats | None, TensorStats | None]:
+    def oriented(
+        plain_stats: TensorStats | None, stream_stats: TensorStats | None
+    ) -> tuple[TensorStats | None, TensorStats | None]:
         return (plain_stats, stream_stats) if on_rollout else (stream_stats, plain_stats)
 
     def first_aligned(reference: TensorStats | None, candidates: list[tuple[TensorStats | None, str]]) -> int | None:
-        return next((i for i, (stats, _label) in enumerate(candidates)
-                     if judge(*oriented(reference, stats))[0] == "aligned"), None)
+        return next(
+            (i for i, (stats, _label) in enumerate(candidates) if judge(*oriented(reference, stats))[0] == "aligned"),
+            None,
+        )
 
     outputs = [(stream.output, ""), (sum_of(stream.output, stream.stream_output), _SUM_OUTPUT)]
     inputs = [(stream.input, ""), (stream.stream_output, _NORM_INPUT)]
@@ -101,13 +115,21 @@ def _stream_reading(train: ModuleEntry, rollout: ModuleEntry, judge: Judge) -> _
     if input_ == 0 and output == 0:
         return None
     side = "rollout" if on_rollout else "train"
-    notes = {_SUM_OUTPUT: f"{side} returns (branch output, residual): only the Mean of their sum is comparable",
-             _NORM_INPUT: f"{side} adds the residual inside this module and returns it: its input is compared as "
-                          "that sum (output.1)",
-             _SUM_INPUT: f"{side} takes the residual separately: only the Mean of input + residual is comparable"}
+    notes = {
+        _SUM_OUTPUT: f"{side} returns (branch output, residual): only the Mean of their sum is comparable",
+        _NORM_INPUT: f"{side} adds the residual inside this module and returns it: its input is compared as "
+        "that sum (output.1)",
+        _SUM_INPUT: f"{side} takes the residual separately: only the Mean of input + residual is comparable",
+    }
     labels = [outputs[output][1], inputs[input_][1]]
-    return _StreamReading(oriented(plain.output, outputs[output][0]), oriented(plain.input, inputs[input_][0]),
-                          labels[0], labels[1], side, "; ".join(notes[label] for label in labels if label))
+    return _StreamReading(
+        oriented(plain.output, outputs[output][0]),
+        oriented(plain.input, inputs[input_][0]),
+        labels[0],
+        labels[1],
+        side,
+        "; ".join(notes[label] for label in labels if label),
+    )
 
 
 _SUM_OUTPUT = " [output.0 + output.1, Mean only]"
@@ -116,26 +138,38 @@ _SUM_INPUT = " [input + residual, Mean only]"
 
 
 ALL_PARAMETERS = "*"  # every parameter of a side together (fused experts)
-_FUSED_EXPERTS_NOTE = ("per-expert modules against one module holding every expert: compared through their "
-                       "parameters together (the MoE layer's output compares the activations)")
+_FUSED_EXPERTS_NOTE = (
+    "per-expert modules against one module holding every expert: compared through their "
+    "parameters together (the MoE layer's output compares the activations)"
+)
 
 
 def is_experts_container(entry: ModuleEntry) -> bool:
-    return entry.path.rpartition(".")[2] == "experts" or "experts" in entry.class_name.lower() or \
-        "fusedmoe" in entry.class_name.lower()
+    return (
+        entry.path.rpartition(".")[2] == "experts"
+        or "experts" in entry.class_name.lower()
+        or "fusedmoe" in entry.class_name.lower()
+    )
 
 
 def _is_fused_experts(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> bool:
     """One side is a single module holding all experts; the other side several modules inside an experts module."""
     for one, many in ((train, rollout), (rollout, train)):
-        if len(one) == 1 and len(many) > 1 and is_experts_container(one[0]) and all(
-                ".experts." in part.path for part in many) and any(part.parameters for part in many):
+        if (
+            len(one) == 1
+            and len(many) > 1
+            and is_experts_container(one[0])
+            and all(".experts." in part.path for part in many)
+            and any(part.parameters for part in many)
+        ):
             return True
     return False
 
 
-_ROUTER_NOTE = ("routers of two implementations return different forms (probabilities + routing map against "
-                "logits + top-k scores and indices): their outputs are not compared, their weights and inputs are")
+_ROUTER_NOTE = (
+    "routers of two implementations return different forms (probabilities + routing map against "
+    "logits + top-k scores and indices): their outputs are not compared, their weights and inputs are"
+)
 
 
 def _routers_of_other_forms(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> bool:
@@ -185,7 +219,9 @@ def _weight_first(name: str) -> tuple[bool, str]:
     return name != "weight", name
 
 
-def _kwarg_pairs(parts: list[tuple[ModuleEntry, ModuleEntry]]) -> tuple[list[tuple[str, ModuleEntry, ModuleEntry]], bool, bool]:
+def _kwarg_pairs(
+    parts: list[tuple[ModuleEntry, ModuleEntry]],
+) -> tuple[list[tuple[str, ModuleEntry, ModuleEntry]], bool, bool]:
     """(name, train part, rollout part) for tensor kwargs on both sides of each `_pairwise` pair; whether any
     exist; whether names differ."""
     pairs: list[tuple[str, ModuleEntry, ModuleEntry]] = []
@@ -201,8 +237,16 @@ def _kwarg_pairs(parts: list[tuple[ModuleEntry, ModuleEntry]]) -> tuple[list[tup
     return pairs, any_kwargs, names_differ
 
 
-def _bucket(train_keys: Sequence[str], rollout_keys: Sequence[str], output: str, shape_numel_mismatch: bool,
-            inputs: str, params: str, kwargs: str, disagreements: Sequence[Disagreement]) -> tuple[str, int, str]:
+def _bucket(
+    train_keys: Sequence[str],
+    rollout_keys: Sequence[str],
+    output: str,
+    shape_numel_mismatch: bool,
+    inputs: str,
+    params: str,
+    kwargs: str,
+    disagreements: Sequence[Disagreement],
+) -> tuple[str, int, str]:
     inputs_ok = inputs == "aligned" and kwargs in ("aligned", "partial", "not_applicable", "missing")
     inputs_bad = inputs == "mismatch" or kwargs == "mismatch"
     params_ok = params in ("aligned", "not_applicable")
@@ -215,15 +259,21 @@ def _bucket(train_keys: Sequence[str], rollout_keys: Sequence[str], output: str,
         if params_ok and inputs_ok:
             return "normal_aligned", 4, "output, inputs and parameters aligned"
         if params in ("missing", "partial") or kwargs in ("missing", "partial") or inputs == "missing":
-            return ("comparison_premise_abnormal_but_output_aligned", 5,
-                    "output aligned; some inputs or parameters could not be compared")
+            return (
+                "comparison_premise_abnormal_but_output_aligned",
+                5,
+                "output aligned; some inputs or parameters could not be compared",
+            )
         return "internal_difference_but_output_aligned", 5, "output aligned although inputs or parameters differ"
     if not inputs_bad and len(train_keys) == 1 and len(rollout_keys) == 1:
         if any(t in train_keys[0] for t in _FUSED_QKV_TRAIN) and _FUSED_QKV_ROLLOUT in rollout_keys[0]:
             return "fused_qkv_structural_mismatch", 5, "one part of a fused projection mapped 1:1 onto the fused module"
         if shape_numel_mismatch:
-            return ("structural_shape_mismatch", 5,
-                    "outputs have different sizes: the pair is probably one part of a fused/split group (map it 1:N or N:1)")
+            return (
+                "structural_shape_mismatch",
+                5,
+                "outputs have different sizes: the pair is probably one part of a fused/split group (map it 1:N or N:1)",
+            )
     if inputs_bad:
         if params == "mismatch":
             return "systemic_misalignment", 2, "inputs and parameters both differ"
@@ -275,8 +325,7 @@ class ModuleComparison:
         elif not names:
             self.parameter_consistency = "missing"
         else:
-            self.parameter_consistency = _summarise_parameters(
-                [judge(*self._parameter_stats(n))[0] for n in names])
+            self.parameter_consistency = _summarise_parameters([judge(*self._parameter_stats(n))[0] for n in names])
         kwarg_pairs, any_kwargs, names_differ = _kwarg_pairs(pairs)
         self._kwarg_pairs = kwarg_pairs
         if not any_kwargs:
@@ -302,8 +351,15 @@ class ModuleComparison:
         r_numel = self._output_rollout.numel if self._output_rollout is not None else None
         numel_mismatch = self.output_consistency == "mismatch" and None not in (t_numel, r_numel) and t_numel != r_numel
         self.module_bucket, self.module_priority_rank, self.reasoning = _bucket(
-            self.train_keys, self.rollout_keys, self.output_consistency, numel_mismatch, self.input_args_consistency,
-            self.parameter_consistency, self.kwargs_consistency, self.disagreements)
+            self.train_keys,
+            self.rollout_keys,
+            self.output_consistency,
+            numel_mismatch,
+            self.input_args_consistency,
+            self.parameter_consistency,
+            self.kwargs_consistency,
+            self.disagreements,
+        )
         if reading is not None:
             self.reasoning += f"; {reading.note}"
         if self._fused_experts:
@@ -311,9 +367,11 @@ class ModuleComparison:
         if self._routers:
             self.reasoning += f"; {_ROUTER_NOTE}"
         if self.dtype_path:
-            self.reasoning += (f"; the output dtype differs ({self._output_train.dtype} vs "  # type: ignore[union-attr]
-                               f"{self._output_rollout.dtype}) while the inputs' agree: a numeric-path difference "  # type: ignore[union-attr]
-                               "inside this module (autocast, a different compute dtype)")
+            self.reasoning += (
+                f"; the output dtype differs ({self._output_train.dtype} vs "  # type: ignore[union-attr]
+                f"{self._output_rollout.dtype}) while the inputs' agree: a numeric-path difference "  # type: ignore[union-attr]
+                "inside this module (autocast, a different compute dtype)"
+            )
 
     def _dtype_path_differs(self) -> bool:
         """The output dtype differs while the inputs' dtypes agree: the module itself changes precision."""
@@ -323,9 +381,15 @@ class ModuleComparison:
         if normalise_dtype(t_out.dtype) == normalise_dtype(r_out.dtype) or None in (t_out.dtype, r_out.dtype):
             return False
         inputs = [(t.input, r.input) for t, r in _pairwise(self._train, self._rollout)] or [
-            (_combined(self._train, "input"), _combined(self._rollout, "input"))]
-        return all(t is not None and r is not None and t.dtype is not None
-                   and normalise_dtype(t.dtype) == normalise_dtype(r.dtype) for t, r in inputs)
+            (_combined(self._train, "input"), _combined(self._rollout, "input"))
+        ]
+        return all(
+            t is not None
+            and r is not None
+            and t.dtype is not None
+            and normalise_dtype(t.dtype) == normalise_dtype(r.dtype)
+            for t, r in inputs
+        )
 
     def _output_by_parameters(self) -> None:
         """Outputs that are not the same tensor on both sides: not compared; the module's output differs when its
@@ -352,7 +416,9 @@ class ModuleComparison:
         """This comparison with its detailed comparisons (output_3, hover) made under other tolerances; only for
         tolerances under which judged_alike holds, so the verdicts stay as they are."""
         copy = object.__new__(ModuleComparison)
-        copy.__dict__.update({name: value for name, value in self.__dict__.items() if name not in ("_details", "kwargs")})
+        copy.__dict__.update(
+            {name: value for name, value in self.__dict__.items() if name not in ("_details", "kwargs")}
+        )
         copy._tol = tol
         return copy
 
@@ -394,17 +460,23 @@ class ModuleComparison:
     @property
     def calls_note(self) -> str:
         """How many calls each side joined (decode steps, micro-batches), for the report and hover."""
-        notes = [f"{side}: {summary.describe()}" for side, summaries in (("train", self.train_calls),
-                                                                        ("rollout", self.rollout_calls))
-                 for summary in summaries[:1]]
+        notes = [
+            f"{side}: {summary.describe()}"
+            for side, summaries in (("train", self.train_calls), ("rollout", self.rollout_calls))
+            for summary in summaries[:1]
+        ]
         return "; ".join(notes)
 
     def _parameter_stats(self, name: str) -> tuple[TensorStats, TensorStats]:
         if name == ALL_PARAMETERS:
-            return (aggregate([p for t in self._train for p in t.parameters.values()]),
-                    aggregate([p for r in self._rollout for p in r.parameters.values()]))
-        return (aggregate([t.parameters[name] for t in self._train]),
-                aggregate([r.parameters[name] for r in self._rollout]))
+            return (
+                aggregate([p for t in self._train for p in t.parameters.values()]),
+                aggregate([p for r in self._rollout for p in r.parameters.values()]),
+            )
+        return (
+            aggregate([t.parameters[name] for t in self._train]),
+            aggregate([r.parameters[name] for r in self._rollout]),
+        )
 
     @property
     def train_key(self) -> str:
@@ -425,8 +497,13 @@ class ModuleComparison:
     @property
     def dtype_mismatch(self) -> bool:
         t, r = self._output_train, self._output_rollout
-        return (t is not None and r is not None and t.dtype is not None and r.dtype is not None
-                and normalise_dtype(t.dtype) != normalise_dtype(r.dtype))
+        return (
+            t is not None
+            and r is not None
+            and t.dtype is not None
+            and r.dtype is not None
+            and normalise_dtype(t.dtype) != normalise_dtype(r.dtype)
+        )
 
     def target_specs(self) -> list[TargetSpec]:
         """What is compared: output (combined over parts), each part's input, each common parameter."""
@@ -439,9 +516,13 @@ class ModuleComparison:
         if reading is not None:
             output_ids = _labelled(train_id, rollout_id, reading.stream_side, reading.output_label)
             input_ids = _labelled(train_id, rollout_id, reading.stream_side, reading.input_label)
-            return [("output.0", *output_ids, *reading.output, False), ("input_args.0", *input_ids, *reading.input, False)
-                    ] + [(f"parameters.{name}", train_id, rollout_id, *self._parameter_stats(name), False)
-                         for name in self._parameter_names]
+            return [
+                ("output.0", *output_ids, *reading.output, False),
+                ("input_args.0", *input_ids, *reading.input, False),
+            ] + [
+                (f"parameters.{name}", train_id, rollout_id, *self._parameter_stats(name), False)
+                for name in self._parameter_names
+            ]
         specs = [("output.0", train_id, rollout_id, self._output_train, self._output_rollout, aggregated)]
         pairs = _pairwise(self._train, self._rollout)
         if self._fused_experts:
@@ -449,10 +530,20 @@ class ModuleComparison:
         elif pairs:
             specs += [("input_args.0", t.key, r.key, t.input, r.input, False) for t, r in pairs]
         else:
-            specs.append(("input_args.0", train_id, rollout_id, _combined(self._train, "input"),
-                          _combined(self._rollout, "input"), True))
-        specs += [(f"parameters.{name}", train_id, rollout_id, *self._parameter_stats(name), aggregated)
-                  for name in self._parameter_names]
+            specs.append(
+                (
+                    "input_args.0",
+                    train_id,
+                    rollout_id,
+                    _combined(self._train, "input"),
+                    _combined(self._rollout, "input"),
+                    True,
+                )
+            )
+        specs += [
+            (f"parameters.{name}", train_id, rollout_id, *self._parameter_stats(name), aggregated)
+            for name in self._parameter_names
+        ]
         return specs
 
     def target_count(self) -> int:
@@ -468,8 +559,10 @@ class ModuleComparison:
     def compare_targets(self) -> list[TargetComparison]:
         """Detailed comparisons of every target, not kept (output files stream through these)."""
         tol = self._tol
-        return [compare_target(target, train_key, rollout_key, train, rollout, tol, aggregated)
-                for target, train_key, rollout_key, train, rollout, aggregated in self._spec_tuples()]
+        return [
+            compare_target(target, train_key, rollout_key, train, rollout, tol, aggregated)
+            for target, train_key, rollout_key, train, rollout, aggregated in self._spec_tuples()
+        ]
 
     @cached_property
     def _details(self) -> list[TargetComparison]:
@@ -489,8 +582,10 @@ class ModuleComparison:
 
     @cached_property
     def kwargs(self) -> tuple[TargetComparison, ...]:
-        return tuple(compare_target(f"input_kwargs.{name}", t.key, r.key, t.kwargs[name], r.kwargs[name], self._tol)
-                     for name, t, r in self._kwarg_pairs)
+        return tuple(
+            compare_target(f"input_kwargs.{name}", t.key, r.key, t.kwargs[name], r.kwargs[name], self._tol)
+            for name, t, r in self._kwarg_pairs
+        )
 
 
 def compare_module(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry], tol: Tolerances) -> ModuleComparison:

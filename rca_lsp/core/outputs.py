@@ -19,18 +19,24 @@ from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.atomicfile import atomic_stream, remove_stale_temporaries, write_atomically
 from rca_lsp.core.cancel import ShouldStop, never, stop_if
-from rca_lsp.core.gcpause import paused_gc
-from rca_lsp.core.manifest import forget_manifest, new_run_id, write_manifest
 from rca_lsp.core.compare import STAT_NAMES, priority_for
 from rca_lsp.core.dump import TensorStats
+from rca_lsp.core.gcpause import paused_gc
+from rca_lsp.core.manifest import forget_manifest, new_run_id, write_manifest
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.report_md import render_markdown
 from rca_lsp.core.splittable import write_split
 
 T = TypeVar("T")
 
-_FOCUS = {"P1": "investigate", "P2": "investigate", "P3": "check_shape", "P4": "none", "P5": "deprioritized",
-          "-": "premise"}
+_FOCUS = {
+    "P1": "investigate",
+    "P2": "investigate",
+    "P3": "check_shape",
+    "P4": "none",
+    "P5": "deprioritized",
+    "-": "premise",
+}
 
 
 def _json(document: Any, indent: bool = False) -> bytes:
@@ -90,22 +96,61 @@ def _join_lists(rows: Iterable[Sequence[Any]], list_columns: Sequence[int]) -> l
 
 MAPPING_COLUMNS = ("train_key", "rollout_keys", "layer_index", "block", "cardinality", "confidence", "notes")
 TARGET_COLUMNS = (
-    "train_key", "rollout_key", "target", "aggregated", "train_dtype", "rollout_dtype", "dtype_match", "train_shape",
-    "rollout_shape", "shape_relation",
+    "train_key",
+    "rollout_key",
+    "target",
+    "aggregated",
+    "train_dtype",
+    "rollout_dtype",
+    "dtype_match",
+    "train_shape",
+    "rollout_shape",
+    "shape_relation",
     *(f"{side}_{stat}" for stat in STAT_NAMES for side in ("train", "rollout")),
     *(f"{stat}_{part}" for stat in STAT_NAMES for part in ("rel_err", "status")),
-    "tolerance", "numeric_consistency", "value_status", "priority", "priority_bucket", "focus", "reason",
+    "tolerance",
+    "numeric_consistency",
+    "value_status",
+    "priority",
+    "priority_bucket",
+    "focus",
+    "reason",
 )
 MODULE_COLUMNS = (
-    "train_key", "rollout_key", "train_keys", "rollout_keys", "cardinality", "call_index", "layer_index", "block",
-    "output_consistency", "input_args_consistency", "parameter_consistency", "input_kwargs_consistency",
-    "module_bucket", "module_priority_rank", "reasoning", "dtype_mismatch", "weight_comparable", "kwargs_comparable",
+    "train_key",
+    "rollout_key",
+    "train_keys",
+    "rollout_keys",
+    "cardinality",
+    "call_index",
+    "layer_index",
+    "block",
+    "output_consistency",
+    "input_args_consistency",
+    "parameter_consistency",
+    "input_kwargs_consistency",
+    "module_bucket",
+    "module_priority_rank",
+    "reasoning",
+    "dtype_mismatch",
+    "weight_comparable",
+    "kwargs_comparable",
 )
 
 
 def _mapping_rows(analysis: Analysis) -> list[tuple[Any, ...]]:
-    return [(r.train_key, r.rollout_keys, r.layer_index if r.layer_index is not None else "-", r.block,
-             r.cardinality, r.confidence, r.notes) for r in analysis.rows]
+    return [
+        (
+            r.train_key,
+            r.rollout_keys,
+            r.layer_index if r.layer_index is not None else "-",
+            r.block,
+            r.cardinality,
+            r.confidence,
+            r.notes,
+        )
+        for r in analysis.rows
+    ]
 
 
 _MISSING_ERRORS = (None, "missing") * len(STAT_NAMES)
@@ -124,7 +169,11 @@ class _NonFinite:
         return self.csv
 
 
-_NAN, _INFINITY, _MINUS_INFINITY = _NonFinite("NaN", "nan"), _NonFinite("Infinity", "inf"), _NonFinite("-Infinity", "-inf")
+_NAN, _INFINITY, _MINUS_INFINITY = (
+    _NonFinite("NaN", "nan"),
+    _NonFinite("Infinity", "inf"),
+    _NonFinite("-Infinity", "-inf"),
+)
 
 
 def _json_spelling(value: object) -> str:
@@ -165,11 +214,24 @@ def _module_row(record: ModuleRecord) -> tuple[Any, ...]:
     c = record.comparison
     layer = record.layer_index
     return (
-        c.train_key, c.rollout_key, c.train_keys, c.rollout_keys, c.cardinality, record.call_index,
-        layer if layer is not None else "-", record.block, c.output_consistency,
-        c.input_args_consistency, c.parameter_consistency, c.kwargs_consistency, c.module_bucket,
-        c.module_priority_rank, c.reasoning, c.dtype_mismatch,
-        c.parameter_consistency in ("aligned", "mismatch"), c.kwargs_consistency not in ("missing", "partial"),
+        c.train_key,
+        c.rollout_key,
+        c.train_keys,
+        c.rollout_keys,
+        c.cardinality,
+        record.call_index,
+        layer if layer is not None else "-",
+        record.block,
+        c.output_consistency,
+        c.input_args_consistency,
+        c.parameter_consistency,
+        c.kwargs_consistency,
+        c.module_bucket,
+        c.module_priority_rank,
+        c.reasoning,
+        c.dtype_mismatch,
+        c.parameter_consistency in ("aligned", "mismatch"),
+        c.kwargs_consistency not in ("missing", "partial"),
     )
 
 
@@ -177,15 +239,28 @@ Meta = dict[str, Any]  # the "meta" of the JSON tables: tool, version, run id, i
 
 
 def _meta(analysis: Analysis, run_id: str) -> Meta:
-    return {"tool": "rca-lsp", "version": __version__, "run_id": run_id, "train_path": analysis.train.path,
-            "rollout_path": analysis.rollout.path, "mapping_key_path": analysis.mapping.path}
+    return {
+        "tool": "rca-lsp",
+        "version": __version__,
+        "run_id": run_id,
+        "train_path": analysis.train.path,
+        "rollout_path": analysis.rollout.path,
+        "mapping_key_path": analysis.mapping.path,
+    }
 
 
 CHUNK = 5000  # rows serialised at a time: tables stream to disk instead of living in memory whole
 
 
-def write_table(out_dir: Path, stem: str, meta: dict[str, Any], container: str, columns: Sequence[str],
-                rows: Iterable[Sequence[Any]], list_columns: Sequence[int]) -> list[Path]:
+def write_table(
+    out_dir: Path,
+    stem: str,
+    meta: dict[str, Any],
+    container: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    list_columns: Sequence[int],
+) -> list[Path]:
     """`<stem>.json` ({"meta", container: [row objects]}) and `<stem>.csv`, streamed chunk by chunk."""
     json_path, csv_path = out_dir / f"{stem}.json", out_dir / f"{stem}.csv"
     json_head, csv_head = _table_heads(meta, container, columns)
@@ -211,8 +286,9 @@ def _table_heads(meta: dict[str, Any], container: str, columns: Sequence[str]) -
     return b'{"meta":' + orjson.dumps(meta) + b',"' + container.encode() + b'":[', ",".join(columns).encode() + b"\n"
 
 
-def _encode_chunk(index: int, rows: Sequence[Sequence[Any]], columns: Sequence[str],
-                  list_columns: Sequence[int]) -> tuple[bytes, bytes]:
+def _encode_chunk(
+    index: int, rows: Sequence[Sequence[Any]], columns: Sequence[str], list_columns: Sequence[int]
+) -> tuple[bytes, bytes]:
     """The JSON (row objects, comma-led after the first chunk) and CSV text of one chunk of a table."""
     row_type = _row_type(tuple(columns))
     json_text = _ROW_ENCODER.encode([row_type(*row) for row in rows])[1:-1]
@@ -259,17 +335,30 @@ def _target_rows(records: Sequence[ModuleRecord], start: int = 0) -> Iterator[tu
             if not _finite((*values, *errors[::2])):  # the statistics and their relative errors
                 values, errors = tuple(map(_marked, values)), tuple(map(_marked, errors))
             yield (
-                train_key, rollout_key, target, aggregated, train.dtype if train else None,
-                rollout.dtype if rollout else None, dtype_match, (train.shape or ()) if train else None,
-                (rollout.shape or ()) if rollout else None, relation, *values, *errors, tol, consistency, status,
-                priority, bucket, _FOCUS[priority], reason,
+                train_key,
+                rollout_key,
+                target,
+                aggregated,
+                train.dtype if train else None,
+                rollout.dtype if rollout else None,
+                dtype_match,
+                (train.shape or ()) if train else None,
+                (rollout.shape or ()) if rollout else None,
+                relation,
+                *values,
+                *errors,
+                tol,
+                consistency,
+                status,
+                priority,
+                bucket,
+                _FOCUS[priority],
+                reason,
             )
 
 
-def _write_mapping(analysis: Analysis, out_dir: Path, meta: Meta,
-                   should_stop: ShouldStop = never) -> list[Path]:
-    written = write_table(out_dir, "output_1_key_mapping", meta, "rows", MAPPING_COLUMNS,
-                          _mapping_rows(analysis), (1,))
+def _write_mapping(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never) -> list[Path]:
+    written = write_table(out_dir, "output_1_key_mapping", meta, "rows", MAPPING_COLUMNS, _mapping_rows(analysis), (1,))
     matched = [(r.train_key, r.rollout_keys) for r in analysis.rows if r.rollout_keys]
     write_atomically(out_dir / "output_2_mapping.json", _json(dict(matched)))
     write_atomically(out_dir / "output_2_mapping.csv", _csv(("train_key", "rollout_keys"), matched, (1,)))
@@ -280,10 +369,16 @@ _COMPARE_STEM = "output_3_value_compare"
 _TARGET_LIST_COLUMNS = (7, 8)
 
 
-def _write_compare(analysis: Analysis, out_dir: Path, meta: Meta,
-                   should_stop: ShouldStop = never) -> list[Path]:
-    return write_table(out_dir, _COMPARE_STEM, meta, "rows", TARGET_COLUMNS,
-                       _until_stopped(_target_rows(analysis.records), should_stop), _TARGET_LIST_COLUMNS)
+def _write_compare(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never) -> list[Path]:
+    return write_table(
+        out_dir,
+        _COMPARE_STEM,
+        meta,
+        "rows",
+        TARGET_COLUMNS,
+        _until_stopped(_target_rows(analysis.records), should_stop),
+        _TARGET_LIST_COLUMNS,
+    )
 
 
 def _until_stopped(items: Iterable[T], should_stop: ShouldStop) -> Iterator[T]:
@@ -294,14 +389,12 @@ def _until_stopped(items: Iterable[T], should_stop: ShouldStop) -> Iterator[T]:
         yield item
 
 
-def _write_modules(analysis: Analysis, out_dir: Path, meta: Meta,
-                   should_stop: ShouldStop = never) -> list[Path]:
+def _write_modules(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never) -> list[Path]:
     rows = (_module_row(r) for r in _until_stopped(analysis.records, should_stop))
     return write_table(out_dir, "output_4_module_analysis", meta, "records", MODULE_COLUMNS, rows, (2, 3))
 
 
-def _write_report(analysis: Analysis, out_dir: Path, meta: Meta,
-                  should_stop: ShouldStop = never) -> list[Path]:
+def _write_report(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never) -> list[Path]:
     report = {"run_id": meta["run_id"], **analysis.report}
     write_atomically(out_dir / "output_5_root_cause_report.json", _json(report, indent=True))
     write_atomically(out_dir / "output_5_root_cause_report.md", render_markdown(analysis, meta["run_id"]).encode())
@@ -309,16 +402,19 @@ def _write_report(analysis: Analysis, out_dir: Path, meta: Meta,
 
 
 PARTS = (_write_mapping, _write_compare, _write_modules, _write_report)
-OUTPUT_NAMES = tuple(f"{stem}.{ext}" for stem in ("output_1_key_mapping", "output_2_mapping", _COMPARE_STEM,
-                                                  "output_4_module_analysis") for ext in ("json", "csv")) + (
-    "output_5_root_cause_report.json", "output_5_root_cause_report.md")
+OUTPUT_NAMES = tuple(
+    f"{stem}.{ext}"
+    for stem in ("output_1_key_mapping", "output_2_mapping", _COMPARE_STEM, "output_4_module_analysis")
+    for ext in ("json", "csv")
+) + ("output_5_root_cause_report.json", "output_5_root_cause_report.md")
 
 
 Part = Callable[[Analysis, Path, Meta, ShouldStop], list[Path]]
 
 
-def _write_part(part: Part, analysis: Analysis, out_dir: Path, meta: Meta,
-                should_stop: ShouldStop = never) -> list[Path]:
+def _write_part(
+    part: Part, analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never
+) -> list[Path]:
     stop_if(should_stop)
     with paused_gc():
         return part(analysis, out_dir, meta, should_stop)
@@ -349,10 +445,12 @@ def _write_forked(analysis: Analysis, out_dir: Path, meta: Meta) -> list[Path]:
         return _encode_chunk(index, chunks.rows(index), TARGET_COLUMNS, _TARGET_LIST_COLUMNS)
 
     def other_parts() -> list[Path]:
-        return [path for part in PARTS if part is not _write_compare
-                for path in _write_part(part, analysis, out_dir, meta)]
+        return [
+            path for part in PARTS if part is not _write_compare for path in _write_part(part, analysis, out_dir, meta)
+        ]
 
     paths = (out_dir / f"{_COMPARE_STEM}.json", out_dir / f"{_COMPARE_STEM}.csv")
-    written = write_split(paths, _table_heads(meta, "rows", TARGET_COLUMNS), _JSON_TAIL, chunks.count, encode,
-                          other_parts)
+    written = write_split(
+        paths, _table_heads(meta, "rows", TARGET_COLUMNS), _JSON_TAIL, chunks.count, encode, other_parts
+    )
     return written + list(paths)

@@ -70,25 +70,46 @@ def merge_ranks(dumps: Sequence[Dump], source: DumpSource) -> Dump:
     _renumber(keys, entries)
     merger.origins.update(origins)
     layout = f"tp={plan.tp}, pp={len(plan.stages)}, ep={plan.ep}, dp={plan.dp}" + (
-        " (inferred from the dumps)" if plan.inferred else f" (given: {source.layout})")
+        " (inferred from the dumps)" if plan.inferred else f" (given: {source.layout})"
+    )
     if merger.sequence_parallel:
-        plan.notes.append("sequence parallel: norm, residual and dropout activations are sharded along the "
-                          "sequence and were merged along it")
-    info = ParallelInfo(tuple(str(p) for p in source.files), source.ranks, layout, merger.sequence_parallel,
-                        plan.notes + merger.notes, merger.merges, merger.origins, merger.dropped)
+        plan.notes.append(
+            "sequence parallel: norm, residual and dropout activations are sharded along the "
+            "sequence and were merged along it"
+        )
+    info = ParallelInfo(
+        tuple(str(p) for p in source.files),
+        source.ranks,
+        layout,
+        merger.sequence_parallel,
+        plan.notes + merger.notes,
+        merger.merges,
+        merger.origins,
+        merger.dropped,
+    )
     first = dumps[0]
-    return Dump(source.label, first.task, first.level, first.framework, keys, entries,
-                sum(d.skipped_keys for d in dumps), info, frozenset().union(*(d.null_keys for d in dumps)) - set(entries))
+    return Dump(
+        source.label,
+        first.task,
+        first.level,
+        first.framework,
+        keys,
+        entries,
+        sum(d.skipped_keys for d in dumps),
+        info,
+        frozenset().union(*(d.null_keys for d in dumps)) - set(entries),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Which ranks are stages, data-parallel replicas, expert- and tensor-parallel peers
 # ---------------------------------------------------------------------------------------------------------------
 
+
 def _same_stage(a: Dump, b: Dump) -> bool:
     """Same key set, or one a prefix of the other in dump order (a rank that stopped early)."""
     shorter, longer = (a.keys, b.keys) if len(a.keys) <= len(b.keys) else (b.keys, a.keys)
-    return longer[:len(shorter)] == shorter
+    return longer[: len(shorter)] == shorter
 
 
 def _plan(dumps: Sequence[Dump], source: DumpSource) -> _Plan:
@@ -104,33 +125,48 @@ def _plan(dumps: Sequence[Dump], source: DumpSource) -> _Plan:
         while stage_size < world and _same_stage(dumps[0], dumps[stage_size]):
             stage_size += 1
         if world % stage_size:
-            raise InputError(source.label, f"cannot tell the pipeline stages: ranks 0-{stage_size - 1} dump the same "
-                                           f"modules but {world} ranks do not divide into stages of {stage_size}; "
-                                           "pass --parallel pp=N (setting `parallel`)")
+            raise InputError(
+                source.label,
+                f"cannot tell the pipeline stages: ranks 0-{stage_size - 1} dump the same "
+                f"modules but {world} ranks do not divide into stages of {stage_size}; "
+                "pass --parallel pp=N (setting `parallel`)",
+            )
     stages = [list(range(start, start + stage_size)) for start in range(0, world, stage_size)]
     for stage in stages:
         odd = [i for i in stage if not _same_stage(dumps[stage[0]], dumps[i])]
         if odd and given.pp is None:
-            raise InputError(source.label, f"cannot tell the pipeline stages: rank {source.ranks[odd[0]]} dumps other "
-                                           f"modules than rank {source.ranks[stage[0]]}; pass --parallel pp=N")
+            raise InputError(
+                source.label,
+                f"cannot tell the pipeline stages: rank {source.ranks[odd[0]]} dumps other "
+                f"modules than rank {source.ranks[stage[0]]}; pass --parallel pp=N",
+            )
     stages = _in_pipeline_order(stages, dumps, source, notes)
     group = _data_group_size(dumps, stages[0], given, source)
     dp = stage_size // group
     if dp > 1:
-        notes.append(f"data parallel: dp={dp}; the ranks of other data-parallel groups saw other data and are not "
-                     f"merged: analysed the first group (ranks {', '.join(str(source.ranks[i]) for i in stages[0][:group])}"
-                     + (", and its peers on the other stages)" if len(stages) > 1 else ")"))
+        notes.append(
+            f"data parallel: dp={dp}; the ranks of other data-parallel groups saw other data and are not "
+            f"merged: analysed the first group (ranks {', '.join(str(source.ranks[i]) for i in stages[0][:group])}"
+            + (", and its peers on the other stages)" if len(stages) > 1 else ")")
+        )
     tp, ep = _tp_ep(dumps, stages[0][:group], given, source)
-    return _Plan([stage[:group] for stage in stages], tp, ep, dp,
-                 given.tp is None and given.pp is None and given.ep is None and given.dp is None, notes)
+    return _Plan(
+        [stage[:group] for stage in stages],
+        tp,
+        ep,
+        dp,
+        given.tp is None and given.pp is None and given.ep is None and given.dp is None,
+        notes,
+    )
 
 
 _FIRST_STAGE_RE = re.compile(r"(?<![^.])(embedding|embed_tokens|word_embeddings|wte)(?=\.|$)")
 _LAST_STAGE_RE = re.compile(r"(?<![^.])(output_layer|lm_head|final_layernorm)(?=\.|$)")
 
 
-def _in_pipeline_order(stages: list[list[int]], dumps: Sequence[Dump], source: DumpSource,
-                       notes: list[str]) -> list[list[int]]:
+def _in_pipeline_order(
+    stages: list[list[int]], dumps: Sequence[Dump], source: DumpSource, notes: list[str]
+) -> list[list[int]]:
     """Stages in rank order (Megatron's pp is the slowest dimension), unless the content says otherwise: the stage
     holding the embedding runs first, the one holding the output layer last."""
     if len(stages) < 2:
@@ -144,8 +180,10 @@ def _in_pipeline_order(stages: list[list[int]], dumps: Sequence[Dump], source: D
     last = next((s for s in stages if holds(s, _LAST_STAGE_RE) and s is not first), stages[-1])
     ordered = [first] + [s for s in stages if s is not first and s is not last] + ([last] if last is not first else [])
     if ordered != stages:
-        notes.append("pipeline stages ordered by their content (the embedding's stage first, the output layer's last): "
-                     + " -> ".join(f"ranks {source.ranks[s[0]]}-{source.ranks[s[-1]]}" for s in ordered))
+        notes.append(
+            "pipeline stages ordered by their content (the embedding's stage first, the output layer's last): "
+            + " -> ".join(f"ranks {source.ranks[s[0]]}-{source.ranks[s[-1]]}" for s in ordered)
+        )
     return ordered
 
 
@@ -165,9 +203,12 @@ def _data_group_size(dumps: Sequence[Dump], stage: list[int], given: ParallelLay
             break
         size += 1
     if len(stage) % size:
-        raise InputError(source.label, f"cannot tell the data-parallel groups: ranks 0-{size - 1} read the same "
-                                       f"data, but {len(stage)} ranks per stage do not divide into such groups; "
-                                       "pass --parallel dp=N")
+        raise InputError(
+            source.label,
+            f"cannot tell the data-parallel groups: ranks 0-{size - 1} read the same "
+            f"data, but {len(stage)} ranks per stage do not divide into such groups; "
+            "pass --parallel dp=N",
+        )
     return size
 
 
@@ -180,8 +221,11 @@ def _tp_ep(dumps: Sequence[Dump], group: list[int], given: ParallelLayout, sourc
     if given.tp is not None or given.ep is not None:
         tp = given.tp or size // (given.ep or 1)
         if tp * (size // tp) != size or (given.ep is not None and tp * given.ep != size):
-            raise InputError(source.label, f"--parallel {source.layout}: the {size} rank(s) of a data-parallel group "
-                                           f"cannot be split into tp={tp}" + (f" x ep={given.ep}" if given.ep else ""))
+            raise InputError(
+                source.label,
+                f"--parallel {source.layout}: the {size} rank(s) of a data-parallel group "
+                f"cannot be split into tp={tp}" + (f" x ep={given.ep}" if given.ep else ""),
+            )
         return tp, size // tp
     has_experts = any(_EXPERT_RE.search(k) for k in dumps[group[0]].keys)
     if size == 1 or not has_experts:
@@ -196,16 +240,20 @@ def _tp_ep(dumps: Sequence[Dump], group: list[int], given: ParallelLayout, sourc
     reference = fingerprint(group[0])
     ep = sum(1 for i in group if fingerprint(i) == reference)
     tp = size // ep
-    if tp * ep != size or any(fingerprint(group[t]) != fingerprint(group[t + e * tp])
-                              for t in range(tp) for e in range(ep)):
-        raise InputError(source.label, "cannot tell tensor-parallel from expert-parallel ranks; pass --parallel "
-                                       "tp=N,ep=M (setting `parallel`)")
+    if tp * ep != size or any(
+        fingerprint(group[t]) != fingerprint(group[t + e * tp]) for t in range(tp) for e in range(ep)
+    ):
+        raise InputError(
+            source.label,
+            "cannot tell tensor-parallel from expert-parallel ranks; pass --parallel tp=N,ep=M (setting `parallel`)",
+        )
     return tp, ep
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Merging
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def _rename(entry: ModuleEntry, key: str, path: str) -> ModuleEntry:
     return msgspec.structs.replace(entry, key=key, path=path)
@@ -247,9 +295,11 @@ class _Merger:
             lacking = [k for k in longest if k not in present]
             if lacking:
                 label = self.source.rank_label(rank)
-                self.notes.append(f"{label} lacks {len(lacking)} keys the other ranks have (did it stop mid-dump?), "
-                                  f"e.g. {', '.join(lacking[:MAX_LISTED_KEYS])}; they are left out, the rest is "
-                                  "analysed")
+                self.notes.append(
+                    f"{label} lacks {len(lacking)} keys the other ranks have (did it stop mid-dump?), "
+                    f"e.g. {', '.join(lacking[:MAX_LISTED_KEYS])}; they are left out, the rest is "
+                    "analysed"
+                )
                 for key in lacking:
                     self.dropped.setdefault(key, f"{label} lacks it")
         return [k for k in longest if k in everywhere]
@@ -274,8 +324,11 @@ class _Merger:
                         continue
                     match = _EXPERT_RE.search(entry.path)
                     assert match is not None
-                    path = (entry.path[:match.start(1)] + str(ep_rank * local + int(match.group(1)))
-                            + entry.path[match.end(1):])
+                    path = (
+                        entry.path[: match.start(1)]
+                        + str(ep_rank * local + int(match.group(1)))
+                        + entry.path[match.end(1) :]
+                    )
                     new_key = _renamed_key(key, entry.path, path)
                     keys.append(new_key)
                     entries[new_key] = _rename(entry, new_key, path)
@@ -353,8 +406,9 @@ class _Merger:
             self.merges[key] = "; ".join(described)
         return _with_slots(first, merged, tuple(found))
 
-    def _slot(self, slot: str, copies: list[TensorStats | None], kind: str | None, ranks: list[int],
-              call: int) -> tuple[TensorStats | None, str, Disagreement | None]:
+    def _slot(
+        self, slot: str, copies: list[TensorStats | None], kind: str | None, ranks: list[int], call: int
+    ) -> tuple[TensorStats | None, str, Disagreement | None]:
         """(merged statistics, how they were merged, a disagreement of replicas)."""
         first = copies[0]
         if first is None or any(c is None for c in copies):
@@ -409,11 +463,12 @@ def _shard_dim(slot: str, kind: str | None, stats: TensorStats) -> int | None:
 def _concatenated(shape: tuple[int, ...] | None, dim: int, count: int) -> tuple[int, ...] | None:
     if not shape or dim >= len(shape):
         return None
-    return shape[:dim] + (shape[dim] * count,) + shape[dim + 1:]
+    return shape[:dim] + (shape[dim] * count,) + shape[dim + 1 :]
 
 
-def _disagreement(slot: str, copies: list[TensorStats | None], ranks: list[int],
-                  source: DumpSource) -> Disagreement | None:
+def _disagreement(
+    slot: str, copies: list[TensorStats | None], ranks: list[int], source: DumpSource
+) -> Disagreement | None:
     first = copies[0]
     if first is None:
         return None
@@ -449,26 +504,35 @@ def slot_stats(entry: ModuleEntry, slot: str) -> TensorStats | None:
     return (entry.kwargs if group == "input_kwargs" else entry.parameters).get(name)
 
 
-def _with_slots(entry: ModuleEntry, merged: dict[str, TensorStats | None],
-                disagreements: tuple[Disagreement, ...]) -> ModuleEntry:
+def _with_slots(
+    entry: ModuleEntry, merged: dict[str, TensorStats | None], disagreements: tuple[Disagreement, ...]
+) -> ModuleEntry:
     kwargs = {n: merged[f"input_kwargs.{n}"] or s for n, s in entry.kwargs.items()}
     parameters = {n: merged[f"parameters.{n}"] or s for n, s in entry.parameters.items()}
     return msgspec.structs.replace(
-        entry, input=merged["input"], output=merged["output"], kwargs=kwargs or entry.kwargs,
-        parameters=parameters or entry.parameters, stream_input=merged.get("stream_input", entry.stream_input),
-        stream_output=merged.get("stream_output", entry.stream_output), disagreements=disagreements)
+        entry,
+        input=merged["input"],
+        output=merged["output"],
+        kwargs=kwargs or entry.kwargs,
+        parameters=parameters or entry.parameters,
+        stream_input=merged.get("stream_input", entry.stream_input),
+        stream_output=merged.get("stream_output", entry.stream_output),
+        disagreements=disagreements,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Pipeline stages
 # ---------------------------------------------------------------------------------------------------------------
 
+
 def _layer_indices(keys: Iterable[str]) -> list[int]:
     return sorted({int(m.group(1)) for k in keys if (m := _LAYER_RE.search(k))})
 
 
-def _join_stages(stages: list[tuple[list[str], dict[str, ModuleEntry]]], first_ranks: list[int]) -> tuple[
-        list[str], dict[str, ModuleEntry], dict[str, tuple[int, str]]]:
+def _join_stages(
+    stages: list[tuple[list[str], dict[str, ModuleEntry]]], first_ranks: list[int]
+) -> tuple[list[str], dict[str, ModuleEntry], dict[str, tuple[int, str]]]:
     """Stages in order, layers renamed to global indices; a module on several stages (model, block) completes on
     the last: its input comes from the first stage that saw one, its output from the last."""
     if len(stages) == 1:
@@ -483,7 +547,7 @@ def _join_stages(stages: list[tuple[list[str], dict[str, ModuleEntry]]], first_r
             entry = entries[key]
             match = _LAYER_RE.search(entry.path) if offset else None
             if match is not None:
-                path = entry.path[:match.start(1)] + str(offset + int(match.group(1))) + entry.path[match.end(1):]
+                path = entry.path[: match.start(1)] + str(offset + int(match.group(1))) + entry.path[match.end(1) :]
                 new_key = _renamed_key(key, entry.path, path)
                 entry = _rename(entry, new_key, path)
             else:
@@ -504,9 +568,12 @@ def _join_stages(stages: list[tuple[list[str], dict[str, ModuleEntry]]], first_r
         for key, entry in stage:
             earlier = seen.get(key)
             if earlier is not None:
-                entry = msgspec.structs.replace(entry, input=earlier.input or entry.input,
-                                                kwargs=earlier.kwargs or entry.kwargs,
-                                                output=entry.output or earlier.output)
+                entry = msgspec.structs.replace(
+                    entry,
+                    input=earlier.input or entry.input,
+                    kwargs=earlier.kwargs or entry.kwargs,
+                    output=entry.output or earlier.output,
+                )
             if last_stage_of[key] != index:
                 seen[key] = entry
                 continue

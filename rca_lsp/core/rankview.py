@@ -49,7 +49,7 @@ def _read_entry(path: Path, key: str) -> ModuleEntry | None:
                 start = data.find(quoted_key(key))
             if start < 0:
                 return None
-            window = data[start:start + _WINDOW].decode("utf-8", errors="replace")
+            window = data[start : start + _WINDOW].decode("utf-8", errors="replace")
     except (OSError, ValueError):
         return None
     value_start = window.index(":", len(key) + 2) + 1
@@ -81,11 +81,11 @@ def merged_slots(dump: Dump, key: str) -> list[str]:
     """The slots of a key that were merged from shards or whose copies disagree (what per-rank rows are for)."""
     how = dump.parallel.merges.get(key, "") if dump.parallel is not None else ""
     return [slot for slot in ("input", "output") if f"{slot} sharded" in how] + sorted(
-        {part.split(" ", 1)[0] for part in how.split("; ") if part.startswith("parameters.")})
+        {part.split(" ", 1)[0] for part in how.split("; ") if part.startswith("parameters.")}
+    )
 
 
-def rank_by_rank(train: Dump, rollout: Dump, train_key: str, rollout_key: str,
-                 tolerances: Tolerances) -> list[str]:
+def rank_by_rank(train: Dump, rollout: Dump, train_key: str, rollout_key: str, tolerances: Tolerances) -> list[str]:
     """When both sides were merged from the same number of ranks: each rank's copy of each slot against the same
     rank's on the other side, naming the ranks that differ ([] when the layouts differ or nothing differs)."""
     if train.parallel is None or rollout.parallel is None or len(train.parallel.files) != len(rollout.parallel.files):
@@ -96,8 +96,11 @@ def rank_by_rank(train: Dump, rollout: Dump, train_key: str, rollout_key: str,
         other = theirs.get(copy.rank)
         if other is None:
             continue
-        differing = [slot for slot in ("input", "output", *(f"parameters.{n}" for n in copy.entry.parameters))
-                     if quick_verdict(slot_stats(copy.entry, slot), slot_stats(other, slot), tolerances)[0] == "mismatch"]
+        differing = [
+            slot
+            for slot in ("input", "output", *(f"parameters.{n}" for n in copy.entry.parameters))
+            if quick_verdict(slot_stats(copy.entry, slot), slot_stats(other, slot), tolerances)[0] == "mismatch"
+        ]
         if differing:
             found.append(f"rank {copy.rank}: {', '.join(slot_label(s) for s in differing)} differ")
     return found

@@ -63,7 +63,9 @@ def _prefixes(paths: tuple[str, ...]) -> tuple[str, ...]:
     return (paths[0] + ".",) if len(paths) == 1 else tuple(p + "." for p in paths)
 
 
-def build_groups(mapping: dict[str, tuple[str, ...]], train: Dump, rollout: Dump) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+def build_groups(
+    mapping: dict[str, tuple[str, ...]], train: Dump, rollout: Dump
+) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """Connected train/rollout key sets: a rollout key named by several train keys joins them (N:1)."""
     owners: dict[str, int] = {}
     for rollout_keys in mapping.values():
@@ -73,7 +75,9 @@ def build_groups(mapping: dict[str, tuple[str, ...]], train: Dump, rollout: Dump
     shared: dict[str, tuple[str, ...]] = {}
     for train_key, rollout_keys in mapping.items():
         if all(owners[k] == 1 for k in rollout_keys):
-            groups.append(((train_key,), rollout_keys if len(rollout_keys) == 1 else _by_position(rollout_keys, rollout)))
+            groups.append(
+                ((train_key,), rollout_keys if len(rollout_keys) == 1 else _by_position(rollout_keys, rollout))
+            )
         else:
             shared[train_key] = rollout_keys
     groups += _joined_groups(shared, train, rollout)
@@ -92,8 +96,9 @@ def owners_of(mapping: dict[str, tuple[str, ...]]) -> Owners:
     return owners
 
 
-def updated_owners(owners: Owners, old: dict[str, tuple[str, ...]], new: dict[str, tuple[str, ...]],
-                   changed: Iterable[str]) -> Owners:
+def updated_owners(
+    owners: Owners, old: dict[str, tuple[str, ...]], new: dict[str, tuple[str, ...]], changed: Iterable[str]
+) -> Owners:
     """`owners` of `old` turned into those of `new`, which differ only at the `changed` train keys."""
     updated = dict(owners)
     for train_key in changed:
@@ -108,9 +113,14 @@ def updated_owners(owners: Owners, old: dict[str, tuple[str, ...]], new: dict[st
     return updated
 
 
-def regroup(changed: Iterable[str], mapping: dict[str, tuple[str, ...]], owners: Owners,
-            old_records: dict[str, "ModuleRecord"], train: Dump, rollout: Dump) -> tuple[
-        set[str], list[tuple[tuple[str, ...], tuple[str, ...]]]]:
+def regroup(
+    changed: Iterable[str],
+    mapping: dict[str, tuple[str, ...]],
+    owners: Owners,
+    old_records: dict[str, "ModuleRecord"],
+    train: Dump,
+    rollout: Dump,
+) -> tuple[set[str], list[tuple[tuple[str, ...], tuple[str, ...]]]]:
     """After the mapping changed at some train keys: the train keys whose group may differ (the changed ones, those
     sharing a rollout key with them now, and the members of their old groups), and their new groups."""
     dirty: set[str] = set()
@@ -132,7 +142,9 @@ def _by_position(keys: Iterable[str], dump: Dump) -> tuple[str, ...]:
     return tuple(sorted(keys, key=lambda k: dump.entries[k].position))
 
 
-def _joined_groups(mapping: dict[str, tuple[str, ...]], train: Dump, rollout: Dump) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+def _joined_groups(
+    mapping: dict[str, tuple[str, ...]], train: Dump, rollout: Dump
+) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """Union-find over the entries that share a rollout key."""
     parent: dict[str, str] = {}
 
@@ -170,10 +182,15 @@ class Comparator:
         self._base = base
         # A base record none of whose errors lies between the tightest new and the loosest old tolerance of the
         # tightened dtypes keeps every verdict under these tolerances (below: aligned, above: mismatch, either way).
-        tightened = [(value, base.tolerances.by_dtype[dtype]) for dtype, value in tolerances.by_dtype.items()
-                     if base is not None and value < base.tolerances.by_dtype.get(dtype, value)]
-        self._changes_between = (min((new for new, _ in tightened), default=float("inf")),
-                                 max((old for _, old in tightened), default=float("inf")))
+        tightened = [
+            (value, base.tolerances.by_dtype[dtype])
+            for dtype, value in tolerances.by_dtype.items()
+            if base is not None and value < base.tolerances.by_dtype.get(dtype, value)
+        ]
+        self._changes_between = (
+            min((new for new, _ in tightened), default=float("inf")),
+            max((old for _, old in tightened), default=float("inf")),
+        )
         self._derived: dict[tuple[tuple[str, float], ...], Comparator] = {}
 
     def with_tolerances(self, tolerances: Tolerances) -> "Comparator":
@@ -201,16 +218,28 @@ class Comparator:
             shared = self._base.record(train_keys, rollout_keys)
             if shared.comparison.judged_alike(*self._changes_between):  # the same verdicts, reported under ours
                 cached = self._cache[(train_keys, rollout_keys)] = shared._replace(
-                    comparison=shared.comparison.judged_under(self.tolerances))
+                    comparison=shared.comparison.judged_under(self.tolerances)
+                )
         if cached is None:
             train_entries = [self.train.entries[k] for k in train_keys]
             rollout_entries = [self.rollout.entries[k] for k in rollout_keys]
             comparison = compare_module(train_entries, rollout_entries, self.tolerances)
             train_paths, rollout_paths = _paths(train_entries), _paths(rollout_entries)
-            cached = _new(ModuleRecord, (
-                comparison, train_entries[-1].position, rollout_entries[-1].position, train_entries[0].position,
-                rollout_entries[0].position, train_entries[0].call_index, train_paths, rollout_paths,
-                _prefixes(train_paths), _prefixes(rollout_paths)))
+            cached = _new(
+                ModuleRecord,
+                (
+                    comparison,
+                    train_entries[-1].position,
+                    rollout_entries[-1].position,
+                    train_entries[0].position,
+                    rollout_entries[0].position,
+                    train_entries[0].call_index,
+                    train_paths,
+                    rollout_paths,
+                    _prefixes(train_paths),
+                    _prefixes(rollout_paths),
+                ),
+            )
             self._cache[(train_keys, rollout_keys)] = cached
         return cached
 

@@ -9,8 +9,19 @@ from rca_lsp.core.dump import Dump, slot_label
 from rca_lsp.core.keys import is_activation_like
 from rca_lsp.core.rankview import merged_slots, per_rank_rows, rank_by_rank
 from rca_lsp.core.records import ModuleRecord
-from rca_lsp.core.rootcause import (CALL_DISAGREEMENT, IN_MODULE, MAX_LISTED, MISSING_OP, PARAMETER, RANK_DISAGREEMENT,
-                                    UPSTREAM, Suspect, parameters_unseen, is_placeholder, one_sided_activations)
+from rca_lsp.core.rootcause import (
+    CALL_DISAGREEMENT,
+    IN_MODULE,
+    MAX_LISTED,
+    MISSING_OP,
+    PARAMETER,
+    RANK_DISAGREEMENT,
+    UPSTREAM,
+    Suspect,
+    is_placeholder,
+    one_sided_activations,
+    parameters_unseen,
+)
 from rca_lsp.core.tolerance import normalise_dtype
 
 if TYPE_CHECKING:
@@ -26,27 +37,44 @@ def hypothesis(first: Suspect | None) -> tuple[str, list[str]]:
     if first.classification == MISSING_OP:
         side, acts = one_sided_activations(first.between)
         other = "train" if side == "rollout" else "rollout"
-        return (f"{other} may be missing an activation-like operation that exists on {side} between the last aligned "
-                "boundary and the first downstream mismatch", acts)
+        return (
+            f"{other} may be missing an activation-like operation that exists on {side} between the last aligned "
+            "boundary and the first downstream mismatch",
+            acts,
+        )
     if first.classification == PARAMETER:
         return "parameter sync or checkpoint alignment issue", [first.train_key]
     if first.classification == RANK_DISAGREEMENT:
-        return ("ranks disagree on a tensor that should be identical on every rank (a desynced replicated weight or "
-                "a non-deterministic reduction)", [first.train_key])
+        return (
+            "ranks disagree on a tensor that should be identical on every rank (a desynced replicated weight or "
+            "a non-deterministic reduction)",
+            [first.train_key],
+        )
     if first.classification == CALL_DISAGREEMENT:
-        return "a parameter changed between calls of the same module (weights updated mid-generation)", [first.train_key]
+        return "a parameter changed between calls of the same module (weights updated mid-generation)", [
+            first.train_key
+        ]
     if first.classification == IN_MODULE and parameters_unseen(first.record.comparison.parameter_consistency):
-        return ("in-module implementation or numeric path mismatch, or a parameter desync (the parameters are not "
-                "observable on both sides)", [first.train_key])
+        return (
+            "in-module implementation or numeric path mismatch, or a parameter desync (the parameters are not "
+            "observable on both sides)",
+            [first.train_key],
+        )
     if first.classification == IN_MODULE:
         return "in-module implementation or numeric path mismatch", [first.train_key]
     if first.classification == UPSTREAM and first.credible_origin:
         unmatched = sorted(first.between.train + first.between.rollout, key=is_placeholder)
         if unmatched:
-            return ("the divergence arises between the last aligned boundary and the first mismatch, in modules the "
-                    "mapping does not cover (a missing/extra op or a layout difference statistics cannot see)", unmatched)
-        return ("the inputs of the first mismatching module differ with nothing between it and the aligned boundary: "
-                "the mapped inputs are probably not the same tensor (mapping, fused residual or layout)", [first.train_key])
+            return (
+                "the divergence arises between the last aligned boundary and the first mismatch, in modules the "
+                "mapping does not cover (a missing/extra op or a layout difference statistics cannot see)",
+                unmatched,
+            )
+        return (
+            "the inputs of the first mismatching module differ with nothing between it and the aligned boundary: "
+            "the mapped inputs are probably not the same tensor (mapping, fused residual or layout)",
+            [first.train_key],
+        )
     if first.classification == UPSTREAM:
         return "upstream mismatch is propagating into this module", [first.train_key]
     return "", []
@@ -150,16 +178,24 @@ def root_cause_report(analysis: Analysis) -> dict[str, Any]:
         "rollout_path": analysis.rollout.path,
         "mapping_key_path": analysis.mapping.path,
         "structural_false_positives": [
-            {**{k: v for k, v in record_summary(r).items() if k in ("train_key", "rollout_key", "module_bucket")},
-             "skip_reason": r.comparison.reasoning} for r in analysis.structural],
+            {
+                **{k: v for k, v in record_summary(r).items() if k in ("train_key", "rollout_key", "module_bucket")},
+                "skip_reason": r.comparison.reasoning,
+            }
+            for r in analysis.structural
+        ],
         "root_cause_suspects": [suspect_json(s) for s in analysis.suspects[:MAX_REPORTED_SUSPECTS]],
         "root_cause_suspects_total": len(analysis.suspects),
         "top_hypothesis": top_hypothesis,
         "top_evidence": top_evidence,
-        "first_divergence": _with_ranks(analysis, suspect_json(first), first) if first and first.credible_origin else None,
+        "first_divergence": _with_ranks(analysis, suspect_json(first), first)
+        if first and first.credible_origin
+        else None,
         "nonfinite_on_both_sides": nonfinite,
-        "mapping_issues": [{"code": i.code, "line": analysis.mapping.line_of(i.span), "message": i.message, "key": i.key}
-                           for i in analysis.issues],
+        "mapping_issues": [
+            {"code": i.code, "line": analysis.mapping.line_of(i.span), "message": i.message, "key": i.key}
+            for i in analysis.issues
+        ],
         "counts": {
             "train_forward_keys": len(analysis.train.keys),
             "rollout_forward_keys": len(analysis.rollout.keys),
@@ -168,9 +204,11 @@ def root_cause_report(analysis: Analysis) -> dict[str, Any]:
         },
         "next_checks": next_checks(analysis.suspects),
         "calibration": calibration_summary(analysis),
-        "parallel": {side: parallel_summary(dump) for side, dump in (("train", analysis.train),
-                                                                      ("rollout", analysis.rollout))
-                     if dump.parallel is not None},
+        "parallel": {
+            side: parallel_summary(dump)
+            for side, dump in (("train", analysis.train), ("rollout", analysis.rollout))
+            if dump.parallel is not None
+        },
         "disagreements": disagreement_rows(analysis),
     }
 
@@ -184,9 +222,14 @@ def confidence(analysis: Analysis, suspect: Suspect) -> dict[str, Any]:
     if calibrated is not None and error is not None:
         above = calibrated.times_the_floor(error)
     alternatives = [s.train_key for s in analysis.suspects if s.credible_origin and s is not suspect][:5]
-    return {"error": error, "noise_floor": calibrated.floor if calibrated else None, "above_noise": above,
-            "threshold": calibrated.threshold if calibrated else None, "alternatives": alternatives,
-            "dtype_path": comparison.dtype_path}
+    return {
+        "error": error,
+        "noise_floor": calibrated.floor if calibrated else None,
+        "above_noise": above,
+        "threshold": calibrated.threshold if calibrated else None,
+        "alternatives": alternatives,
+        "dtype_path": comparison.dtype_path,
+    }
 
 
 def _with_ranks(analysis: Analysis, found: dict[str, Any], suspect: Suspect) -> dict[str, Any]:
@@ -194,13 +237,19 @@ def _with_ranks(analysis: Analysis, found: dict[str, Any], suspect: Suspect) -> 
     verdicts."""
     found["confidence"] = confidence(analysis, suspect)
     record = suspect.record
-    for side, dump, key in (("train", analysis.train, record.train_key), ("rollout", analysis.rollout, record.rollout_key)):
+    for side, dump, key in (
+        ("train", analysis.train, record.train_key),
+        ("rollout", analysis.rollout, record.rollout_key),
+    ):
         slots = merged_slots(dump, key)
         if slots:
-            found[f"{side}_per_rank"] = [{"slot": slot_label(slot), "rank": rank, "Max": v[0], "Min": v[1], "Mean": v[2],
-                                          "Norm": v[3]} for slot, rank, v in per_rank_rows(dump, key, slots)]
-    verdicts = rank_by_rank(analysis.train, analysis.rollout, record.train_key, record.rollout_key,
-                            analysis.comparator.tolerances)
+            found[f"{side}_per_rank"] = [
+                {"slot": slot_label(slot), "rank": rank, "Max": v[0], "Min": v[1], "Mean": v[2], "Norm": v[3]}
+                for slot, rank, v in per_rank_rows(dump, key, slots)
+            ]
+    verdicts = rank_by_rank(
+        analysis.train, analysis.rollout, record.train_key, record.rollout_key, analysis.comparator.tolerances
+    )
     if verdicts:
         found["rank_by_rank"] = verdicts
     return found
@@ -208,18 +257,33 @@ def _with_ranks(analysis: Analysis, found: dict[str, Any], suspect: Suspect) -> 
 
 def calibration_summary(analysis: Analysis) -> dict[str, Any]:
     """The noise floor, threshold and first jump per dtype, as the records were judged."""
-    return {dtype: {"pairs": c.pairs, "noise_floor": c.floor, "threshold": c.threshold, "fixed_tolerance": c.ceiling,
-                    "first_jump": c.jump_key, "jump_factor": c.jump_factor, "fallback": c.fallback,
-                    "summary": c.describe()}
-            for dtype, c in analysis.calibration.by_dtype.items()}
+    return {
+        dtype: {
+            "pairs": c.pairs,
+            "noise_floor": c.floor,
+            "threshold": c.threshold,
+            "fixed_tolerance": c.ceiling,
+            "first_jump": c.jump_key,
+            "jump_factor": c.jump_factor,
+            "fallback": c.fallback,
+            "summary": c.describe(),
+        }
+        for dtype, c in analysis.calibration.by_dtype.items()
+    }
 
 
 def parallel_summary(dump: Dump) -> dict[str, Any]:
     """How a logical dump was merged from ranks, for the report."""
     info = dump.parallel
     assert info is not None
-    return {"ranks": list(info.ranks), "files": list(info.files), "layout": info.layout,
-            "sequence_parallel": info.sequence_parallel, "notes": info.notes, "dropped_keys": len(info.dropped)}
+    return {
+        "ranks": list(info.ranks),
+        "files": list(info.files),
+        "layout": info.layout,
+        "sequence_parallel": info.sequence_parallel,
+        "notes": info.notes,
+        "dropped_keys": len(info.dropped),
+    }
 
 
 def disagreement_rows(analysis: Analysis) -> list[dict[str, Any]]:
@@ -228,14 +292,31 @@ def disagreement_rows(analysis: Analysis) -> list[dict[str, Any]]:
     for side, dump in (("train", analysis.train), ("rollout", analysis.rollout)):
         for key in dump.keys:
             for found in dump.entries[key].disagreements:
-                rows.append({"side": side, "key": key, "slot": found.slot, "across": found.across,
-                             "reference": found.reference, "members": list(found.members), "rel_err": found.rel_err,
-                             "message": found.describe()})
+                rows.append(
+                    {
+                        "side": side,
+                        "key": key,
+                        "slot": found.slot,
+                        "across": found.across,
+                        "reference": found.reference,
+                        "members": list(found.members),
+                        "rel_err": found.rel_err,
+                        "message": found.describe(),
+                    }
+                )
     for record in analysis.records:
         for found in record.comparison.disagreements:
             if found.across == "calls":
-                rows.append({"side": "train" if found in record.comparison.train_disagreements else "rollout",
-                             "key": record.train_key, "slot": found.slot, "across": "calls",
-                             "reference": found.reference, "members": list(found.members), "rel_err": found.rel_err,
-                             "message": found.describe()})
+                rows.append(
+                    {
+                        "side": "train" if found in record.comparison.train_disagreements else "rollout",
+                        "key": record.train_key,
+                        "slot": found.slot,
+                        "across": "calls",
+                        "reference": found.reference,
+                        "members": list(found.members),
+                        "rel_err": found.rel_err,
+                        "message": found.describe(),
+                    }
+                )
     return rows

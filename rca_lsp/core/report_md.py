@@ -5,8 +5,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rca_lsp.core.keys import is_activation_like
-from rca_lsp.core.rootcause import (CALL_DISAGREEMENT, IN_MODULE, MANUAL, MISSING_OP, PARAMETER, RANK_DISAGREEMENT,
-                                    UPSTREAM, Suspect)
+from rca_lsp.core.rootcause import (
+    CALL_DISAGREEMENT,
+    IN_MODULE,
+    MANUAL,
+    MISSING_OP,
+    PARAMETER,
+    RANK_DISAGREEMENT,
+    UPSTREAM,
+    Suspect,
+)
 
 if TYPE_CHECKING:
     from rca_lsp.core.analysis import Analysis
@@ -14,18 +22,33 @@ if TYPE_CHECKING:
 MAX_ROWS = 20
 
 _MECHANISM = {
-    MISSING_OP: ("an operation (typically an activation) runs on one side only between two aligned points",
-                 "{train_ops}", "{rollout_ops}"),
+    MISSING_OP: (
+        "an operation (typically an activation) runs on one side only between two aligned points",
+        "{train_ops}",
+        "{rollout_ops}",
+    ),
     PARAMETER: ("the same module computes with different weights", "weights as trained", "weights as synced/loaded"),
-    IN_MODULE: ("the module computes differently from identical inputs and weights",
-                "the train implementation/config", "the rollout implementation/config"),
-    UPSTREAM: ("data diverges in modules the mapping does not cover (a one-sided op, or a layout statistics cannot see)",
-               "the unmapped train modules listed", "the unmapped rollout modules listed"),
+    IN_MODULE: (
+        "the module computes differently from identical inputs and weights",
+        "the train implementation/config",
+        "the rollout implementation/config",
+    ),
+    UPSTREAM: (
+        "data diverges in modules the mapping does not cover (a one-sided op, or a layout statistics cannot see)",
+        "the unmapped train modules listed",
+        "the unmapped rollout modules listed",
+    ),
     MANUAL: ("not determined automatically", "-", "-"),
-    RANK_DISAGREEMENT: ("ranks hold different copies of a tensor that must be identical on every rank",
-                        "the copy on the reference rank", "the copy on the other ranks"),
-    CALL_DISAGREEMENT: ("a parameter changes between calls of one module", "the weights of the first call",
-                        "the weights of later calls"),
+    RANK_DISAGREEMENT: (
+        "ranks hold different copies of a tensor that must be identical on every rank",
+        "the copy on the reference rank",
+        "the copy on the other ranks",
+    ),
+    CALL_DISAGREEMENT: (
+        "a parameter changes between calls of one module",
+        "the weights of the first call",
+        "the weights of later calls",
+    ),
 }
 
 
@@ -38,54 +61,77 @@ def _confidence(analysis: "Analysis") -> str:
     if not credible:
         return "low"
     first = credible[0]
-    if first.classification == MANUAL or (first.classification == UPSTREAM and not first.between.train + first.between.rollout):
+    if first.classification == MANUAL or (
+        first.classification == UPSTREAM and not first.between.train + first.between.rollout
+    ):
         return "low"
     if len(credible) > 1 or first.classification == UPSTREAM or first.boundary is None:
         return "medium"
     return "high"
 
 
-NOTHING_COMPARED = ("nothing was compared: no mapped module pair (the mapping is empty, or none of its entries names "
-                    "a module of both dumps)")
+NOTHING_COMPARED = (
+    "nothing was compared: no mapped module pair (the mapping is empty, or none of its entries names "
+    "a module of both dumps)"
+)
 
 
 def _judgement(analysis: "Analysis") -> list[str]:
     if not analysis.records:
         return [f"{NOTHING_COMPARED[0].upper()}{NOTHING_COMPARED[1:]}. No root-cause hypothesis."]
     if not analysis.suspects:
-        return ["No credible divergence: every compared module pair is aligned within the dtype tolerances "
-                "(or only premise problems remain, listed below). No root-cause hypothesis."]
+        return [
+            "No credible divergence: every compared module pair is aligned within the dtype tolerances "
+            "(or only premise problems remain, listed below). No root-cause hypothesis."
+        ]
     first = analysis.suspects[0]
     report = analysis.report
-    lines = [f"- Most likely root cause: **{report['top_hypothesis']}**",
-             f"- At: {_code(first.train_key)} ↔ {_code(first.record.rollout_key)} (call {first.record.call_index}), "
-             f"classified `{first.classification}`",
-             f"- Confidence: {_confidence(analysis)}",
-             f"- Why this is the first credible divergence: {first.rationale}."]
+    lines = [
+        f"- Most likely root cause: **{report['top_hypothesis']}**",
+        f"- At: {_code(first.train_key)} ↔ {_code(first.record.rollout_key)} (call {first.record.call_index}), "
+        f"classified `{first.classification}`",
+        f"- Confidence: {_confidence(analysis)}",
+        f"- Why this is the first credible divergence: {first.rationale}.",
+    ]
     if first.boundary is not None:
-        lines.append(f"- Last aligned boundary before it: {_code(first.boundary.train_key)} ↔ "
-                     f"{_code(first.boundary.rollout_key)}")
+        lines.append(
+            f"- Last aligned boundary before it: {_code(first.boundary.train_key)} ↔ "
+            f"{_code(first.boundary.rollout_key)}"
+        )
     if report["top_evidence"]:
         lines.append("- Evidence keys: " + ", ".join(_code(k) for k in report["top_evidence"][:8]))
     return lines
 
 
 def _evidence_chain(analysis: "Analysis") -> list[str]:
-    lines = [f"- Candidates reviewed: {len(analysis.records)} mapped module groups; "
-             f"{len(analysis.suspects)} suspects (priority rank 1-2)."]
-    lines.append(f"- Dismissed as fused/structural: {len(analysis.structural)}"
-                 + (": " + ", ".join(_code(r.train_key) for r in analysis.structural[:5]) if analysis.structural else ""))
+    lines = [
+        f"- Candidates reviewed: {len(analysis.records)} mapped module groups; "
+        f"{len(analysis.suspects)} suspects (priority rank 1-2)."
+    ]
+    lines.append(
+        f"- Dismissed as fused/structural: {len(analysis.structural)}"
+        + (": " + ", ".join(_code(r.train_key) for r in analysis.structural[:5]) if analysis.structural else "")
+    )
     if analysis.suspects:
         first = analysis.suspects[0]
         between = first.between
-        lines.append(f"- Last aligned boundary: {_code(first.boundary.train_key) if first.boundary else 'none (start of call)'}")
-        lines.append(f"- Unmatched train modules between: {len(between.train)}"
-                     + (": " + ", ".join(_code(k) for k in between.train[:6]) if between.train else ""))
-        lines.append(f"- Unmatched rollout modules between: {len(between.rollout)}"
-                     + (": " + ", ".join(_code(k) for k in between.rollout[:6]) if between.rollout else ""))
+        lines.append(
+            f"- Last aligned boundary: {_code(first.boundary.train_key) if first.boundary else 'none (start of call)'}"
+        )
+        lines.append(
+            f"- Unmatched train modules between: {len(between.train)}"
+            + (": " + ", ".join(_code(k) for k in between.train[:6]) if between.train else "")
+        )
+        lines.append(
+            f"- Unmatched rollout modules between: {len(between.rollout)}"
+            + (": " + ", ".join(_code(k) for k in between.rollout[:6]) if between.rollout else "")
+        )
         activations = [k for k in between.train + between.rollout if is_activation_like(k)]
-        implication = ("an activation-like op exists on one side only, exactly where the data starts to differ"
-                       if activations else "no one-sided activation between; see the classification")
+        implication = (
+            "an activation-like op exists on one side only, exactly where the data starts to differ"
+            if activations
+            else "no one-sided activation between; see the classification"
+        )
         lines.append(f"- What they imply: {implication}")
     return lines
 
@@ -96,11 +142,20 @@ def _suspect_table(suspects: list[Suspect]) -> list[str]:
     lines = ["| # | suspect (call) | classification | evidence | reading |", "|---|---|---|---|---|"]
     for number, suspect in enumerate(suspects[:MAX_ROWS], 1):
         c = suspect.record.comparison
-        evidence = "; ".join([c.output.reason] + [t.reason for t in (*c.inputs, *c.parameters) if t.consistency == "mismatch"][:2])
-        reading = "first credible divergence" if suspect.credible_origin else (
-            f"explained by {suspect.explained_by}" if suspect.explained_by else "follows from an earlier divergence")
-        lines.append(f"| {number} | `{suspect.train_key}` ({suspect.record.call_index}) | {suspect.classification} | "
-                     f"{evidence.replace('|', '/')} | {reading} |")
+        evidence = "; ".join(
+            [c.output.reason] + [t.reason for t in (*c.inputs, *c.parameters) if t.consistency == "mismatch"][:2]
+        )
+        reading = (
+            "first credible divergence"
+            if suspect.credible_origin
+            else (
+                f"explained by {suspect.explained_by}" if suspect.explained_by else "follows from an earlier divergence"
+            )
+        )
+        lines.append(
+            f"| {number} | `{suspect.train_key}` ({suspect.record.call_index}) | {suspect.classification} | "
+            f"{evidence.replace('|', '/')} | {reading} |"
+        )
     if len(suspects) > MAX_ROWS:
         lines.append(f"\n… and {len(suspects) - MAX_ROWS} more in output_5_root_cause_report.json")
     return lines
@@ -118,28 +173,40 @@ def _expert(analysis: "Analysis") -> list[str]:
         return ["(no divergence to explain)"]
     first = analysis.suspects[0]
     mechanism, train_path, rollout_path = _MECHANISM[first.classification]
-    ops = {side: ", ".join(f"`{k}`" for k in keys if is_activation_like(k)) or "no separate activation module: check "
-           "that the activation is applied inside the neighbouring module (config flag, fused kernel)"
-           for side, keys in (("train_ops", first.between.train), ("rollout_ops", first.between.rollout))}
+    ops = {
+        side: ", ".join(f"`{k}`" for k in keys if is_activation_like(k))
+        or "no separate activation module: check "
+        "that the activation is applied inside the neighbouring module (config flag, fused kernel)"
+        for side, keys in (("train_ops", first.between.train), ("rollout_ops", first.between.rollout))
+    }
     train_path, rollout_path = train_path.format(**ops), rollout_path.format(**ops)
-    return [f"- Implementation/config to inspect: {_code(first.train_key)} and {_code(first.record.rollout_key)}",
-            f"- Expected train path: {train_path}", f"- Expected rollout path: {rollout_path}",
-            f"- Mismatch mechanism: {mechanism}"]
+    return [
+        f"- Implementation/config to inspect: {_code(first.train_key)} and {_code(first.record.rollout_key)}",
+        f"- Expected train path: {train_path}",
+        f"- Expected rollout path: {rollout_path}",
+        f"- Mismatch mechanism: {mechanism}",
+    ]
 
 
 def _notes(analysis: "Analysis") -> list[str]:
     credible = [s for s in analysis.suspects if s.credible_origin]
     lines = []
     if len(credible) > 1:
-        lines.append("- Alternatives: other independent divergences: " + ", ".join(_code(s.train_key) for s in credible[1:6]))
+        lines.append(
+            "- Alternatives: other independent divergences: " + ", ".join(_code(s.train_key) for s in credible[1:6])
+        )
     if analysis.issues:
-        lines.append(f"- Mapping problems ({len(analysis.issues)}) limit what was compared: "
-                     + "; ".join(f"line {analysis.mapping.line_of(i.span)}: {i.code}" for i in analysis.issues[:5]))
+        lines.append(
+            f"- Mapping problems ({len(analysis.issues)}) limit what was compared: "
+            + "; ".join(f"line {analysis.mapping.line_of(i.span)}: {i.code}" for i in analysis.issues[:5])
+        )
     premise = sum(1 for r in analysis.records if r.comparison.module_priority_rank == 3)
     if premise:
         lines.append(f"- Missing evidence: {premise} mapped pairs had no comparable output.")
     if analysis.report.get("nonfinite_on_both_sides"):
-        lines.append(f"- Non-finite statistics on both sides: {len(analysis.report['nonfinite_on_both_sides'])} modules.")
+        lines.append(
+            f"- Non-finite statistics on both sides: {len(analysis.report['nonfinite_on_both_sides'])} modules."
+        )
     lines.append("- Statistics (Max/Min/Mean/Norm) cannot reveal permutations or layouts of equal values.")
     return lines
 
@@ -150,8 +217,10 @@ def _provenance(analysis: "Analysis") -> list[str]:
     lines = [f"- Calibration: {summary['summary']}" for summary in report["calibration"].values()]
     first = report["first_divergence"]
     if first is not None and first["confidence"]["above_noise"] is not None:
-        lines.append(f"- Confidence: the first divergence is {first['confidence']['above_noise']:.3g}x the noise floor; "
-                     f"other credible origins: {', '.join(map(_code, first['confidence']['alternatives'])) or 'none'}")
+        lines.append(
+            f"- Confidence: the first divergence is {first['confidence']['above_noise']:.3g}x the noise floor; "
+            f"other credible origins: {', '.join(map(_code, first['confidence']['alternatives'])) or 'none'}"
+        )
     for side, summary in report["parallel"].items():
         lines.append(f"- {side.capitalize()}: {len(summary['ranks'])} ranks merged, {summary['layout']}")
         lines += [f"  - {note}" for note in summary["notes"]]
@@ -159,18 +228,25 @@ def _provenance(analysis: "Analysis") -> list[str]:
         lines.append(f"- Disagreement ({row['side']}) {_code(row['key'])}: {row['message']}")
     joined = [r for r in analysis.records if r.comparison.calls_note]
     if joined:
-        lines.append(f"- {len(joined)} mapped groups join several calls along the sequence, e.g. "
-                     f"{_code(joined[0].train_key)}: {joined[0].comparison.calls_note}")
+        lines.append(
+            f"- {len(joined)} mapped groups join several calls along the sequence, e.g. "
+            f"{_code(joined[0].train_key)}: {joined[0].comparison.calls_note}"
+        )
     return lines
 
 
 def render_markdown(analysis: "Analysis", run_id: str | None = None) -> str:
     """The report; `run_id`: the run writing it, named in the Context (see manifest)."""
     sections = [
-        ("Context", [f"- Train dump: `{analysis.train.path}` ({len(analysis.train.keys)} forward modules)",
-                     f"- Rollout dump: `{analysis.rollout.path}` ({len(analysis.rollout.keys)} forward modules)",
-                     f"- Mapping: `{analysis.mapping.path}` ({len(analysis.records)} groups compared)",
-                     *([f"- Run: `{run_id}` (see output_manifest.json)"] if run_id else [])]),
+        (
+            "Context",
+            [
+                f"- Train dump: `{analysis.train.path}` ({len(analysis.train.keys)} forward modules)",
+                f"- Rollout dump: `{analysis.rollout.path}` ({len(analysis.rollout.keys)} forward modules)",
+                f"- Mapping: `{analysis.mapping.path}` ({len(analysis.records)} groups compared)",
+                *([f"- Run: `{run_id}` (see output_manifest.json)"] if run_id else []),
+            ],
+        ),
         *([("Calibration, ranks and calls", provenance)] if (provenance := _provenance(analysis)) else []),
         ("Final judgement", _judgement(analysis)),
         ("Evidence chain", _evidence_chain(analysis)),

@@ -15,9 +15,15 @@ from rca_lsp.core.keys import is_activation_like, is_descendant_path, parse_modu
 from rca_lsp.core.module import CALL_DISAGREEMENT_BUCKET, RANK_DISAGREEMENT_BUCKET
 from rca_lsp.core.records import ModuleRecord
 
-Classification = Literal["missing_or_extra_op_between_aligned_boundary", "parameter_or_checkpoint_issue",
-                         "in_module_impl_difference", "upstream_propagation", "needs_manual_review",
-                         "rank_replica_disagreement", "call_parameter_disagreement"]
+Classification = Literal[
+    "missing_or_extra_op_between_aligned_boundary",
+    "parameter_or_checkpoint_issue",
+    "in_module_impl_difference",
+    "upstream_propagation",
+    "needs_manual_review",
+    "rank_replica_disagreement",
+    "call_parameter_disagreement",
+]
 MISSING_OP: Final = "missing_or_extra_op_between_aligned_boundary"
 PARAMETER: Final = "parameter_or_checkpoint_issue"
 IN_MODULE: Final = "in_module_impl_difference"
@@ -25,14 +31,18 @@ UPSTREAM: Final = "upstream_propagation"
 MANUAL: Final = "needs_manual_review"
 RANK_DISAGREEMENT: Final = "rank_replica_disagreement"
 CALL_DISAGREEMENT: Final = "call_parameter_disagreement"
-_DISAGREEMENT_CLASSIFICATION: dict[str, Classification] = {RANK_DISAGREEMENT_BUCKET: RANK_DISAGREEMENT,
-                                                           CALL_DISAGREEMENT_BUCKET: CALL_DISAGREEMENT}
+_DISAGREEMENT_CLASSIFICATION: dict[str, Classification] = {
+    RANK_DISAGREEMENT_BUCKET: RANK_DISAGREEMENT,
+    CALL_DISAGREEMENT_BUCKET: CALL_DISAGREEMENT,
+}
 STRUCTURAL_BUCKETS = ("fused_qkv_structural_mismatch", "structural_shape_mismatch")
 MAX_LISTED = 200  # keys listed per "between" list; the count is always complete
 MAX_SCAN = 20_000  # dump keys scanned back from a suspect for unmatched modules
 
-LAYOUT_NOTE = ("statistics (Max/Min/Mean/Norm) cannot see layout or permutation differences, e.g. a fused qkv "
-               "weight converted in a different head order")
+LAYOUT_NOTE = (
+    "statistics (Max/Min/Mean/Norm) cannot see layout or permutation differences, e.g. a fused qkv "
+    "weight converted in a different head order"
+)
 
 
 @dataclass
@@ -74,8 +84,15 @@ def _encloses(path: str, paths: Sequence[str]) -> bool:
     return any(is_descendant_path(p, path) or p == path for p in paths)
 
 
-def _collect_between(dump: Dump, unmatched: list[int], start: int, end: int, boundary_paths: Sequence[str],
-                     suspect_paths: Sequence[str], placed: dict[str, int] | None = None) -> tuple[list[str], list[str]]:
+def _collect_between(
+    dump: Dump,
+    unmatched: list[int],
+    start: int,
+    end: int,
+    boundary_paths: Sequence[str],
+    suspect_paths: Sequence[str],
+    placed: dict[str, int] | None = None,
+) -> tuple[list[str], list[str]]:
     """Unmatched keys completed after `start` and before `end`: (between, inside the suspect). `unmatched`: the
     dump positions of its unmatched keys, ascending (a window over hundreds of decode calls visits only those).
     `placed` remembers where each module path went, across the windows of one suspect."""
@@ -83,14 +100,15 @@ def _collect_between(dump: Dump, unmatched: list[int], start: int, end: int, bou
     inside: list[str] = []
     keys, entries = dump.keys, dump.entries
     placed = {} if placed is None else placed  # path -> 1 inside the suspect, 2 between, 0 neither
-    for position in unmatched[bisect.bisect_right(unmatched, start):bisect.bisect_left(unmatched, end)]:
+    for position in unmatched[bisect.bisect_right(unmatched, start) : bisect.bisect_left(unmatched, end)]:
         key = keys[position]
         path = entries[key].path
         where = placed.get(path)
         if where is None:
             # a container of the boundary completes later; it is not "between"
-            where = placed[path] = 1 if _is_inside(path, suspect_paths) else (
-                0 if _encloses(path, boundary_paths) else 2)
+            where = placed[path] = (
+                1 if _is_inside(path, suspect_paths) else (0 if _encloses(path, boundary_paths) else 2)
+            )
         if where == 1:
             inside.append(key)
         elif where == 2:
@@ -110,20 +128,26 @@ class _CallIndex:
 
     @cached_property
     def last_aligned(self) -> list[int]:
-        return list(itertools.accumulate((i if state == "aligned" else -1 for i, state in enumerate(self._states)),
-                                         max))
+        return list(
+            itertools.accumulate((i if state == "aligned" else -1 for i, state in enumerate(self._states)), max)
+        )
 
     @cached_property
     def last_comparable(self) -> list[int]:
-        return list(itertools.accumulate((i if state in ("aligned", "mismatch") else -1
-                                          for i, state in enumerate(self._states)), max))
+        return list(
+            itertools.accumulate(
+                (i if state in ("aligned", "mismatch") else -1 for i, state in enumerate(self._states)), max
+            )
+        )
 
     @cached_property
     def next_mismatch(self) -> list[int]:
         count = len(self.records)
-        found = itertools.accumulate((i if state == "mismatch" else count
-                                      for i, state in zip(range(count - 1, -1, -1), reversed(self._states))),
-                                     min, initial=count)
+        found = itertools.accumulate(
+            (i if state == "mismatch" else count for i, state in zip(range(count - 1, -1, -1), reversed(self._states))),
+            min,
+            initial=count,
+        )
         return list(found)[::-1]
 
     def children_start(self, index: int) -> int:
@@ -197,20 +221,32 @@ class CallEvidence:
         for suspect in self.suspects:
             before = errors.get(id(suspect.record))
             error = suspect.record.comparison.output_error
-            if (suspect.credible_origin and suspect is not first and before is not None and error is not None
-                    and error <= JUMP_FACTOR * before):
-                suspect = replace(suspect, credible_origin=False, explained_by=first.train_key,
-                                  rationale=f"{suspect.rationale}; its error ({error:.2g}) does not jump above the "
-                                            f"level downstream of the first divergence ({before:.2g}): it follows "
-                                            f"from {first.train_key}")
+            if (
+                suspect.credible_origin
+                and suspect is not first
+                and before is not None
+                and error is not None
+                and error <= JUMP_FACTOR * before
+            ):
+                suspect = replace(
+                    suspect,
+                    credible_origin=False,
+                    explained_by=first.train_key,
+                    rationale=f"{suspect.rationale}; its error ({error:.2g}) does not jump above the "
+                    f"level downstream of the first divergence ({before:.2g}): it follows "
+                    f"from {first.train_key}",
+                )
             settled.append(suspect)
         return settled
 
     @cached_property
     def windowed(self) -> list[int]:
         """Indexes of the bases that scanned the dumps."""
-        return [i for i, b in enumerate(self.bases) if b.train_window[1] > b.train_window[0]
-                or b.rollout_window[1] > b.rollout_window[0]]
+        return [
+            i
+            for i, b in enumerate(self.bases)
+            if b.train_window[1] > b.train_window[0] or b.rollout_window[1] > b.rollout_window[0]
+        ]
 
     def saw_any(self, train_positions: Sequence[int], rollout_positions: Sequence[int]) -> bool:
         """Whether a change of matched keys at these positions could change this evidence."""
@@ -222,8 +258,14 @@ class _Reuse:
     and after the changed stretch are the same objects, and a suspect depends only on records before it (its
     children, the previous comparable and the last aligned record) and on the matched keys in its windows."""
 
-    def __init__(self, earlier: CallEvidence, records: list[ModuleRecord], changed: tuple[int, int] | None,
-                 train_positions: Sequence[int], rollout_positions: Sequence[int]) -> None:
+    def __init__(
+        self,
+        earlier: CallEvidence,
+        records: list[ModuleRecord],
+        changed: tuple[int, int] | None,
+        train_positions: Sequence[int],
+        rollout_positions: Sequence[int],
+    ) -> None:
         """`changed`: the train positions of the first and last record removed or added, None if none was."""
         old = earlier.records
         if changed is None:
@@ -253,8 +295,9 @@ class _Reuse:
         suspects += self._suffix(analysis, call, after, bases)
         return suspects, bases
 
-    def _suffix(self, analysis: "RootCauseAnalysis", call: "_CallIndex", after: int,
-                bases: list[_Basis]) -> list[Suspect]:
+    def _suffix(
+        self, analysis: "RootCauseAnalysis", call: "_CallIndex", after: int, bases: list[_Basis]
+    ) -> list[Suspect]:
         """The suspects from earlier position `after` on (their records follow the changed stretch); appends their
         bases. Most hold unchanged: only those reaching back into the stretch, or whose windows saw a change,
         are looked at one by one."""
@@ -263,8 +306,17 @@ class _Reuse:
         recheck = [i for i, b in enumerate(moved) if b.start <= tail or b.previous < tail or b.boundary < tail]
         recheck += [i - after for i in self.stale if i >= after]
         if shift:
-            moved = [_Basis(b.at + shift, b.start + shift, b.previous + shift, b.boundary + shift, b.train_window,
-                            b.rollout_window) for b in moved]
+            moved = [
+                _Basis(
+                    b.at + shift,
+                    b.start + shift,
+                    b.previous + shift,
+                    b.boundary + shift,
+                    b.train_window,
+                    b.rollout_window,
+                )
+                for b in moved
+            ]
         for i in sorted(set(recheck)):
             basis = None if i + after in self.stale else self._moved(earlier.bases[i + after], call)
             if basis is None:
@@ -280,7 +332,7 @@ class _Reuse:
         low, high = self.changed
         before = bisect.bisect_left(earlier, low, key=_TRAIN_POSITION)
         after = bisect.bisect_right(earlier, high, key=_TRAIN_POSITION)
-        return earlier[:before] + [r for r in records[self.head:self.new_tail] if _is_structural(r)] + earlier[after:]
+        return earlier[:before] + [r for r in records[self.head : self.new_tail] if _is_structural(r)] + earlier[after:]
 
     def _moved(self, basis: _Basis, call: "_CallIndex") -> _Basis | None:
         """The basis of an unchanged suspect after the changed stretch, or None if it must be derived again."""
@@ -338,16 +390,32 @@ class RootCauseAnalysis:
         train_start = max(train_start, record.train_position - MAX_SCAN)
         rollout_start = max(rollout_start, record.rollout_position - MAX_SCAN)
         self._windows = ((train_start + 1, record.train_position), (rollout_start + 1, record.rollout_position))
-        train_between, train_inside = self._collect(self.train, self._unmatched_train, train_start, record,
-                                                    boundary, train_bounds, record.train_paths, "train")
-        rollout_between, rollout_inside = self._collect(self.rollout, self._unmatched_rollout, rollout_start,
-                                                        record, boundary, rollout_bounds, record.rollout_paths,
-                                                        "rollout")
+        train_between, train_inside = self._collect(
+            self.train, self._unmatched_train, train_start, record, boundary, train_bounds, record.train_paths, "train"
+        )
+        rollout_between, rollout_inside = self._collect(
+            self.rollout,
+            self._unmatched_rollout,
+            rollout_start,
+            record,
+            boundary,
+            rollout_bounds,
+            record.rollout_paths,
+            "rollout",
+        )
         return Between(train_between, rollout_between, train_inside, rollout_inside)
 
-    def _collect(self, dump: Dump, unmatched: list[int], start: int, record: ModuleRecord,
-                 boundary: ModuleRecord | None, boundary_paths: Sequence[str], suspect_paths: Sequence[str],
-                 side: str) -> tuple[list[str], list[str]]:
+    def _collect(
+        self,
+        dump: Dump,
+        unmatched: list[int],
+        start: int,
+        record: ModuleRecord,
+        boundary: ModuleRecord | None,
+        boundary_paths: Sequence[str],
+        suspect_paths: Sequence[str],
+        side: str,
+    ) -> tuple[list[str], list[str]]:
         """What lies between, call by call when the record joins several calls of a module: in call k, from the
         boundary's part of call k to the record's (a window over all calls would take other layers of later
         calls for "between")."""
@@ -361,8 +429,13 @@ class RootCauseAnalysis:
         if len(calls) == 1:
             return _collect_between(dump, unmatched, start, end, boundary_paths, suspect_paths)
         starts: dict[int, int] = {}
-        for key in (() if boundary is None else
-                    boundary.comparison.train_keys if side == "train" else boundary.comparison.rollout_keys):
+        for key in (
+            ()
+            if boundary is None
+            else boundary.comparison.train_keys
+            if side == "train"
+            else boundary.comparison.rollout_keys
+        ):
             entry = entries[key]
             starts[entry.call_index] = min(starts.get(entry.call_index, entry.position), entry.position)
         between: list[str] = []
@@ -370,8 +443,9 @@ class RootCauseAnalysis:
         placed: dict[str, int] = {}
         for call, call_end in calls.items():
             call_start = starts.get(call, self._call_start(dump, call_end))
-            found_between, found_inside = _collect_between(dump, unmatched, max(call_start, call_end - MAX_SCAN),
-                                                           call_end, boundary_paths, suspect_paths, placed)
+            found_between, found_inside = _collect_between(
+                dump, unmatched, max(call_start, call_end - MAX_SCAN), call_end, boundary_paths, suspect_paths, placed
+            )
             between += found_between
             inside += found_inside
         return between, inside
@@ -396,44 +470,72 @@ class RootCauseAnalysis:
             return self._input_divergence(record, previous, boundary, child), start, previous_index, boundary_index
         return self._inside_divergence(record, boundary, child), start, previous_index, boundary_index
 
-    def _input_divergence(self, record: ModuleRecord, previous: ModuleRecord | None, boundary: ModuleRecord | None,
-                          child: ModuleRecord | None) -> Suspect:
+    def _input_divergence(
+        self,
+        record: ModuleRecord,
+        previous: ModuleRecord | None,
+        boundary: ModuleRecord | None,
+        child: ModuleRecord | None,
+    ) -> Suspect:
         if previous is not None and previous.comparison.output_consistency == "mismatch":
-            return Suspect(record, UPSTREAM, f"inputs were already divergent before this module "
-                           f"(the preceding mapped module {previous.train_key} already differs)", boundary, Between(),
-                           False, previous.train_key)
+            return Suspect(
+                record,
+                UPSTREAM,
+                f"inputs were already divergent before this module "
+                f"(the preceding mapped module {previous.train_key} already differs)",
+                boundary,
+                Between(),
+                False,
+                previous.train_key,
+            )
         if child is not None:
-            return Suspect(record, UPSTREAM, f"its input differs, as does that of a module inside it, which diverges "
-                           f"first: {child.train_key}", boundary, Between(), False, child.train_key)
+            return Suspect(
+                record,
+                UPSTREAM,
+                f"its input differs, as does that of a module inside it, which diverges first: {child.train_key}",
+                boundary,
+                Between(),
+                False,
+                child.train_key,
+            )
         between = self._between(record, boundary)
         where = f"after the aligned boundary {boundary.train_key}" if boundary else "from the start of this call"
         side, acts = one_sided_activations(between)
         if acts:
-            rationale = (f"{side} has unmatched activation-like intermediate modules between the last aligned boundary "
-                         f"and this suspect ({', '.join(_short(k) for k in acts[:3])}); the data diverged there: "
-                         f"statistics are aligned {where}, but this module's input differs")
+            rationale = (
+                f"{side} has unmatched activation-like intermediate modules between the last aligned boundary "
+                f"and this suspect ({', '.join(_short(k) for k in acts[:3])}); the data diverged there: "
+                f"statistics are aligned {where}, but this module's input differs"
+            )
             return Suspect(record, MISSING_OP, rationale, boundary, between, True, None)
         unmatched = sorted(between.train + between.rollout, key=is_placeholder)
         if unmatched:
             names = ", ".join(_short(k) for k in unmatched[:4]) + (" ..." if len(unmatched) > 4 else "")
-            rationale = (f"statistics are aligned {where}, yet this module's input differs; only modules without a "
-                         f"mapping lie between ({names}), so the divergence arises inside them; {LAYOUT_NOTE}")
+            rationale = (
+                f"statistics are aligned {where}, yet this module's input differs; only modules without a "
+                f"mapping lie between ({names}), so the divergence arises inside them; {LAYOUT_NOTE}"
+            )
         else:
-            rationale = (f"this module's input differs although nothing lies between it and the aligned boundary "
-                         f"({where}); the two inputs may not be the same tensor (check the mapping, a fused residual "
-                         f"add, or the tensor layout); {LAYOUT_NOTE}")
+            rationale = (
+                f"this module's input differs although nothing lies between it and the aligned boundary "
+                f"({where}); the two inputs may not be the same tensor (check the mapping, a fused residual "
+                f"add, or the tensor layout); {LAYOUT_NOTE}"
+            )
         return Suspect(record, UPSTREAM, rationale, boundary, between, True, None)
 
-    def _inside_divergence(self, record: ModuleRecord, boundary: ModuleRecord | None,
-                           child: ModuleRecord | None) -> Suspect:
+    def _inside_divergence(
+        self, record: ModuleRecord, boundary: ModuleRecord | None, child: ModuleRecord | None
+    ) -> Suspect:
         comparison = record.comparison
         between = self._between(record, boundary) if child is None else Between()
         notes: list[str] = []
         if comparison.module_bucket in _DISAGREEMENT_CLASSIFICATION:
             classification = _DISAGREEMENT_CLASSIFICATION[comparison.module_bucket]
             what = "ranks" if classification == RANK_DISAGREEMENT else "calls"
-            rationale = (f"its inputs are aligned, but copies that must be identical differ across {what}: "
-                         f"{comparison.reasoning}")
+            rationale = (
+                f"its inputs are aligned, but copies that must be identical differ across {what}: "
+                f"{comparison.reasoning}"
+            )
         elif comparison.module_bucket == "parameter_sync_mismatch":
             classification, rationale = PARAMETER, "parameters diverged while inputs remained aligned"
             mismatched = [p.target for p in comparison.parameters if p.consistency == "mismatch"]
@@ -441,8 +543,10 @@ class RootCauseAnalysis:
         elif comparison.module_bucket == "module_impl_mismatch":
             classification = IN_MODULE
             if parameters_unseen(comparison.parameter_consistency):
-                rationale = (f"inputs aligned, but outputs diverged inside the module; {_UNSEEN_PARAMETERS}, so this "
-                             "is an in-module difference or a parameter desync the dumps cannot tell apart")
+                rationale = (
+                    f"inputs aligned, but outputs diverged inside the module; {_UNSEEN_PARAMETERS}, so this "
+                    "is an in-module difference or a parameter desync the dumps cannot tell apart"
+                )
             else:
                 rationale = "inputs and parameters aligned, but outputs diverged inside the module"
         else:
@@ -450,8 +554,10 @@ class RootCauseAnalysis:
         if comparison.input_args_consistency == "missing":
             notes.append("the input could not be compared")
         if comparison.dtype_mismatch:
-            notes.append(f"output dtype differs ({comparison.output.train.dtype} vs {comparison.output.rollout.dtype}): "  # type: ignore[union-attr]
-                         "the two sides take different numeric paths")
+            notes.append(
+                f"output dtype differs ({comparison.output.train.dtype} vs {comparison.output.rollout.dtype}): "  # type: ignore[union-attr]
+                "the two sides take different numeric paths"
+            )
         if comparison.output.nonfinite_one_side:
             notes.append(comparison.output.reason)
         inside_acts = [k for k in between.inside_train + between.inside_rollout if is_activation_like(k)]
@@ -461,12 +567,18 @@ class RootCauseAnalysis:
             notes.append(f"a module inside it diverges first: {child.train_key}")
         if notes:
             rationale += "; " + "; ".join(notes)
-        return Suspect(record, classification, rationale, boundary, between, child is None,
-                       child.train_key if child else None)
+        return Suspect(
+            record, classification, rationale, boundary, between, child is None, child.train_key if child else None
+        )
 
-    def call_evidence(self, records: list[ModuleRecord], earlier: CallEvidence | None = None,
-                      changed: tuple[int, int] | None = None, train_positions: Sequence[int] = (),
-                      rollout_positions: Sequence[int] = ()) -> CallEvidence:
+    def call_evidence(
+        self,
+        records: list[ModuleRecord],
+        earlier: CallEvidence | None = None,
+        changed: tuple[int, int] | None = None,
+        train_positions: Sequence[int] = (),
+        rollout_positions: Sequence[int] = (),
+    ) -> CallEvidence:
         """Suspects and structural pairs of one call (its records in train completion order). With `earlier`, the
         evidence of an earlier list of this call's records, what still holds is reused: `changed` gives the train
         positions of the first and last record removed or added since; the positions are those of dump keys whose
@@ -507,8 +619,10 @@ def is_placeholder(key: str) -> bool:
     return parsed is not None and parsed.class_name in _PLACEHOLDER_CLASSES
 
 
-_UNSEEN_PARAMETERS = ("its parameters could not all be compared (e.g. weights repacked by the rollout backend are "
-                      "dumped without statistics)")
+_UNSEEN_PARAMETERS = (
+    "its parameters could not all be compared (e.g. weights repacked by the rollout backend are "
+    "dumped without statistics)"
+)
 
 
 def parameters_unseen(consistency: str) -> bool:

@@ -19,7 +19,6 @@ from rca_lsp.core.mapping import ParsedMapping, parse_mapping
 from rca_lsp.core.records import Comparator
 from rca_lsp.core.tolerance import Tolerances
 
-
 BLOCKING_CODES = ("json-syntax", "invalid-value")  # mapping problems a command cannot go on with
 
 
@@ -39,8 +38,9 @@ def read_mapping_file(path: str | os.PathLike[str]) -> ParsedMapping:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         line, column = text_position(error.object, error.start)
-        raise InputError(str(path), f"mapping-key file is not UTF-8: byte 0x{error.object[error.start]:02x}", line,
-                         column) from None
+        raise InputError(
+            str(path), f"mapping-key file is not UTF-8: byte 0x{error.object[error.start]:02x}", line, column
+        ) from None
     return parse_mapping(str(path), text)
 
 
@@ -56,10 +56,16 @@ class SideOptions:
         return resolve_dump_source(path, self.step, self.layout, self.step_if_several)
 
 
-def analyze_paths(train: str | os.PathLike[str], rollout: str | os.PathLike[str],
-                  mapping: str | os.PathLike[str], tolerances: Tolerances | None = None,
-                  cache: DumpCache | None = None, fork: bool = False, train_options: SideOptions = SideOptions(),
-                  rollout_options: SideOptions = SideOptions()) -> Analysis:
+def analyze_paths(
+    train: str | os.PathLike[str],
+    rollout: str | os.PathLike[str],
+    mapping: str | os.PathLike[str],
+    tolerances: Tolerances | None = None,
+    cache: DumpCache | None = None,
+    fork: bool = False,
+    train_options: SideOptions = SideOptions(),
+    rollout_options: SideOptions = SideOptions(),
+) -> Analysis:
     """With `fork` (single-threaded callers only), the rollout dump is loaded by a child process meanwhile."""
     cache = cache or DumpCache()
     with _background_load(rollout, rollout_options if fork else None) as background:
@@ -79,7 +85,9 @@ def _forked_ranks(source: DumpSource) -> Dump:
     return load_ranks(source, load_files_forked)
 
 
-def _background_load(path: str | os.PathLike[str], options: SideOptions | None) -> ContextManager[BackgroundDump | None]:
+def _background_load(
+    path: str | os.PathLike[str], options: SideOptions | None
+) -> ContextManager[BackgroundDump | None]:
     if options is None or "fork" not in multiprocessing.get_all_start_methods():
         return nullcontext()
     try:

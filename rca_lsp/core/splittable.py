@@ -25,8 +25,14 @@ EncodeChunk = Callable[[int], tuple[bytes, bytes]]  # chunk index -> (its JSON t
 T = TypeVar("T")
 
 
-def write_split(paths: tuple[Path, Path], heads: tuple[bytes, bytes], json_tail: bytes, chunks: int,
-                encode: EncodeChunk, parent_work: Callable[[], T]) -> T:
+def write_split(
+    paths: tuple[Path, Path],
+    heads: tuple[bytes, bytes],
+    json_tail: bytes,
+    chunks: int,
+    encode: EncodeChunk,
+    parent_work: Callable[[], T],
+) -> T:
     """Write the JSON and CSV files (head, every chunk in order, tail for the JSON) while running `parent_work`,
     and return its result. Single-threaded callers only: the child is forked."""
     context = multiprocessing.get_context("fork")
@@ -43,13 +49,15 @@ def write_split(paths: tuple[Path, Path], heads: tuple[bytes, bytes], json_tail:
         bounds = context.Array("q", [0, chunks, 0])
         child = context.Process(target=_write_front, args=(bounds, fds, encode))
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # a Ctrl-C during the fork reaches
-        try:                                                                  # the parent once it is done
+        try:  # the parent once it is done
             child.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         result = parent_work()
-        with tempfile.TemporaryFile(dir=paths[0].parent) as json_spool, \
-                tempfile.TemporaryFile(dir=paths[0].parent) as csv_spool:
+        with (
+            tempfile.TemporaryFile(dir=paths[0].parent) as json_spool,
+            tempfile.TemporaryFile(dir=paths[0].parent) as csv_spool,
+        ):
             sizes = _write_back(bounds, encode, json_spool, csv_spool)
             child.join()
             if bounds[2]:
@@ -90,8 +98,11 @@ def _write_front(bounds: SynchronizedArray, fds: list[int], encode: EncodeChunk)
     handed to the parent as its errno, to be reported in one line there, not as the child's traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        with paused_gc(), os.fdopen(fds[0], "wb", closefd=False) as json_out, \
-                os.fdopen(fds[1], "wb", closefd=False) as csv_out:
+        with (
+            paused_gc(),
+            os.fdopen(fds[0], "wb", closefd=False) as json_out,
+            os.fdopen(fds[1], "wb", closefd=False) as csv_out,
+        ):
             while (index := _claim(bounds, from_front=True)) is not None:
                 json_text, csv_text = encode(index)
                 json_out.write(json_text)
@@ -101,8 +112,9 @@ def _write_front(bounds: SynchronizedArray, fds: list[int], encode: EncodeChunk)
         os._exit(1)
 
 
-def _write_back(bounds: SynchronizedArray, encode: EncodeChunk, json_spool: BinaryIO,
-                csv_spool: BinaryIO) -> list[tuple[int, int]]:
+def _write_back(
+    bounds: SynchronizedArray, encode: EncodeChunk, json_spool: BinaryIO, csv_spool: BinaryIO
+) -> list[tuple[int, int]]:
     """Chunks from the back, spooled in the order encoded (last chunk first); their sizes."""
     sizes = []
     with paused_gc():

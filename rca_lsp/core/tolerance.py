@@ -14,8 +14,14 @@ DEFAULT_TOLERANCES: dict[str, float] = {
     "bfloat16": 3e-2,
 }
 WARN_FACTOR = 100.0  # errors up to this multiple of the tolerance are "warn", beyond it "alert" (seed: 1e-4 / 1e-2)
-_ALIASES = {"float": "float32", "half": "float16", "double": "float64", "bf16": "bfloat16", "fp16": "float16",
-            "fp32": "float32"}
+_ALIASES = {
+    "float": "float32",
+    "half": "float16",
+    "double": "float64",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp32": "float32",
+}
 
 
 @lru_cache(maxsize=256)

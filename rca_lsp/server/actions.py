@@ -31,9 +31,12 @@ class ActionContext:
         return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(text_document=document, edits=edits)])
 
 
-def _quick_fix(title: str, diagnostic: types.Diagnostic, edit: types.WorkspaceEdit, preferred: bool = False) -> types.CodeAction:
-    return types.CodeAction(title=title, kind=types.CodeActionKind.QuickFix, diagnostics=[diagnostic], edit=edit,
-                            is_preferred=preferred)
+def _quick_fix(
+    title: str, diagnostic: types.Diagnostic, edit: types.WorkspaceEdit, preferred: bool = False
+) -> types.CodeAction:
+    return types.CodeAction(
+        title=title, kind=types.CodeActionKind.QuickFix, diagnostics=[diagnostic], edit=edit, is_preferred=preferred
+    )
 
 
 def _json_string(value: str) -> str:
@@ -47,13 +50,23 @@ def _replace_unknown(ctx: ActionContext, diagnostic: types.Diagnostic) -> list[t
         matcher = ctx.matchers.get(ctx.analysis.train, ctx.analysis.rollout)
         ranked = [c.keys[0] for c in matcher.rank_train_candidates(str(data["key"]), limit=3) if len(c.keys) == 1]
         suggestions = list(dict.fromkeys(ranked + suggestions))
-    return [_quick_fix(f"Replace with {key}", diagnostic,
-                       ctx.edit([types.TextEdit(range=diagnostic.range, new_text=_json_string(key))]), index == 0)
-            for index, key in enumerate(suggestions[:3])]
+    return [
+        _quick_fix(
+            f"Replace with {key}",
+            diagnostic,
+            ctx.edit([types.TextEdit(range=diagnostic.range, new_text=_json_string(key))]),
+            index == 0,
+        )
+        for index, key in enumerate(suggestions[:3])
+    ]
 
 
 def _entry_text(train_key: str, rollout_keys: list[str], indent: str) -> str:
-    value = _json_string(rollout_keys[0]) if len(rollout_keys) == 1 else "[" + ", ".join(map(_json_string, rollout_keys)) + "]"
+    value = (
+        _json_string(rollout_keys[0])
+        if len(rollout_keys) == 1
+        else "[" + ", ".join(map(_json_string, rollout_keys)) + "]"
+    )
     return f",\n{indent}{_json_string(train_key)}: {value}"
 
 
@@ -80,10 +93,17 @@ def _add_unmapped(ctx: ActionContext, diagnostic: types.Diagnostic) -> list[type
         if not isinstance(train_key, str) or not isinstance(keys, list) or not keys:
             continue
         insert_at = ctx.positions.position(ctx.mapping.spans(entry).value.end)
-        edit = ctx.edit([types.TextEdit(range=types.Range(start=insert_at, end=insert_at),
-                                        new_text=_entry_text(train_key, keys, _indent_of(ctx, entry)))])
-        actions.append(_quick_fix(f"Add mapping {train_key} → {' + '.join(keys)} ({item.get('reason', '')})",
-                                  diagnostic, edit))
+        edit = ctx.edit(
+            [
+                types.TextEdit(
+                    range=types.Range(start=insert_at, end=insert_at),
+                    new_text=_entry_text(train_key, keys, _indent_of(ctx, entry)),
+                )
+            ]
+        )
+        actions.append(
+            _quick_fix(f"Add mapping {train_key} → {' + '.join(keys)} ({item.get('reason', '')})", diagnostic, edit)
+        )
     return actions
 
 
@@ -104,12 +124,17 @@ def _create_config(ctx: ActionContext, diagnostic: types.Diagnostic) -> list[typ
     mapping_path = Path(ctx.mapping.path)
     config_uri = (mapping_path.parent / CONFIG_NAME).as_uri()
     start = types.Position(line=0, character=0)
-    edit = types.WorkspaceEdit(document_changes=[
-        types.CreateFile(uri=config_uri, options=types.CreateFileOptions(ignore_if_exists=True)),
-        types.TextDocumentEdit(text_document=types.OptionalVersionedTextDocumentIdentifier(uri=config_uri, version=None),
-                               edits=[types.TextEdit(range=types.Range(start=start, end=start),
-                                                     new_text=config_skeleton(mapping_path))]),
-    ])
+    edit = types.WorkspaceEdit(
+        document_changes=[
+            types.CreateFile(uri=config_uri, options=types.CreateFileOptions(ignore_if_exists=True)),
+            types.TextDocumentEdit(
+                text_document=types.OptionalVersionedTextDocumentIdentifier(uri=config_uri, version=None),
+                edits=[
+                    types.TextEdit(range=types.Range(start=start, end=start), new_text=config_skeleton(mapping_path))
+                ],
+            ),
+        ]
+    )
     return [_quick_fix(f"Create {CONFIG_NAME} pairing this file with its dumps", diagnostic, edit, True)]
 
 
@@ -122,8 +147,14 @@ def _remove_duplicate(ctx: ActionContext, diagnostic: types.Diagnostic) -> list[
     start = text.rfind(",", 0, spans.key.start)
     if start < 0:
         return []
-    edit = ctx.edit([types.TextEdit(range=types.Range(start=ctx.positions.position(start),
-                                                      end=ctx.positions.position(spans.value.end)), new_text="")])
+    edit = ctx.edit(
+        [
+            types.TextEdit(
+                range=types.Range(start=ctx.positions.position(start), end=ctx.positions.position(spans.value.end)),
+                new_text="",
+            )
+        ]
+    )
     return [_quick_fix("Remove this duplicate entry (the earlier one is kept)", diagnostic, edit)]
 
 

@@ -28,7 +28,6 @@ from rca_lsp.core.mapping import MappingEntry, ParsedMapping, parse_mapping
 from rca_lsp.core.outputs import write_outputs
 from rca_lsp.server.actions import ActionContext, code_actions
 from rca_lsp.server.cancellation import CancellingProtocol
-from rca_lsp.server.protocol import CommandError, RcaProtocol, ResyncingReader
 from rca_lsp.server.completion import complete
 from rca_lsp.server.diagnostics import document_diagnostics
 from rca_lsp.server.documents import MappingDocument
@@ -37,6 +36,7 @@ from rca_lsp.server.hover import hover_markdown
 from rca_lsp.server.navigation import definition, document_symbols
 from rca_lsp.server.pairing import CONFIG_NAME, MAPPING_GLOBS, Pair, Unpaired, find_pair, is_mapping_name
 from rca_lsp.server.positions import Positions
+from rca_lsp.server.protocol import CommandError, RcaProtocol, ResyncingReader
 from rca_lsp.server.settings import Settings
 from rca_lsp.server.timing import Laps
 from rca_lsp.server.watcher import DumpWatcher
@@ -74,8 +74,15 @@ class RcaServer(LanguageServer):
         reader = ResyncingReader(stdin or sys.stdin.buffer, self.thread_pool)
         self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
         try:
-            asyncio.run(run_async(stop_event=self._stop_event, reader=reader, protocol=self.protocol, logger=log,
-                                  error_handler=self.report_server_error))
+            asyncio.run(
+                run_async(
+                    stop_event=self._stop_event,
+                    reader=reader,
+                    protocol=self.protocol,
+                    logger=log,
+                    error_handler=self.report_server_error,
+                )
+            )
         except BrokenPipeError:
             log.error("the connection to the client is lost: shutting down")
         except (KeyboardInterrupt, SystemExit):
@@ -99,8 +106,13 @@ class RcaServer(LanguageServer):
         if uri is not None:
             self.notify_status("error", uri, f"rca-lsp: internal error: {type(error).__name__}: {error}")
 
-    def debounce(self, pending: asyncio.TimerHandle | None, delay: float,
-                 start: Callable[[], Coroutine[Any, Any, None]], uri: str) -> asyncio.TimerHandle:
+    def debounce(
+        self,
+        pending: asyncio.TimerHandle | None,
+        delay: float,
+        start: Callable[[], Coroutine[Any, Any, None]],
+        uri: str,
+    ) -> asyncio.TimerHandle:
         """Cancel the pending run (if any) and start a new one after `delay`, as background work of `uri`."""
         if pending is not None:
             pending.cancel()
@@ -126,15 +138,19 @@ class RcaServer(LanguageServer):
     # --- which files -------------------------------------------------------------------------------------------
     def folders(self) -> list[Path]:
         return [Path(to_fs_path(f.uri) or "").resolve() for f in self.workspace.folders.values()] or (
-            [Path(to_fs_path(self.workspace.root_uri) or "").resolve()] if self.workspace.root_uri else [])
+            [Path(to_fs_path(self.workspace.root_uri) or "").resolve()] if self.workspace.root_uri else []
+        )
 
     def is_mapping(self, path: Path) -> bool:
         return is_mapping_name(path) or any(self._named_by_pair(path, p.mapping_key) for p in self.settings.pairs)
 
     def _named_by_pair(self, path: Path, pattern: str) -> bool:
         folders = self.folders() or [path.parent]
-        return any(path.match(pattern.replace("${workspaceFolder}", str(f))) or
-                   path == Path(pattern.replace("${workspaceFolder}", str(f))).resolve() for f in folders)
+        return any(
+            path.match(pattern.replace("${workspaceFolder}", str(f)))
+            or path == Path(pattern.replace("${workspaceFolder}", str(f))).resolve()
+            for f in folders
+        )
 
     def document(self, uri: str) -> MappingDocument | None:
         path = Path(to_fs_path(uri) or "")
@@ -169,8 +185,9 @@ class RcaServer(LanguageServer):
         if opened is None:
             return
         text = opened.source
-        parsed = await asyncio.get_running_loop().run_in_executor(self.executor, parse_mapping, str(doc.path), text,
-                                                                  doc.latest_parse())
+        parsed = await asyncio.get_running_loop().run_in_executor(
+            self.executor, parse_mapping, str(doc.path), text, doc.latest_parse()
+        )
         current = self.workspace.text_documents.get(doc.uri)
         doc.remember(parsed)
         if current is not None and current.source == text:
@@ -236,8 +253,9 @@ class RcaServer(LanguageServer):
                 if generation != doc.generation:
                     return
             top = analysis.top_hypothesis
-            self.notify_status("analysed", doc.uri, top or "no divergence found", top=top,
-                               suspects=len(analysis.suspects))
+            self.notify_status(
+                "analysed", doc.uri, top or "no divergence found", top=top, suspects=len(analysis.suspects)
+            )
             if later_counterparts:
                 self.loop_task(self.publish_counterparts(doc, generation, analysis, version), doc.uri)
         if generation == doc.generation:
@@ -245,11 +263,13 @@ class RcaServer(LanguageServer):
             laps.lap("publish")
             log.info("analysed %s (version %s): %s", doc.path.name, version, laps)
 
-    async def publish_counterparts(self, doc: MappingDocument, generation: int, analysis: Analysis,
-                                   version: int | None) -> None:
+    async def publish_counterparts(
+        self, doc: MappingDocument, generation: int, analysis: Analysis, version: int | None
+    ) -> None:
         """The unmapped-train-module hints, published once the matcher is built (after the first findings)."""
-        counterparts = await asyncio.get_running_loop().run_in_executor(self.executor, self.engine.counterparts,
-                                                                        analysis)
+        counterparts = await asyncio.get_running_loop().run_in_executor(
+            self.executor, self.engine.counterparts, analysis
+        )
         if generation == doc.generation and counterparts:
             doc.counterparts = counterparts
             self.publish(doc, version)
@@ -257,17 +277,21 @@ class RcaServer(LanguageServer):
     async def _analyse(self, pair: Pair, parsed: ParsedMapping, uri: str, previous: Analysis | None) -> Analysis:
         loop = asyncio.get_running_loop()
         if not self.engine.needs_loading(pair):
-            return await loop.run_in_executor(self.executor, self.engine.analyse, pair, parsed, self.settings.tolerances,
-                                              previous)
+            return await loop.run_in_executor(
+                self.executor, self.engine.analyse, pair, parsed, self.settings.tolerances, previous
+            )
         token = str(uuid.uuid4())
-        self.notify_status("loading", uri, f"loading dumps {pair.train.root.name}, {pair.rollout.root.name} "
-                                           f"(paired by {pair.source})")
+        self.notify_status(
+            "loading", uri, f"loading dumps {pair.train.root.name}, {pair.rollout.root.name} (paired by {pair.source})"
+        )
         progress = await self._begin_progress(token, f"rca-lsp: loading {pair.train.label} and {pair.rollout.label}")
         try:
             await loop.run_in_executor(self.executor, self.engine.load, pair)
             if progress:
                 self.work_done_progress.report(token, types.WorkDoneProgressReport(message="comparing", percentage=70))
-            return await loop.run_in_executor(self.executor, self.engine.analyse, pair, parsed, self.settings.tolerances)
+            return await loop.run_in_executor(
+                self.executor, self.engine.analyse, pair, parsed, self.settings.tolerances
+            )
         finally:
             if progress:
                 self.work_done_progress.end(token, types.WorkDoneProgressEnd(message="done"))
@@ -285,16 +309,19 @@ class RcaServer(LanguageServer):
 
     # --- publishing ---------------------------------------------------------------------------------------------
     def publish(self, doc: MappingDocument, version: int | None) -> None:
-        diagnostics = document_diagnostics(doc, self.settings, Positions(doc.parsed, self.workspace.position_codec)
-                                           if doc.parsed is not None else None)
+        diagnostics = document_diagnostics(
+            doc, self.settings, Positions(doc.parsed, self.workspace.position_codec) if doc.parsed is not None else None
+        )
         self.text_document_publish_diagnostics(
-            types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=diagnostics, version=version))
+            types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=diagnostics, version=version)
+        )
 
     def clear(self, doc: MappingDocument) -> None:
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=[]))
 
-    def notify_status(self, state: str, uri: str, message: str, top: str | None = None,
-                      suspects: int | None = None) -> None:
+    def notify_status(
+        self, state: str, uri: str, message: str, top: str | None = None, suspects: int | None = None
+    ) -> None:
         params: dict[str, Any] = {"state": state, "uri": uri, "message": message}
         if top is not None:
             params["topHypothesis"] = top
@@ -312,7 +339,9 @@ class RcaServer(LanguageServer):
         those that found no dumps when the change lies below their folder (a dump folder renamed back, a new dump)."""
         resolved = path.resolve()
         for doc in self.documents.values():
-            if isinstance(doc.pair, Pair) and any(f == resolved or f.is_relative_to(resolved) for f in doc.pair.files()):
+            if isinstance(doc.pair, Pair) and any(
+                f == resolved or f.is_relative_to(resolved) for f in doc.pair.files()
+            ):
                 self.schedule(doc.uri, DUMP_DELAY)  # one of its dump files, or a folder holding one
             elif isinstance(doc.pair, Unpaired) and resolved.is_relative_to(doc.path.parent):
                 self.schedule(doc.uri, DUMP_DELAY)
@@ -359,18 +388,29 @@ def on_exit(ls: RcaServer, params: None) -> None:
     sys.stdout.flush()
     os._exit(0 if ls.shut_down else 1)  # as the protocol asks: 1 without a shutdown request first
 
+
 @server.feature(types.INITIALIZED)
 async def on_initialized(ls: RcaServer, params: types.InitializedParams) -> None:
     ls.loop = asyncio.get_running_loop()
     await pull_configuration(ls)
     watched = ls.client_capabilities.workspace
     if watched and watched.did_change_watched_files and watched.did_change_watched_files.dynamic_registration:
-        watchers = [types.FileSystemWatcher(glob_pattern=p) for p in
-                    ("**/dump.json", "**/*mapping_key*.json", "**/output_0_key_mapping.json", f"**/{CONFIG_NAME}")]
+        watchers = [
+            types.FileSystemWatcher(glob_pattern=p)
+            for p in ("**/dump.json", "**/*mapping_key*.json", "**/output_0_key_mapping.json", f"**/{CONFIG_NAME}")
+        ]
         try:
-            await ls.client_register_capability_async(types.RegistrationParams(registrations=[types.Registration(
-                id=str(uuid.uuid4()), method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
-                register_options=types.DidChangeWatchedFilesRegistrationOptions(watchers=watchers))]))
+            await ls.client_register_capability_async(
+                types.RegistrationParams(
+                    registrations=[
+                        types.Registration(
+                            id=str(uuid.uuid4()),
+                            method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                            register_options=types.DidChangeWatchedFilesRegistrationOptions(watchers=watchers),
+                        )
+                    ]
+                )
+            )
             ls.client_watches_files = True
         except Exception as error:  # the client advertised dynamic registration but refused it
             log.warning("could not register file watchers: %s", error)
@@ -383,7 +423,8 @@ async def pull_configuration(ls: RcaServer) -> None:
         return
     try:
         result = await ls.workspace_configuration_async(
-            types.ConfigurationParams(items=[types.ConfigurationItem(section="rcaLsp")]))
+            types.ConfigurationParams(items=[types.ConfigurationItem(section="rcaLsp")])
+        )
     except Exception as error:  # a client that advertises configuration but fails it: keep current settings
         log.warning("workspace/configuration failed: %s", error)
         return
@@ -456,8 +497,9 @@ def analysed_text(ls: RcaServer, uri: str) -> tuple[ParsedMapping, Positions, An
     return None if analysis is None else (parsed, Positions(parsed, ls.workspace.position_codec), analysis)
 
 
-def entry_under_cursor(ls: RcaServer, uri: str, position: types.Position) -> tuple[
-        ParsedMapping, Positions, Analysis, MappingEntry, int | None] | None:
+def entry_under_cursor(
+    ls: RcaServer, uri: str, position: types.Position
+) -> tuple[ParsedMapping, Positions, Analysis, MappingEntry, int | None] | None:
     """The analysed entry at a position, and which rollout value (None on the key)."""
     found = analysed_text(ls, uri)
     if found is None:
@@ -478,20 +520,28 @@ def on_hover(ls: RcaServer, params: types.HoverParams) -> types.Hover | None:
         return None
     spans = parsed.spans(entry)
     span = spans.values[index] if index is not None else spans.key
-    return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text),
-                       range=positions.range(span))
+    return types.Hover(
+        contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text), range=positions.range(span)
+    )
 
 
-@server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
-                types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]))
+@server.feature(
+    types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix])
+)
 def on_code_action(ls: RcaServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
     found = ls.analysis_at(params.text_document.uri)
     if found is None:
         return None
     doc, parsed, analysis = found
     opened = ls.workspace.text_documents.get(params.text_document.uri)
-    context = ActionContext(params.text_document.uri, opened.version if opened else None, parsed,
-                            Positions(parsed, ls.workspace.position_codec), analysis, ls.engine.matchers)
+    context = ActionContext(
+        params.text_document.uri,
+        opened.version if opened else None,
+        parsed,
+        Positions(parsed, ls.workspace.position_codec),
+        analysis,
+        ls.engine.matchers,
+    )
     return code_actions(context, list(params.context.diagnostics)) or None
 
 
@@ -501,8 +551,13 @@ def on_completion(ls: RcaServer, params: types.CompletionParams) -> types.Comple
     if found is None:
         return None
     parsed, positions, analysis = found
-    return complete(analysis, parsed, positions.offset(params.position), ls.engine.matchers,
-                    lambda start, end: types.Range(start=positions.position(start), end=positions.position(end)))
+    return complete(
+        analysis,
+        parsed,
+        positions.offset(params.position),
+        ls.engine.matchers,
+        lambda start, end: types.Range(start=positions.position(start), end=positions.position(end)),
+    )
 
 
 @server.feature(types.TEXT_DOCUMENT_DEFINITION)
@@ -525,8 +580,9 @@ async def on_symbols(ls: RcaServer, params: types.DocumentSymbolParams) -> list[
     positions = Positions(parsed, ls.workspace.position_codec)
     with ls.cancellable() as should_stop:
         try:
-            symbols = await asyncio.get_running_loop().run_in_executor(ls.executor, document_symbols, parsed,
-                                                                      positions, should_stop)
+            symbols = await asyncio.get_running_loop().run_in_executor(
+                ls.executor, document_symbols, parsed, positions, should_stop
+            )
         except Cancelled:
             return None
     doc.symbols = (parsed, symbols)
@@ -536,8 +592,10 @@ async def on_symbols(ls: RcaServer, params: types.DocumentSymbolParams) -> list[
 def _document_for_command(ls: RcaServer, command: str, arguments: tuple[Any, ...]) -> MappingDocument:
     """The mapping document a command is about: its one argument, the file's URI."""
     if len(arguments) != 1 or not isinstance(arguments[0], str):
-        raise CommandError(f"{command} takes one argument, the mapping-key file's URI; got {list(arguments)!r:.200}",
-                           invalid_params=True)
+        raise CommandError(
+            f"{command} takes one argument, the mapping-key file's URI; got {list(arguments)!r:.200}",
+            invalid_params=True,
+        )
     doc = ls.documents.get(arguments[0])
     if doc is None:
         raise CommandError(f"{command}: not a mapping-key file known to rca-lsp: {arguments[0]!r}", invalid_params=True)
@@ -555,7 +613,8 @@ async def cmd_write_outputs(ls: RcaServer, *arguments: Any) -> dict[str, str] | 
     with ls.cancellable() as should_stop:
         try:
             await asyncio.get_running_loop().run_in_executor(
-                ls.executor, functools.partial(write_outputs, analysis, out_dir, should_stop=should_stop))
+                ls.executor, functools.partial(write_outputs, analysis, out_dir, should_stop=should_stop)
+            )
         except Cancelled:
             return None  # the client has its answer (request cancelled) already
         except OSError as error:
@@ -574,8 +633,10 @@ async def cmd_suggest_mapping(ls: RcaServer, *arguments: Any) -> dict[str, str] 
     def run(should_stop: ShouldStop) -> dict[str, str]:
         train, rollout = ls.engine.load(pair)
         result = ls.engine.matchers.get(train, rollout).suggest(existing, should_stop)
-        return {"content": orjson.dumps(result.mapping, option=orjson.OPT_INDENT_2).decode(),
-                "coverage": render_coverage(result)}
+        return {
+            "content": orjson.dumps(result.mapping, option=orjson.OPT_INDENT_2).decode(),
+            "coverage": render_coverage(result),
+        }
 
     with ls.cancellable() as should_stop:
         try:

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from lsprotocol import types
 
-from rca_lsp.core.rootcause import (CALL_DISAGREEMENT, IN_MODULE, MANUAL, MISSING_OP, PARAMETER, RANK_DISAGREEMENT,
-                                    UPSTREAM)
+from rca_lsp.core.rootcause import (
+    CALL_DISAGREEMENT,
+    IN_MODULE,
+    MANUAL,
+    MISSING_OP,
+    PARAMETER,
+    RANK_DISAGREEMENT,
+    UPSTREAM,
+)
 
 SOURCE = "rca-lsp"
 

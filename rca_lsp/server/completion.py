@@ -25,7 +25,7 @@ def completion_context(text: str, offset: int) -> tuple[str, str, int] | None:
     quote = text.rfind('"', line_start, offset)
     if quote < 0 or text[line_start:quote].count('"') % 2 == 1:
         return None
-    before = text[max(0, quote - _WINDOW):quote]
+    before = text[max(0, quote - _WINDOW) : quote]
     tokens = _TOKEN_RE.findall(before)
     depth_list = 0
     for token in reversed(tokens):
@@ -34,12 +34,12 @@ def completion_context(text: str, offset: int) -> tuple[str, str, int] | None:
         elif token == "[":
             depth_list += 1
             if depth_list > 0:
-                return "value", text[quote + 1:offset], quote
+                return "value", text[quote + 1 : offset], quote
         elif token == ":" and depth_list == 0:
-            return "value", text[quote + 1:offset], quote
+            return "value", text[quote + 1 : offset], quote
         elif token in ("{", ",") and depth_list == 0:
-            return "key", text[quote + 1:offset], quote
-    return "key", text[quote + 1:offset], quote
+            return "key", text[quote + 1 : offset], quote
+    return "key", text[quote + 1 : offset], quote
 
 
 def _train_candidates(analysis: Analysis, mapping: ParsedMapping, offset: int, prefix: str) -> list[str]:
@@ -52,8 +52,9 @@ def _train_candidates(analysis: Analysis, mapping: ParsedMapping, offset: int, p
     return list(itertools.islice((k for k in ordered if k not in mapped and prefix in k), MAX_ITEMS))
 
 
-def _rollout_candidates(analysis: Analysis, mapping: ParsedMapping, offset: int, prefix: str,
-                        matchers: MatcherCache) -> list[str]:
+def _rollout_candidates(
+    analysis: Analysis, mapping: ParsedMapping, offset: int, prefix: str, matchers: MatcherCache
+) -> list[str]:
     found = mapping.entry_at(offset)
     ranked: list[str] = []
     if found is not None and found[0].train_key in analysis.train.entries:
@@ -80,17 +81,28 @@ def _detail(analysis: Analysis, kind: str, key: str) -> str:
     return "rollout module"
 
 
-def complete(analysis: Analysis, mapping: ParsedMapping, offset: int, matchers: MatcherCache,
-             to_range) -> types.CompletionList | None:
+def complete(
+    analysis: Analysis, mapping: ParsedMapping, offset: int, matchers: MatcherCache, to_range
+) -> types.CompletionList | None:
     context = completion_context(mapping.text, offset)
     if context is None:
         return None
     kind, prefix, quote = context
-    keys = (_train_candidates(analysis, mapping, offset, prefix) if kind == "key"
-            else _rollout_candidates(analysis, mapping, offset, prefix, matchers))
+    keys = (
+        _train_candidates(analysis, mapping, offset, prefix)
+        if kind == "key"
+        else _rollout_candidates(analysis, mapping, offset, prefix, matchers)
+    )
     edit_range = to_range(quote + 1, offset)
-    items = [types.CompletionItem(
-        label=key, kind=types.CompletionItemKind.Field if kind == "key" else types.CompletionItemKind.Value,
-        sort_text=f"{rank:05d}", filter_text=key, text_edit=types.TextEdit(range=edit_range, new_text=key),
-        detail=_detail(analysis, kind, key)) for rank, key in enumerate(keys)]
+    items = [
+        types.CompletionItem(
+            label=key,
+            kind=types.CompletionItemKind.Field if kind == "key" else types.CompletionItemKind.Value,
+            sort_text=f"{rank:05d}",
+            filter_text=key,
+            text_edit=types.TextEdit(range=edit_range, new_text=key),
+            detail=_detail(analysis, kind, key),
+        )
+        for rank, key in enumerate(keys)
+    ]
     return types.CompletionList(is_incomplete=True, items=items)

@@ -12,10 +12,10 @@ from rca_lsp.core.dump import Dump
 from rca_lsp.core.mapping import MappingEntry, MappingIssue, ParsedMapping
 from rca_lsp.core.rootcause import MISSING_OP, UPSTREAM, Suspect, one_sided_activations
 from rca_lsp.server import codes
-from rca_lsp.server.positions import Positions, top_of_file
-from rca_lsp.suggest import Candidate
 from rca_lsp.server.pairing import Unpaired
+from rca_lsp.server.positions import Positions, top_of_file
 from rca_lsp.server.settings import Settings
+from rca_lsp.suggest import Candidate
 
 if TYPE_CHECKING:
     from rca_lsp.server.documents import MappingDocument
@@ -29,18 +29,31 @@ def severity_resolver(settings: Settings) -> SeverityOf:
         if override == "off":
             return None
         return codes.SEVERITY_BY_NAME.get(override or "", default)
+
     return resolve
 
 
-def _diagnostic(code: str, message: str, range_: types.Range, severity: SeverityOf,
-                default: types.DiagnosticSeverity | None = None,
-                related: list[types.DiagnosticRelatedInformation] | None = None,
-                data: object = None) -> types.Diagnostic | None:
+def _diagnostic(
+    code: str,
+    message: str,
+    range_: types.Range,
+    severity: SeverityOf,
+    default: types.DiagnosticSeverity | None = None,
+    related: list[types.DiagnosticRelatedInformation] | None = None,
+    data: object = None,
+) -> types.Diagnostic | None:
     level = severity(code, default or codes.DEFAULT_SEVERITY[code])
     if level is None:
         return None
-    return types.Diagnostic(range=range_, message=message, severity=level, code=code, source=codes.SOURCE,
-                            related_information=related or None, data=data)
+    return types.Diagnostic(
+        range=range_,
+        message=message,
+        severity=level,
+        code=code,
+        source=codes.SOURCE,
+        related_information=related or None,
+        data=data,
+    )
 
 
 def issue_diagnostics(issues: list[MappingIssue], positions: Positions, severity: SeverityOf) -> list[types.Diagnostic]:
@@ -73,8 +86,10 @@ def _dump_location(dump: Dump, key: str) -> types.Location | None:
     if found is None:
         return None
     file, line = found
-    return types.Location(uri=Path(file).as_uri(), range=types.Range(start=types.Position(line=line, character=0),
-                                                                     end=types.Position(line=line, character=0)))
+    return types.Location(
+        uri=Path(file).as_uri(),
+        range=types.Range(start=types.Position(line=line, character=0), end=types.Position(line=line, character=0)),
+    )
 
 
 def _related(location: types.Location | None, message: str) -> list[types.DiagnosticRelatedInformation]:
@@ -111,8 +126,15 @@ class FindingMemo:
 class FindingBuilder:
     """Findings of one analysis placed on the entries of the current text (which may be newer than the analysis)."""
 
-    def __init__(self, analysis: Analysis, current: ParsedMapping, positions: Positions, uri: str,
-                 severity: SeverityOf, memo: FindingMemo | None = None) -> None:
+    def __init__(
+        self,
+        analysis: Analysis,
+        current: ParsedMapping,
+        positions: Positions,
+        uri: str,
+        severity: SeverityOf,
+        memo: FindingMemo | None = None,
+    ) -> None:
         self.analysis = analysis
         self.current = current
         self.entries = current.effective()
@@ -146,8 +168,9 @@ class FindingBuilder:
             self.memo.put(suspect, place, found)
         return found
 
-    def _suspect(self, suspect: Suspect, entry: MappingEntry, boundary_entry: MappingEntry | None) -> list[
-            types.Diagnostic]:
+    def _suspect(
+        self, suspect: Suspect, entry: MappingEntry, boundary_entry: MappingEntry | None
+    ) -> list[types.Diagnostic]:
         code = codes.CLASSIFICATION_CODES[suspect.classification]
         # Findings that follow from an earlier divergence are hints: the origin must stand out, not drown.
         default = None if suspect.credible_origin else types.DiagnosticSeverity.Hint
@@ -160,16 +183,30 @@ class FindingBuilder:
             for op in ops[:RELATED_PER_FINDING]:
                 related += _related(_dump_location(dump, op), f"{side}-only op {op}")
             other = "train" if side == "rollout" else "rollout"
-            message = (f"{prefix}missing/extra op: {side} runs {', '.join(ops[:3])} between the last aligned boundary "
-                       f"and this module, {other} does not; this module's input differs from here on")
+            message = (
+                f"{prefix}missing/extra op: {side} runs {', '.join(ops[:3])} between the last aligned boundary "
+                f"and this module, {other} does not; this module's input differs from here on"
+            )
             if boundary_entry is not None:
-                related.append(types.DiagnosticRelatedInformation(
-                    location=self._mapping_location(boundary_entry), message="last aligned boundary"))
-                found.append(_diagnostic(codes.BOUNDARY, f"last aligned boundary before the {side}-only op "
-                                         f"{ops[0] if ops else ''}; the mismatch starts after it at {entry.train_key}",
-                                         self.positions.range(self.current.spans(boundary_entry).key), self.severity,
-                                         related=[types.DiagnosticRelatedInformation(
-                                             location=self._mapping_location(entry), message="first mismatch")]))
+                related.append(
+                    types.DiagnosticRelatedInformation(
+                        location=self._mapping_location(boundary_entry), message="last aligned boundary"
+                    )
+                )
+                found.append(
+                    _diagnostic(
+                        codes.BOUNDARY,
+                        f"last aligned boundary before the {side}-only op "
+                        f"{ops[0] if ops else ''}; the mismatch starts after it at {entry.train_key}",
+                        self.positions.range(self.current.spans(boundary_entry).key),
+                        self.severity,
+                        related=[
+                            types.DiagnosticRelatedInformation(
+                                location=self._mapping_location(entry), message="first mismatch"
+                            )
+                        ],
+                    )
+                )
         else:
             message = f"{prefix}{suspect.classification.replace('_', ' ')}: {suspect.rationale}"
             if suspect.classification == UPSTREAM and suspect.credible_origin:
@@ -177,8 +214,7 @@ class FindingBuilder:
                     dump = self.analysis.train if key in self.analysis.train.entries else self.analysis.rollout
                     related += _related(_dump_location(dump, key), f"unmapped module {key}")
         key_range = self.positions.range(self.current.spans(entry).key)
-        found.insert(0, _diagnostic(code, message, key_range, self.severity, default,
-                                    related))
+        found.insert(0, _diagnostic(code, message, key_range, self.severity, default, related))
         output = suspect.record.comparison.output
         if output.nonfinite_one_side:
             found.append(_diagnostic(codes.NAN_INF, output.reason, key_range, self.severity))
@@ -189,8 +225,12 @@ class FindingBuilder:
         for record in self.analysis.structural:
             entry = self._entry(record.comparison.train_keys)
             if entry is not None:
-                diagnostic = _diagnostic(codes.FUSED_STRUCTURAL, f"fused/structural pair: {record.comparison.reasoning}",
-                                         self.positions.range(self.current.spans(entry).value), self.severity)
+                diagnostic = _diagnostic(
+                    codes.FUSED_STRUCTURAL,
+                    f"fused/structural pair: {record.comparison.reasoning}",
+                    self.positions.range(self.current.spans(entry).value),
+                    self.severity,
+                )
                 found += [diagnostic] if diagnostic else []
         return found
 
@@ -202,12 +242,19 @@ class FindingBuilder:
             if entry is None or not mappable:
                 continue
             names = ", ".join(mappable[:3]) + (f" and {len(mappable) - 3} more" if len(mappable) > 3 else "")
-            data = {"unmapped": [{"train": key, "rollout": counterparts[key].keys, "reason": counterparts[key].reason}
-                                 for key in mappable[:10]]}
-            diagnostic = _diagnostic(codes.UNMAPPED_TRAIN, f"train modules next to this entry have no mapping, though "
-                                     f"a rollout counterpart exists: {names}",
-                                     self.positions.range(self.current.spans(entry).key),
-                                     self.severity, data=data)
+            data = {
+                "unmapped": [
+                    {"train": key, "rollout": counterparts[key].keys, "reason": counterparts[key].reason}
+                    for key in mappable[:10]
+                ]
+            }
+            diagnostic = _diagnostic(
+                codes.UNMAPPED_TRAIN,
+                f"train modules next to this entry have no mapping, though a rollout counterpart exists: {names}",
+                self.positions.range(self.current.spans(entry).key),
+                self.severity,
+                data=data,
+            )
             found += [diagnostic] if diagnostic else []
         return found
 
@@ -222,14 +269,20 @@ class FindingBuilder:
         hidden = len(self.analysis.suspects) - shown
         found += self.structural() + self.unmapped(counterparts)
         if hidden > 0:
-            note = _diagnostic(codes.UPSTREAM_CODE, f"{hidden} more propagated mismatches are not shown "
-                               "(see the report: rcaLsp.server.writeOutputs)", top_of_file(), self.severity,
-                               types.DiagnosticSeverity.Information)
+            note = _diagnostic(
+                codes.UPSTREAM_CODE,
+                f"{hidden} more propagated mismatches are not shown (see the report: rcaLsp.server.writeOutputs)",
+                top_of_file(),
+                self.severity,
+                types.DiagnosticSeverity.Information,
+            )
             found += [note] if note else []
         return found
 
 
-def document_diagnostics(doc: MappingDocument, settings: Settings, positions: Positions | None) -> list[types.Diagnostic]:
+def document_diagnostics(
+    doc: MappingDocument, settings: Settings, positions: Positions | None
+) -> list[types.Diagnostic]:
     """Everything published for one mapping file: pairing and dump problems at the top, the mapping's own issues,
     and the findings of its last good analysis (each code's severity as the settings say, "off" left out)."""
     parsed = doc.parsed
@@ -238,8 +291,14 @@ def document_diagnostics(doc: MappingDocument, settings: Settings, positions: Po
     severity = severity_resolver(settings)
     found: list[types.Diagnostic | None] = []
     if isinstance(doc.pair, Unpaired) and not doc.pair.problem:
-        found.append(_diagnostic(codes.UNPAIRED, "rca-lsp: no dumps paired with this mapping file; looked for "
-                                 + "; ".join(doc.pair.looked_for), top_of_file(), severity))
+        found.append(
+            _diagnostic(
+                codes.UNPAIRED,
+                "rca-lsp: no dumps paired with this mapping file; looked for " + "; ".join(doc.pair.looked_for),
+                top_of_file(),
+                severity,
+            )
+        )
     found += [_diagnostic(codes.DUMP_PROBLEM, problem, top_of_file(), severity) for problem in doc.problems]
     analysis = doc.analysis if doc.analysis is not None and doc.analysis.mapping is parsed else None
     found += issue_diagnostics(analysis.issues if analysis is not None else parsed.issues, positions, severity)

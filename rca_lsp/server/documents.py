@@ -36,8 +36,9 @@ class MappingDocument:
     def latest_parse(self) -> ParsedMapping | None:
         """The newest parse the next parse can start from (a parse of a broken text cannot: then the last one of a
         valid text, so that typing through an error re-reads only the entries typed in)."""
-        return next((p for p in (self.unsaved_view, self.parsed, self.last_reusable) if p is not None and p.reusable),
-                    None)
+        return next(
+            (p for p in (self.unsaved_view, self.parsed, self.last_reusable) if p is not None and p.reusable), None
+        )
 
     def remember(self, parsed: ParsedMapping) -> None:
         if parsed.reusable:

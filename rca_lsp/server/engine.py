@@ -50,14 +50,19 @@ class Engine:
         train, rollout = self.load(pair)
         with self._lock:
             current = self._comparators.get((pair.train, pair.rollout))
-            if (current is None or current.train is not train or current.rollout is not rollout
-                    or current.tolerances.key() != tolerances.key()):
+            if (
+                current is None
+                or current.train is not train
+                or current.rollout is not rollout
+                or current.tolerances.key() != tolerances.key()
+            ):
                 current = Comparator(train, rollout, tolerances)
                 self._comparators[(pair.train, pair.rollout)] = current
             return current
 
-    def analyse(self, pair: Pair, mapping: ParsedMapping, tolerances: Tolerances,
-                previous: Analysis | None = None) -> Analysis:
+    def analyse(
+        self, pair: Pair, mapping: ParsedMapping, tolerances: Tolerances, previous: Analysis | None = None
+    ) -> Analysis:
         """`previous`: the last analysis of this mapping file; reused where the dumps and tolerances are the same."""
         return analyze(mapping, self.comparator(pair, tolerances), previous)
 

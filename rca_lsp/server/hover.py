@@ -7,9 +7,9 @@ import math
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.compare import TargetComparison
 from rca_lsp.core.dump import slot_label
+from rca_lsp.core.keys import parse_module_key
 from rca_lsp.core.rankview import merged_slots, per_rank_rows, rank_by_rank
 from rca_lsp.core.records import ModuleRecord
-from rca_lsp.core.keys import parse_module_key
 from rca_lsp.core.report_json import confidence, next_checks
 from rca_lsp.core.rootcause import Suspect
 
@@ -33,26 +33,36 @@ def _stats_table(targets: list[TargetComparison]) -> list[str]:
                 continue
             shape = "×".join(str(d) for d in stats.shape) if stats.shape else "–"
             values = " | ".join(_number(getattr(stats, name)) for name in _STATS)
-            lines.append(f"| {target.target}{' (aggregated)' if target.aggregated else ''} | {side} | "
-                         f"{(stats.dtype or '–').replace('torch.', '')} | {shape} | {values} |")
+            lines.append(
+                f"| {target.target}{' (aggregated)' if target.aggregated else ''} | {side} | "
+                f"{(stats.dtype or '–').replace('torch.', '')} | {shape} | {values} |"
+            )
         errors = {s.name: s for s in target.stats}
         if errors:
-            cells = " | ".join(f"{_number(errors[n].rel_err)} {errors[n].status}" if n in errors else "–"
-                               for n in ("Max", "Min", "Mean", "Norm"))
+            cells = " | ".join(
+                f"{_number(errors[n].rel_err)} {errors[n].status}" if n in errors else "–"
+                for n in ("Max", "Min", "Mean", "Norm")
+            )
             lines.append(f"| | rel. err (tol {target.tolerance:g}) | | {target.shape_relation} | {cells} |")
     return lines
 
 
 def _verdicts(record: ModuleRecord) -> str:
     c = record.comparison
-    return (f"output **{c.output_consistency}** · input **{c.input_args_consistency}** · "
-            f"parameters **{c.parameter_consistency}** · kwargs {c.kwargs_consistency} · "
-            f"bucket `{c.module_bucket}` (rank {c.module_priority_rank}) · {c.cardinality}")
+    return (
+        f"output **{c.output_consistency}** · input **{c.input_args_consistency}** · "
+        f"parameters **{c.parameter_consistency}** · kwargs {c.kwargs_consistency} · "
+        f"bucket `{c.module_bucket}` (rank {c.module_priority_rank}) · {c.cardinality}"
+    )
 
 
 def _suspect_lines(suspect: Suspect) -> list[str]:
-    lines = [f"**{suspect.classification}**" + ("" if suspect.credible_origin else " (follows from an earlier divergence)"),
-             "", suspect.rationale, ""]
+    lines = [
+        f"**{suspect.classification}**" + ("" if suspect.credible_origin else " (follows from an earlier divergence)"),
+        "",
+        suspect.rationale,
+        "",
+    ]
     if suspect.boundary is not None:
         lines.append(f"Last aligned boundary: `{suspect.boundary.train_key}`")
     else:
@@ -80,13 +90,17 @@ def provenance_notes(analysis: Analysis, record: ModuleRecord) -> list[str]:
     notes = []
     if record.comparison.calls_note:
         notes.append(f"Calls joined along the sequence: {record.comparison.calls_note}")
-    for side, dump, keys in (("train", analysis.train, record.comparison.train_keys),
-                             ("rollout", analysis.rollout, record.comparison.rollout_keys)):
+    for side, dump, keys in (
+        ("train", analysis.train, record.comparison.train_keys),
+        ("rollout", analysis.rollout, record.comparison.rollout_keys),
+    ):
         if dump.parallel is None:
             continue
         merged = [dump.parallel.merges[k] for k in dict.fromkeys(keys) if k in dump.parallel.merges]
         how = "; ".join(merged[:3]) if merged else "every slot replicated (identical on all ranks)"
-        notes.append(f"{side.capitalize()} merged from {len(dump.parallel.files)} ranks ({dump.parallel.layout}): {how}")
+        notes.append(
+            f"{side.capitalize()} merged from {len(dump.parallel.files)} ranks ({dump.parallel.layout}): {how}"
+        )
     return notes
 
 
@@ -95,24 +109,37 @@ def _confidence_lines(analysis: Analysis, suspect: Suspect) -> list[str]:
     if found["above_noise"] is None:
         return []
     others = ", ".join(f"`{k}`" for k in found["alternatives"]) or "none"
-    return [f"Confidence: {found['above_noise']:.3g}x the run's noise floor ({found['noise_floor']:.2g}; a difference "
-            f"is more than {found['threshold']:.2g}); other credible origins: {others}", ""]
+    return [
+        f"Confidence: {found['above_noise']:.3g}x the run's noise floor ({found['noise_floor']:.2g}; a difference "
+        f"is more than {found['threshold']:.2g}); other credible origins: {others}",
+        "",
+    ]
 
 
 def _per_rank_lines(analysis: Analysis, record: ModuleRecord) -> list[str]:
     """Each rank's statistics of the merged slots of a divergence, and rank-by-rank verdicts when both sides were
     merged from the same number of ranks: which rank carries it."""
     lines = []
-    for side, dump, key in (("train", analysis.train, record.train_key), ("rollout", analysis.rollout, record.rollout_key)):
+    for side, dump, key in (
+        ("train", analysis.train, record.train_key),
+        ("rollout", analysis.rollout, record.rollout_key),
+    ):
         slots = merged_slots(dump, key)[:3]
         rows = per_rank_rows(dump, key, slots) if slots else []
         if rows:
-            lines += [f"Per-rank statistics ({side}):", "", "| slot | rank | Max | Min | Mean | Norm |",
-                      "|---|---|---|---|---|---|"]
-            lines += [f"| {slot_label(slot)} | {rank} | " + " | ".join(_number(v) for v in values) + " |"
-                      for slot, rank, values in rows] + [""]
-    verdicts = rank_by_rank(analysis.train, analysis.rollout, record.train_key, record.rollout_key,
-                            analysis.comparator.tolerances)
+            lines += [
+                f"Per-rank statistics ({side}):",
+                "",
+                "| slot | rank | Max | Min | Mean | Norm |",
+                "|---|---|---|---|---|---|",
+            ]
+            lines += [
+                f"| {slot_label(slot)} | {rank} | " + " | ".join(_number(v) for v in values) + " |"
+                for slot, rank, values in rows
+            ] + [""]
+    verdicts = rank_by_rank(
+        analysis.train, analysis.rollout, record.train_key, record.rollout_key, analysis.comparator.tolerances
+    )
     if verdicts:
         lines += ["Rank by rank: " + "; ".join(verdicts), ""]
     return lines
@@ -122,8 +149,11 @@ def hover_markdown(analysis: Analysis, train_key: str, rollout_index: int | None
     record = analysis.by_train_key.get(train_key)
     if record is None:
         row_missing = train_key not in analysis.train.entries
-        return ("Not in the train dump." if row_missing else
-                "Not compared: none of the mapped rollout keys is in the rollout dump.")
+        return (
+            "Not in the train dump."
+            if row_missing
+            else "Not compared: none of the mapped rollout keys is in the rollout dump."
+        )
     c = record.comparison
     rollout_names = ", ".join(dict.fromkeys(_name(k) for k in c.rollout_keys))
     lines = [f"### {_name(record.train_key)} ↔ {rollout_names} (call {record.call_index})", "", _verdicts(record), ""]

@@ -8,8 +8,8 @@ from pathlib import Path
 from lsprotocol import types
 
 from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.keys import layer_index
 from rca_lsp.core.cancel import ShouldStop, never, stop_if
+from rca_lsp.core.keys import layer_index
 from rca_lsp.core.mapping import MappingEntry, ParsedMapping, Span
 from rca_lsp.server.positions import Positions
 
@@ -27,10 +27,12 @@ def definition(analysis: Analysis, train_key: str, rollout_key: str | None) -> t
     return types.Location(uri=Path(file).as_uri(), range=types.Range(start=position, end=position))
 
 
-def document_symbols(mapping: ParsedMapping, positions: Positions,
-                     should_stop: ShouldStop = never) -> list[types.DocumentSymbol]:
+def document_symbols(
+    mapping: ParsedMapping, positions: Positions, should_stop: ShouldStop = never
+) -> list[types.DocumentSymbol]:
     """One namespace per layer holding its entries; above MAX_SYMBOL_ENTRIES entries the namespaces alone (an
     outline of 10^5 entries helps nobody, and building it would take seconds). Raises Cancelled on request."""
+
     def layer_of(entry_index: int) -> int:
         layer = layer_index(mapping.entries[entry_index].train_key)
         return -1 if layer is None else layer
@@ -44,15 +46,26 @@ def document_symbols(mapping: ParsedMapping, positions: Positions,
         children = [_entry_symbol(mapping, positions, mapping.entries[i]) for i in indexes] if with_children else []
         first, last = mapping.spans(mapping.entries[indexes[0]]), mapping.spans(mapping.entries[indexes[-1]])
         name = f"layer {layer}" if layer >= 0 else "outside layers"
-        symbols.append(types.DocumentSymbol(
-            name=name, kind=types.SymbolKind.Namespace, detail=f"{len(indexes)} entries",
-            range=positions.range(Span(first.key.start, last.value.end)), selection_range=positions.range(first.key),
-            children=children or None))
+        symbols.append(
+            types.DocumentSymbol(
+                name=name,
+                kind=types.SymbolKind.Namespace,
+                detail=f"{len(indexes)} entries",
+                range=positions.range(Span(first.key.start, last.value.end)),
+                selection_range=positions.range(first.key),
+                children=children or None,
+            )
+        )
     symbols.sort(key=lambda s: (s.range.start.line, s.range.start.character))
     return symbols
 
 
 def _entry_symbol(mapping: ParsedMapping, positions: Positions, entry: MappingEntry) -> types.DocumentSymbol:
     spans = mapping.spans(entry)
-    return types.DocumentSymbol(name=entry.train_key, detail=" + ".join(entry.rollout_keys), kind=types.SymbolKind.Field,
-                                range=positions.range(spans.whole), selection_range=positions.range(spans.key))
+    return types.DocumentSymbol(
+        name=entry.train_key,
+        detail=" + ".join(entry.rollout_keys),
+        kind=types.SymbolKind.Field,
+        range=positions.range(spans.whole),
+        selection_range=positions.range(spans.key),
+    )

@@ -69,16 +69,21 @@ class SourceOptions:
     rollout_parallel: str | None = None
 
 
-def _dump_pair(mapping: Path, train: str, rollout: str, source: str,
-               options: SourceOptions = SourceOptions()) -> Pair | Unpaired:
+def _dump_pair(
+    mapping: Path, train: str, rollout: str, source: str, options: SourceOptions = SourceOptions()
+) -> Pair | Unpaired:
     found = [_first_match(train), _first_match(rollout)]
     if None in found:
         return Unpaired(mapping, (source,), f"{source}: no file matches {train if found[0] is None else rollout}")
     try:
-        layouts = (parse_layout(options.parallel, f"{source}: parallel"),
-                   parse_layout(options.rollout_parallel, f"{source}: rollout_parallel"))
-        resolved = [resolve_dump_source(p, options.step, layout)  # type: ignore[arg-type]
-                    for p, layout in zip(found, layouts)]
+        layouts = (
+            parse_layout(options.parallel, f"{source}: parallel"),
+            parse_layout(options.rollout_parallel, f"{source}: rollout_parallel"),
+        )
+        resolved = [
+            resolve_dump_source(p, options.step, layout)  # type: ignore[arg-type]
+            for p, layout in zip(found, layouts)
+        ]
     except InputError as error:
         return Unpaired(mapping, (source,), f"{source}: {error}")
     return Pair(mapping, resolved[0], resolved[1], source)
@@ -90,9 +95,13 @@ def _from_settings(mapping: Path, pairs: Sequence[PairSetting], folders: Sequenc
             base = folder or mapping.parent
             pattern = _expand(pair.mapping_key, folder, base)
             if Path(pattern).resolve() == mapping or fnmatch.fnmatch(str(mapping), pattern):
-                return _dump_pair(mapping, _expand(pair.train, folder, base), _expand(pair.rollout, folder, base),
-                                  "settings rcaLsp.pairs", SourceOptions(pair.step, pair.parallel,
-                                                                         pair.rollout_parallel))
+                return _dump_pair(
+                    mapping,
+                    _expand(pair.train, folder, base),
+                    _expand(pair.rollout, folder, base),
+                    "settings rcaLsp.pairs",
+                    SourceOptions(pair.step, pair.parallel, pair.rollout_parallel),
+                )
     return None
 
 
@@ -105,15 +114,24 @@ def _from_config(mapping: Path, stop_at: Path | None) -> Pair | Unpaired | None:
             except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
                 return Unpaired(mapping, (str(config),), f"{config}: {error}")
             for index, item in enumerate(document.get("pair") or []):
-                if not isinstance(item, dict) or not all(isinstance(item.get(k), str) for k in ("mapping_key", "train", "rollout")):
-                    return Unpaired(mapping, (str(config),), f"{config}: [[pair]] #{index + 1} needs mapping_key, train, rollout")
+                if not isinstance(item, dict) or not all(
+                    isinstance(item.get(k), str) for k in ("mapping_key", "train", "rollout")
+                ):
+                    return Unpaired(
+                        mapping, (str(config),), f"{config}: [[pair]] #{index + 1} needs mapping_key, train, rollout"
+                    )
                 options = _config_options(item)
                 if isinstance(options, str):
                     return Unpaired(mapping, (str(config),), f"{config}: [[pair]] #{index + 1}: {options}")
                 pattern = _expand(item["mapping_key"], None, folder)
                 if Path(pattern).resolve() == mapping or fnmatch.fnmatch(str(mapping), pattern):
-                    return _dump_pair(mapping, _expand(item["train"], None, folder),
-                                      _expand(item["rollout"], None, folder), str(config), options)
+                    return _dump_pair(
+                        mapping,
+                        _expand(item["train"], None, folder),
+                        _expand(item["rollout"], None, folder),
+                        str(config),
+                        options,
+                    )
         if stop_at is not None and folder == stop_at:
             break
     return None
@@ -133,22 +151,30 @@ def _by_convention(mapping: Path) -> Pair | Unpaired | None:
     folder = mapping.parent
     if not (folder / "train").is_dir() or not (folder / "rollout").is_dir():
         return None
-    return _dump_pair(mapping, str(folder / "train"), str(folder / "rollout"), "convention (train/ and rollout/ folders)")
+    return _dump_pair(
+        mapping, str(folder / "train"), str(folder / "rollout"), "convention (train/ and rollout/ folders)"
+    )
 
 
 def find_pair(mapping: Path, settings_pairs: Sequence[PairSetting], folders: Sequence[Path]) -> Pair | Unpaired:
     mapping = mapping.resolve()
     root = next((f for f in folders if mapping.is_relative_to(f)), None)
-    for attempt in (lambda: _from_settings(mapping, settings_pairs, folders), lambda: _from_config(mapping, root),
-                    lambda: _by_convention(mapping)):
+    for attempt in (
+        lambda: _from_settings(mapping, settings_pairs, folders),
+        lambda: _from_config(mapping, root),
+        lambda: _by_convention(mapping),
+    ):
         found = attempt()
         if found is not None:
             return found
-    return Unpaired(mapping, (
-        "a matching entry in the rcaLsp.pairs setting",
-        f"an {CONFIG_NAME} with a [[pair]] for this file in its folder or a parent",
-        "folders train/ and rollout/ next to this file, each with one dump.json",
-    ))
+    return Unpaired(
+        mapping,
+        (
+            "a matching entry in the rcaLsp.pairs setting",
+            f"an {CONFIG_NAME} with a [[pair]] for this file in its folder or a parent",
+            "folders train/ and rollout/ next to this file, each with one dump.json",
+        ),
+    )
 
 
 def config_skeleton(mapping: Path) -> str:

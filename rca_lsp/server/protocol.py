@@ -48,8 +48,12 @@ class RcaProtocol(CancellingProtocol):
         except JsonRpcException as error:
             if "id" not in data or "method" not in data:
                 raise  # a notification or a response: nobody waits for an answer
-            self._send_response(data["id"], error=types.ResponseError(
-                code=error.code, message=f"{data['method']}: the params do not fit the request ({error.message})"))
+            self._send_response(
+                data["id"],
+                error=types.ResponseError(
+                    code=error.code, message=f"{data['method']}: the params do not fit the request ({error.message})"
+                ),
+            )
             return _ANSWERED
 
     def handle_message(self, message: Any) -> None:

@@ -37,19 +37,29 @@ class Settings:
         raw = raw.get("rcaLsp", raw) if isinstance(raw.get("rcaLsp"), dict) else raw
         pairs = []
         for index, item in enumerate(raw.get("pairs") or []):
-            if not (isinstance(item, dict) and all(isinstance(item.get(k), str) for k in ("mappingKey", "train", "rollout"))):
+            if not (
+                isinstance(item, dict) and all(isinstance(item.get(k), str) for k in ("mappingKey", "train", "rollout"))
+            ):
                 problems.append(f"rcaLsp.pairs[{index}] needs string fields mappingKey, train and rollout")
             elif item.get("step") is not None and not (isinstance(item["step"], int) and item["step"] >= 0):
                 problems.append(f"rcaLsp.pairs[{index}].step must be a step number (0, 1, ...)")
             elif any(item.get(k) is not None and not isinstance(item[k], str) for k in ("parallel", "rolloutParallel")):
-                problems.append(f"rcaLsp.pairs[{index}].parallel must be text such as \"tp=2,pp=2\"")
+                problems.append(f'rcaLsp.pairs[{index}].parallel must be text such as "tp=2,pp=2"')
             else:
-                pairs.append(PairSetting(item["mappingKey"], item["train"], item["rollout"], item.get("step"),
-                                         item.get("parallel"), item.get("rolloutParallel")))
+                pairs.append(
+                    PairSetting(
+                        item["mappingKey"],
+                        item["train"],
+                        item["rollout"],
+                        item.get("step"),
+                        item.get("parallel"),
+                        item.get("rolloutParallel"),
+                    )
+                )
         tolerances: dict[str, float] = {}
         raw_tolerances = raw.get("tolerances") or {}
         if not isinstance(raw_tolerances, dict):
-            problems.append("rcaLsp.tolerances must be an object such as {\"bfloat16\": 0.03}")
+            problems.append('rcaLsp.tolerances must be an object such as {"bfloat16": 0.03}')
             raw_tolerances = {}
         for name, value in raw_tolerances.items():
             if value is None:

@@ -18,7 +18,8 @@ __all__ = [
 ]
 
 
-def suggest_mapping(train: Dump, rollout: Dump, existing: dict[str, MappingValue] | None = None,
-                    rules: NamingRules | None = None) -> SuggestionResult:
+def suggest_mapping(
+    train: Dump, rollout: Dump, existing: dict[str, MappingValue] | None = None, rules: NamingRules | None = None
+) -> SuggestionResult:
     """Propose rollout keys for every train key the existing mapping lacks (see Matcher.suggest)."""
     return Matcher(train, rollout, rules).suggest(existing)

@@ -30,8 +30,10 @@ class Agreement:
         return len(self.extras) / self.suggested_size if self.suggested_size else 0.0
 
     def summary(self) -> str:
-        return (f"recall {self.recall:.3f}, precision {self.precision:.3f}, extras {len(self.extras)}/"
-                f"{self.suggested_size} ({self.extra_share:.1%}) against {self.reference_size} reference entries")
+        return (
+            f"recall {self.recall:.3f}, precision {self.precision:.3f}, extras {len(self.extras)}/"
+            f"{self.suggested_size} ({self.extra_share:.1%}) against {self.reference_size} reference entries"
+        )
 
 
 def compare_mappings(suggested: dict[str, MappingValue], reference: dict[str, MappingValue]) -> Agreement:

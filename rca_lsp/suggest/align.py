@@ -20,8 +20,9 @@ class Alignment:
     rejected: list[Proposal] = field(default_factory=list)  # the best unconfirmed, unrefuted candidate per module
 
 
-def align_leftovers(assessor: Assessor, accepted: list[Proposal], claimed_train: set[str],
-                    claimed_rollout: set[str]) -> Alignment:
+def align_leftovers(
+    assessor: Assessor, accepted: list[Proposal], claimed_train: set[str], claimed_rollout: set[str]
+) -> Alignment:
     """Pair unclaimed train modules with unclaimed rollout modules between the same accepted pairs (anchors)."""
     train, rollout = assessor.train, assessor.rollout
     anchors: dict[Scope, list[tuple[int, int]]] = defaultdict(list)
@@ -38,8 +39,15 @@ def align_leftovers(assessor: Assessor, accepted: list[Proposal], claimed_train:
     return alignment
 
 
-def _align_scope(assessor: Assessor, scope: Scope, leftovers: list[str], free: list[str],
-                 anchors: list[tuple[int, int]], claimed_rollout: set[str], alignment: Alignment) -> None:
+def _align_scope(
+    assessor: Assessor,
+    scope: Scope,
+    leftovers: list[str],
+    free: list[str],
+    anchors: list[tuple[int, int]],
+    claimed_rollout: set[str],
+    alignment: Alignment,
+) -> None:
     train, rollout = assessor.train, assessor.rollout
     anchor_train_positions = [train_position for train_position, _ in anchors]
     free_positions = [rollout.entries[key].position for key in free]
@@ -51,10 +59,15 @@ def _align_scope(assessor: Assessor, scope: Scope, leftovers: list[str], free: l
             gap, floor = index, anchors[index - 1][1] if index > 0 else -1
         ceiling = anchors[index][1] if index < len(anchors) else len(rollout.dump.keys)
         start = bisect_right(free_positions, floor)
-        candidates = [free[slot] for slot in range(start, min(start + MAX_CANDIDATES, len(free)))
-                      if free_positions[slot] < ceiling and free[slot] not in claimed_rollout]
-        proposals = [assessor.with_name((key,), (candidate,), _same_place(train, rollout, scope, key, candidate))
-                     for candidate in candidates]
+        candidates = [
+            free[slot]
+            for slot in range(start, min(start + MAX_CANDIDATES, len(free)))
+            if free_positions[slot] < ceiling and free[slot] not in claimed_rollout
+        ]
+        proposals = [
+            assessor.with_name((key,), (candidate,), _same_place(train, rollout, scope, key, candidate))
+            for candidate in candidates
+        ]
         if not proposals:
             continue
         best = max(proposals, key=lambda proposal: proposal.confidence)
@@ -71,6 +84,9 @@ def _same_place(train: SideIndex, rollout: SideIndex, scope: Scope, train_key: s
     layer, call = scope
     where = f"layer {layer}" if layer is not None else "outside the layers"
     train_name, rollout_name = train.entries[train_key].path, rollout.entries[rollout_key].path
-    return NameEvidence(SAME_PLACE, f"no naming rule pairs {train_name.rpartition('.')[2]} with "
-                                    f"{rollout_name.rpartition('.')[2]}; same place among unpaired modules "
-                                    f"of {where}, call {call}")
+    return NameEvidence(
+        SAME_PLACE,
+        f"no naming rule pairs {train_name.rpartition('.')[2]} with "
+        f"{rollout_name.rpartition('.')[2]}; same place among unpaired modules "
+        f"of {where}, call {call}",
+    )

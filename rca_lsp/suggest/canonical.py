@@ -89,13 +89,13 @@ class Canonicalizer:
         layer_number = None
         for position, segment in enumerate(segments[:-1]):
             if segment == "layers" and segments[position + 1] == _NUMBER:
-                layer_number = segments[:position + 1].count(_NUMBER)
+                layer_number = segments[: position + 1].count(_NUMBER)
                 break
         return NameTemplate(tuple(segments), part, layer_number, ".".join(raw[:start]), tuple(sources))
 
     def _match(self, raw: tuple[str, ...], index: int, above: list[str]) -> Alias | None:
         for alias in self._aliases.get(raw[index], ()):
-            if raw[index:index + len(alias.names)] != alias.names:
+            if raw[index : index + len(alias.names)] != alias.names:
                 continue
             if alias.inside and not _is_inside(alias.inside, above):
                 continue

@@ -12,24 +12,30 @@ from rca_lsp.core.atomicfile import remove_stale_temporaries, write_atomically
 from rca_lsp.core.dump import DumpCache
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.run import raise_if_unusable, read_mapping_file
+from rca_lsp.source_args import add_source_arguments, side_options
 from rca_lsp.suggest import suggest_mapping
 from rca_lsp.suggest.coverage import render_coverage
 from rca_lsp.suggest.result import MappingValue
 from rca_lsp.suggest.rules import NamingRules
-from rca_lsp.source_args import add_source_arguments, side_options
-
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = ("Propose train -> rollout module pairs from names, order, shapes and statistics, write "
-                          "the confident ones as a mapping-key file (train dump order) and print the coverage; "
-                          "low-confidence pairs are listed, not written.")
+    parser.description = (
+        "Propose train -> rollout module pairs from names, order, shapes and statistics, write "
+        "the confident ones as a mapping-key file (train dump order) and print the coverage; "
+        "low-confidence pairs are listed, not written."
+    )
     parser.add_argument("--train", required=True, help="train dump.json or msprobe dump directory")
     parser.add_argument("--rollout", required=True, help="rollout dump.json or msprobe dump directory")
     parser.add_argument("-o", "--output", required=True, help="mapping-key file to write")
     parser.add_argument("--existing", help="mapping-key file whose entries are kept; only missing ones are proposed")
-    parser.add_argument("--rules", action="append", default=[], metavar="TOML",
-                        help="extra naming rules, tried before the built-in ones (repeatable)")
+    parser.add_argument(
+        "--rules",
+        action="append",
+        default=[],
+        metavar="TOML",
+        help="extra naming rules, tried before the built-in ones (repeatable)",
+    )
     add_source_arguments(parser)
 
 

@@ -65,9 +65,11 @@ def _name_evidence(trains: tuple[NameTemplate, ...], rollouts: tuple[NameTemplat
 
 def _renames(trains: tuple[NameTemplate, ...], rollouts: tuple[NameTemplate, ...]) -> list[str]:
     """The raw names that differ, segment by segment (the last segment joined over a group's members)."""
-    pairs = [f"{train_raw}↔{rollout_raw}"
-             for (_, train_raw), (_, rollout_raw) in zip(trains[0].sources[:-1], rollouts[0].sources[:-1])
-             if train_raw != rollout_raw]
+    pairs = [
+        f"{train_raw}↔{rollout_raw}"
+        for (_, train_raw), (_, rollout_raw) in zip(trains[0].sources[:-1], rollouts[0].sources[:-1])
+        if train_raw != rollout_raw
+    ]
     train_last, rollout_last = _last_names(trains), _last_names(rollouts)
     if train_last != rollout_last:
         pairs.append(f"{train_last}↔{rollout_last}")
@@ -82,18 +84,41 @@ def assess(name: NameEvidence, evidence: Evidence) -> Assessment:
     if evidence.conflict is not None:
         return Assessment(0.0, f"{name.text}; not paired: {evidence.conflict}")
     if evidence.output_shape == "different":
-        assessment = _assess(name, evidence.output_shape, evidence.input_shape, evidence.weight_shape,
-                             evidence.output_stats, evidence.input_stats, evidence.same_kind)
+        assessment = _assess(
+            name,
+            evidence.output_shape,
+            evidence.input_shape,
+            evidence.weight_shape,
+            evidence.output_stats,
+            evidence.input_stats,
+            evidence.same_kind,
+        )
         train_shape, rollout_shape = evidence.output_shapes
-        return Assessment(assessment.confidence,
-                          f"{assessment.reason}; output shapes differ ({_dims(train_shape)} vs {_dims(rollout_shape)})")
-    return _assess(name, evidence.output_shape, evidence.input_shape, evidence.weight_shape,
-                   evidence.output_stats, evidence.input_stats, evidence.same_kind)
+        return Assessment(
+            assessment.confidence,
+            f"{assessment.reason}; output shapes differ ({_dims(train_shape)} vs {_dims(rollout_shape)})",
+        )
+    return _assess(
+        name,
+        evidence.output_shape,
+        evidence.input_shape,
+        evidence.weight_shape,
+        evidence.output_stats,
+        evidence.input_stats,
+        evidence.same_kind,
+    )
 
 
 @lru_cache(maxsize=8192)
-def _assess(name: NameEvidence, output_shape: str, input_shape: str, weight_shape: str, output_stats: str,
-            input_stats: str, same_kind: bool | None) -> Assessment:
+def _assess(
+    name: NameEvidence,
+    output_shape: str,
+    input_shape: str,
+    weight_shape: str,
+    output_stats: str,
+    input_stats: str,
+    same_kind: bool | None,
+) -> Assessment:
     """Name score plus what the dumps add, with the reason (few distinct combinations: shared instances)."""
     score = name.score + _OUTPUT_SHAPE[output_shape] + _INPUT_SHAPE[input_shape] + _WEIGHT_SHAPE[weight_shape]
     notes = [name.text]

@@ -30,8 +30,10 @@ def render_coverage(result: SuggestionResult) -> str:
 
 def _groups(result: SuggestionResult) -> list[str]:
     counts = {kind: sum(group.kind == kind for group in result.groups) for kind in ("1:N", "N:1")}
-    lines = [f"groups: {counts['1:N']} 1:N (one train module, split rollout modules), "
-             f"{counts['N:1']} N:1 (split train modules, one rollout module)"]
+    lines = [
+        f"groups: {counts['1:N']} 1:N (one train module, split rollout modules), "
+        f"{counts['N:1']} N:1 (split train modules, one rollout module)"
+    ]
     for group in result.groups[:LISTED_ROWS]:
         lines.append(f"  {group.kind}  {' + '.join(group.train_keys)}")
         lines.append(f"       -> {' + '.join(group.rollout_keys)}")

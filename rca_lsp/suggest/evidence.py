@@ -15,8 +15,10 @@ from rca_lsp.suggest.rules import NamingRules
 ShapeRelation = Literal["same", "permuted", "flattened", "numel", "different", "unknown"]
 StatsRelation = Literal["equal", "different", "unknown"]
 SHAPE_WORDS: dict[str, str] = {  # for reasons, when the shapes are not different
-    "same": "same shape", "permuted": "same dimensions in another order",
-    "flattened": "same feature size and element count", "numel": "same element count",
+    "same": "same shape",
+    "permuted": "same dimensions in another order",
+    "flattened": "same feature size and element count",
+    "numel": "same element count",
 }
 
 _HALF_PRECISION = ("bfloat16", "float16", "half")
@@ -81,7 +83,7 @@ def concatenate(parts: Sequence[TensorStats | None], axis: int) -> TensorStats |
     if not present or len(present) != len(parts):
         return None
     shapes = [part.shape for part in present if part.shape is not None]
-    if len({shape[:axis % len(shape)] + shape[axis % len(shape) + 1:] for shape in shapes}) != 1:
+    if len({shape[: axis % len(shape)] + shape[axis % len(shape) + 1 :] for shape in shapes}) != 1:
         return None
     joined = list(shapes[0])
     joined[axis] = sum(shape[axis] for shape in shapes)
@@ -91,8 +93,9 @@ def concatenate(parts: Sequence[TensorStats | None], axis: int) -> TensorStats |
         shape=tuple(joined),
         max=_combine([part.max for part in present], max),
         min=_combine([part.min for part in present], min),
-        mean=_combine([part.mean for part in present],
-                      lambda means: sum(m * n for m, n in zip(means, sizes)) / max(sum(sizes), 1)),
+        mean=_combine(
+            [part.mean for part in present], lambda means: sum(m * n for m, n in zip(means, sizes)) / max(sum(sizes), 1)
+        ),
         norm=_combine([part.norm for part in present], lambda norms: math.sqrt(sum(n * n for n in norms))),
     )
 
@@ -108,10 +111,12 @@ def compare(train: ModuleView, rollout: ModuleView) -> Evidence:
     return Evidence(
         conflict=form_conflict(train, rollout),
         output_shape=shape_relation(*output_shapes),
-        input_shape=shape_relation(train.input.shape if train.input else None,
-                                   rollout.input.shape if rollout.input else None),
-        weight_shape=shape_relation(train.weight.shape if train.weight else None,
-                                    rollout.weight.shape if rollout.weight else None),
+        input_shape=shape_relation(
+            train.input.shape if train.input else None, rollout.input.shape if rollout.input else None
+        ),
+        weight_shape=shape_relation(
+            train.weight.shape if train.weight else None, rollout.weight.shape if rollout.weight else None
+        ),
         output_stats=stats_relation(train_output, rollout_output),
         input_stats=stats_relation(train.input, rollout.input),
         same_kind=None if train.kind is None or rollout.kind is None else train.kind == rollout.kind,
@@ -127,9 +132,9 @@ def form_conflict(train: ModuleView, rollout: ModuleView) -> str | None:
         return "an identity placeholder (it only passes its input through)"
     train_forms, rollout_forms = train.input_forms, rollout.input_forms
     if train_forms != rollout_forms and (
-            bool(train_forms) != bool(rollout_forms) or (FLOAT in train_forms) != (FLOAT in rollout_forms)):
-        return (f"inputs are {_listed(train_forms)} on the train side but {_listed(rollout_forms)} "
-                f"on the rollout side")
+        bool(train_forms) != bool(rollout_forms) or (FLOAT in train_forms) != (FLOAT in rollout_forms)
+    ):
+        return f"inputs are {_listed(train_forms)} on the train side but {_listed(rollout_forms)} on the rollout side"
     train_output, rollout_output = train.output, rollout.output
     if train_output is not None and rollout_output is not None and train_output.dtype == rollout_output.dtype:
         return None
@@ -187,8 +192,12 @@ def stats_relation(left: TensorStats | None, right: TensorStats | None) -> Stats
         return "equal" if known >= 2 else "unknown"
     tolerance = _tolerance(left.dtype, right.dtype)
     compared = 0
-    for a, b, floor in ((left.max, right.max, 0.0), (left.min, right.min, 0.0),
-                        (left.norm, right.norm, 0.0), (left.mean, right.mean, _rms(left) * tolerance)):
+    for a, b, floor in (
+        (left.max, right.max, 0.0),
+        (left.min, right.min, 0.0),
+        (left.norm, right.norm, 0.0),
+        (left.mean, right.mean, _rms(left) * tolerance),
+    ):
         if a is None or b is None:
             continue
         if not _close(a, b, tolerance, floor):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rca_lsp.core.dump import Dump, ModuleEntry
-from rca_lsp.suggest.canonical import CanonicalName, Canonicalizer
+from rca_lsp.suggest.canonical import Canonicalizer, CanonicalName
 
 Scope = tuple[int | None, int]  # (layer index or None for modules outside the layers, call index)
 PathKey = tuple[str, int]  # (canonical path, call index)

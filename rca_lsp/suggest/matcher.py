@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rca_lsp.core.cancel import ShouldStop, never, stop_if
 from rca_lsp.core.calls import joined_calls_view, partition_calls, regrouped_view
+from rca_lsp.core.cancel import ShouldStop, never, stop_if
 from rca_lsp.core.dump import Dump
 from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.tolerance import Tolerances
@@ -57,13 +57,16 @@ class Matcher:
         else:
             train_split = self.train.group_parts(name.group, call)
             if train_key in train_split:
-                proposals += [self.assessor.by_name(train_split, (key,))
-                              for key in self.rollout.by_path.get((name.group, call), ())]
+                proposals += [
+                    self.assessor.by_name(train_split, (key,))
+                    for key in self.rollout.by_path.get((name.group, call), ())
+                ]
         proposals.sort(key=lambda proposal: -proposal.confidence)
         return proposals
 
-    def suggest(self, existing: dict[str, MappingValue] | None = None,
-                should_stop: ShouldStop = never) -> SuggestionResult:
+    def suggest(
+        self, existing: dict[str, MappingValue] | None = None, should_stop: ShouldStop = never
+    ) -> SuggestionResult:
         """Raises Cancelled once `should_stop` says so."""
         with paused_gc():
             result = self._suggest(dict(existing or {}), should_stop)
@@ -71,16 +74,27 @@ class Matcher:
 
     def _in_dump_keys(self, result: SuggestionResult) -> SuggestionResult:
         """Proposals made against grouped calls, written with the rollout keys of those calls."""
+
         def keys(view_keys: list[str]) -> list[str]:
             return [key for view_key in view_keys for key in self._members.get(view_key, [view_key])]
 
-        mapping = {train_key: as_mapping_value(keys(mapping_keys(value))) for train_key, value in result.mapping.items()}
+        mapping = {
+            train_key: as_mapping_value(keys(mapping_keys(value))) for train_key, value in result.mapping.items()
+        }
         suggestions = [replace(s, rollout_keys=keys(s.rollout_keys)) for s in result.suggestions]
         mapped = {key for value in mapping.values() for key in mapping_keys(value)}
         rollout_keys = self._rollout_keys
-        return SuggestionResult(mapping, suggestions, [s for s in suggestions if not s.accepted], result.unmatched_train,
-                                [k for k in rollout_keys if k not in mapped], find_groups(mapping), result.kept,
-                                result.train_total, len(rollout_keys))
+        return SuggestionResult(
+            mapping,
+            suggestions,
+            [s for s in suggestions if not s.accepted],
+            result.unmatched_train,
+            [k for k in rollout_keys if k not in mapped],
+            find_groups(mapping),
+            result.kept,
+            result.train_total,
+            len(rollout_keys),
+        )
 
     def _suggest(self, existing: dict[str, MappingValue], should_stop: ShouldStop) -> SuggestionResult:
         claimed_train = set(existing)
@@ -121,8 +135,9 @@ class Matcher:
         return rank_train(self.train, text_hint, limit)
 
 
-def _claim(proposals: list[Proposal], claimed_train: set[str], claimed_rollout: set[str],
-           train: SideIndex) -> tuple[list[Proposal], list[Proposal]]:
+def _claim(
+    proposals: list[Proposal], claimed_train: set[str], claimed_rollout: set[str], train: SideIndex
+) -> tuple[list[Proposal], list[Proposal]]:
     """Accept confident proposals, strongest first; a module already claimed makes a later proposal lose."""
     proposals.sort(key=lambda proposal: (-proposal.confidence, train.entries[proposal.train_keys[0]].position))
     accepted: list[Proposal] = []

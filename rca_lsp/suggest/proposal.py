@@ -33,8 +33,11 @@ class Assessor:
         """A pair whose canonical paths agree: the name evidence follows from the paths."""
         train_paths = [self.train.entries[key].path for key in train_keys]
         rollout_paths = [self.rollout.entries[key].path for key in rollout_keys]
-        name = name_evidence([self.train.names[key] for key in train_keys],
-                             [self.rollout.names[key] for key in rollout_keys], train_paths == rollout_paths)
+        name = name_evidence(
+            [self.train.names[key] for key in train_keys],
+            [self.rollout.names[key] for key in rollout_keys],
+            train_paths == rollout_paths,
+        )
         return self.with_name(train_keys, rollout_keys, name)
 
     def with_name(self, train_keys: tuple[str, ...], rollout_keys: tuple[str, ...], name: NameEvidence) -> Proposal:

@@ -17,8 +17,15 @@ SAME_MODULE_BY_RULES = 0.95  # similarity given to a key that the naming rules m
 _NO_RULE = NameEvidence(NO_NAME, "no naming rule")
 
 
-def rank_rollout(train: SideIndex, rollout: SideIndex, assessor: Assessor, by_name: list[Proposal], train_key: str,
-                 limit: int, text_hint: str | None) -> list[Candidate]:
+def rank_rollout(
+    train: SideIndex,
+    rollout: SideIndex,
+    assessor: Assessor,
+    by_name: list[Proposal],
+    train_key: str,
+    limit: int,
+    text_hint: str | None,
+) -> list[Candidate]:
     """Rollout keys (or split groups) for `train_key`: its name proposals (`by_name`) and modules under the same
     canonical parent, plus, when `text_hint` is a whole (misspelt) key, its respellings. Ordered by match confidence,
     blended with closeness to the hint (a typed prefix counts as close) when there is one."""
@@ -34,15 +41,21 @@ def rank_rollout(train: SideIndex, rollout: SideIndex, assessor: Assessor, by_na
             if (key,) not in proposals:
                 proposals[(key,)] = assessor.with_name((train_key,), (key,), _NO_RULE)
     candidates = [_rollout_candidate(proposal, respelt, text_hint) for proposal in proposals.values()]
-    candidates += [Candidate([key], similarity, note)
-                   for key, (similarity, note) in respelt.items() if (key,) not in proposals]
+    candidates += [
+        Candidate([key], similarity, note) for key, (similarity, note) in respelt.items() if (key,) not in proposals
+    ]
     return _best(candidates, limit)
 
 
 def rank_train(train: SideIndex, text_hint: str, limit: int) -> list[Candidate]:
     """Train keys close to `text_hint` (a misspelt or foreign-named train key), closest first."""
-    return _best([Candidate([key], similarity, note)
-                  for key, (similarity, note) in hint_matches(train, text_hint, limit).items()], limit)
+    return _best(
+        [
+            Candidate([key], similarity, note)
+            for key, (similarity, note) in hint_matches(train, text_hint, limit).items()
+        ],
+        limit,
+    )
 
 
 def hint_matches(side: SideIndex, text: str, limit: int) -> dict[str, tuple[float, str]]:

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 from rca_lsp.suggest.index import SideIndex
 from rca_lsp.suggest.proposal import Proposal
-from rca_lsp.suggest.result import (MappingGroup, MappingValue, Suggestion, SuggestionResult, as_mapping_value,
-                                    mapping_keys)
+from rca_lsp.suggest.result import (
+    MappingGroup,
+    MappingValue,
+    Suggestion,
+    SuggestionResult,
+    as_mapping_value,
+    mapping_keys,
+)
 
 _LOST_CLAIM = "its rollout module went to a stronger candidate"
 
 
-def build_result(train: SideIndex, rollout: SideIndex, existing: dict[str, MappingValue],
-                 accepted: list[Proposal], rejected: list[Proposal]) -> SuggestionResult:
+def build_result(
+    train: SideIndex,
+    rollout: SideIndex,
+    existing: dict[str, MappingValue],
+    accepted: list[Proposal],
+    rejected: list[Proposal],
+) -> SuggestionResult:
     chosen = {key: _suggestion(key, proposal, accepted=True) for proposal in accepted for key in proposal.train_keys}
     unchosen: dict[str, Suggestion] = {}
     for proposal in rejected:
@@ -55,12 +66,18 @@ def _suggestion(train_key: str, proposal: Proposal, accepted: bool) -> Suggestio
 
 def find_groups(mapping: dict[str, MappingValue]) -> list[MappingGroup]:
     """1:N entries (a list value) and N:1 sets (several train keys naming the same rollout key), in mapping order."""
-    groups = [MappingGroup("1:N", [train_key], list(value))
-              for train_key, value in mapping.items() if isinstance(value, list) and len(value) > 1]
+    groups = [
+        MappingGroup("1:N", [train_key], list(value))
+        for train_key, value in mapping.items()
+        if isinstance(value, list) and len(value) > 1
+    ]
     sharing: dict[str, list[str]] = {}
     for train_key, value in mapping.items():
         for rollout_key in mapping_keys(value):
             sharing.setdefault(rollout_key, []).append(train_key)
-    groups += [MappingGroup("N:1", train_keys, [rollout_key])
-               for rollout_key, train_keys in sharing.items() if len(train_keys) > 1]
+    groups += [
+        MappingGroup("N:1", train_keys, [rollout_key])
+        for rollout_key, train_keys in sharing.items()
+        if len(train_keys) > 1
+    ]
     return groups

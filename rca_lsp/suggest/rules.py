@@ -107,8 +107,11 @@ def _compile(sources: list[tuple[str, dict[str, Any]]]) -> NamingRules:
             for rule in document.get("fused", []):
                 aliases += _aliases(rule, _strings(rule.get("names", [])), part=None)
                 for part_names in rule.get("parts", []):
-                    aliases += [alias for position, name in enumerate(_strings(part_names))
-                                for alias in _aliases(rule, [name], part=position)]
+                    aliases += [
+                        alias
+                        for position, name in enumerate(_strings(part_names))
+                        for alias in _aliases(rule, [name], part=position)
+                    ]
         except (TypeError, ValueError, AttributeError) as error:
             raise InputError(path, f"invalid naming rules: {error}") from None
     # Conditional rules first, then longer dotted names; otherwise file order (stable sort).

@@ -24,16 +24,34 @@ def test_shutdown_and_exit_while_dumps_load_end_at_once_and_quietly(tmp_path: Pa
     write_dump(tmp_path / "rollout" / "dump.json", data)
     mapping = write_mapping(tmp_path / "mapping_key.json", {key: key for key in data})
     messages = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-         "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}},
+        },
         {"jsonrpc": "2.0", "method": "initialized", "params": {}},
-        {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
-            "uri": mapping.as_uri(), "languageId": "json", "version": 1, "text": mapping.read_text()}}},
+        {
+            "jsonrpc": "2.0",
+            "method": "textDocument/didOpen",
+            "params": {
+                "textDocument": {
+                    "uri": mapping.as_uri(),
+                    "languageId": "json",
+                    "version": 1,
+                    "text": mapping.read_text(),
+                }
+            },
+        },
         {"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None},
         {"jsonrpc": "2.0", "method": "exit", "params": None},
     ]
-    server = subprocess.Popen([sys.executable, "-m", "rca_lsp", "serve"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "rca_lsp", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert server.stdin is not None
     server.stdin.write(b"".join(frame(m) for m in messages[:3]))
     server.stdin.flush()
@@ -46,14 +64,25 @@ def test_shutdown_and_exit_while_dumps_load_end_at_once_and_quietly(tmp_path: Pa
 
 
 def test_a_wrong_content_length_does_not_leave_the_server_deaf(tmp_path: Path) -> None:
-    initialize = frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                        "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}}})
+    initialize = frame(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}},
+        }
+    )
     body = json.dumps({"jsonrpc": "2.0", "method": "initialized", "params": {}}).encode()
     wrong = b"Content-Length: %d\r\n\r\n" % (len(body) - 7) + body  # says 7 bytes fewer than it sends
     rest = frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None}) + frame(
-        {"jsonrpc": "2.0", "method": "exit", "params": None})
-    server = subprocess.Popen([sys.executable, "-m", "rca_lsp", "serve"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        {"jsonrpc": "2.0", "method": "exit", "params": None}
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "rca_lsp", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     out, err = server.communicate(initialize + wrong + rest, timeout=60)
     assert b'"id": 2' in out or b'"id":2' in out, (out[-500:], err[-2000:])  # the shutdown after it was answered
     assert server.returncode == 0

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import expected
 
 PROBE = Path(__file__).with_name("probe.lua")
@@ -18,20 +17,38 @@ NVIM = shutil.which("nvim")
 
 
 @pytest.mark.skipif(NVIM is None and not os.environ.get("CI_REQUIRE_NVIM"), reason="neovim is not installed")
-@pytest.mark.parametrize("variant, code", [("missing_activation", "missing-op"), ("param_desync", "parameter-sync"),
-                                           ("vllm_missing_activation", "missing-op"),
-                                           ("tp2_sp_replica_desync", "rank-disagreement"),
-                                           ("pp2_in_module_diff", "in-module-diff"),
-                                           ("decode_norm_eps", "in-module-diff")])
+@pytest.mark.parametrize(
+    "variant, code",
+    [
+        ("missing_activation", "missing-op"),
+        ("param_desync", "parameter-sync"),
+        ("vllm_missing_activation", "missing-op"),
+        ("tp2_sp_replica_desync", "rank-disagreement"),
+        ("pp2_in_module_diff", "in-module-diff"),
+        ("decode_norm_eps", "in-module-diff"),
+    ],
+)
 def test_neovim_sees_diagnostics_and_hover(workspace, tmp_path: Path, variant: str, code: str) -> None:
     assert NVIM is not None, "CI_REQUIRE_NVIM is set but nvim is missing"
     mapping = workspace(variant)
     out = tmp_path / "nvim.json"
-    env = dict(os.environ, RCA_SERVER_CMD="\t".join([sys.executable, "-m", "rca_lsp", "serve"]), RCA_FILE=str(mapping),
-               RCA_OUT=str(out), RCA_WANTED_CODE=code, XDG_CONFIG_HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path),
-               XDG_STATE_HOME=str(tmp_path))
-    subprocess.run([NVIM, "--headless", "-u", "NONE", "-c", f"luafile {PROBE}"], env=env, timeout=90, check=True,
-                   capture_output=True)
+    env = dict(
+        os.environ,
+        RCA_SERVER_CMD="\t".join([sys.executable, "-m", "rca_lsp", "serve"]),
+        RCA_FILE=str(mapping),
+        RCA_OUT=str(out),
+        RCA_WANTED_CODE=code,
+        XDG_CONFIG_HOME=str(tmp_path),
+        XDG_DATA_HOME=str(tmp_path),
+        XDG_STATE_HOME=str(tmp_path),
+    )
+    subprocess.run(
+        [NVIM, "--headless", "-u", "NONE", "-c", f"luafile {PROBE}"],
+        env=env,
+        timeout=90,
+        check=True,
+        capture_output=True,
+    )
     result = json.loads(out.read_text())
     rows = [r for r in result["diagnostics"] if r["code"] == code]
     assert rows, result["diagnostics"]

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
+from conftest import FIXTURES
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
-
-from conftest import FIXTURES
 
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "rca_lsp", "serve"])
 
@@ -23,9 +22,13 @@ async def plain(lsp_client: LanguageClient, tmp_path: Path):
     root = tmp_path / "ws"
     root.mkdir()
     lsp_client.root = root  # type: ignore[attr-defined]
-    await lsp_client.initialize_session(types.InitializeParams(
-        capabilities=types.ClientCapabilities(), root_uri=root.as_uri(),
-        workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="ws")]))
+    await lsp_client.initialize_session(
+        types.InitializeParams(
+            capabilities=types.ClientCapabilities(),
+            root_uri=root.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="ws")],
+        )
+    )
     yield
     await lsp_client.shutdown_session()
 
@@ -40,8 +43,11 @@ async def test_a_dump_changed_in_the_workspace_is_seen_without_the_clients_watch
     shutil.copytree(FIXTURES / "healthy_fp32", folder)
     mapping = folder / "mapping_key.json"
     uri = mapping.as_uri()
-    plain.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
-        uri=uri, language_id="json", version=1, text=mapping.read_text())))
+    plain.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="json", version=1, text=mapping.read_text())
+        )
+    )
     deadline = time.monotonic() + 30
     while uri not in plain.diagnostics and time.monotonic() < deadline:
         await asyncio.sleep(0.05)

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
+from conftest import FIXTURES, expected
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
-
-from conftest import FIXTURES, expected
 
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "rca_lsp", "serve"])
 TIMEOUT = 30
@@ -35,9 +34,13 @@ async def client(lsp_client: LanguageClient, tmp_path: Path):
     def on_status(client: LanguageClient, params: object) -> None:
         lsp_client.statuses.append(params)  # type: ignore[attr-defined]
 
-    await lsp_client.initialize_session(types.InitializeParams(
-        capabilities=client_capabilities("visual-studio-code"), root_uri=root.as_uri(),
-        workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="ws")]))
+    await lsp_client.initialize_session(
+        types.InitializeParams(
+            capabilities=client_capabilities("visual-studio-code"),
+            root_uri=root.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="ws")],
+        )
+    )
     yield
     await lsp_client.shutdown_session()
 
@@ -63,16 +66,24 @@ async def wait_for(client: LanguageClient, uri: str, predicate, timeout: float =
 
 def open_document(client: LanguageClient, path: Path, text: str | None = None) -> str:
     uri = path.as_uri()
-    client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
-        uri=uri, language_id="json", version=1, text=text if text is not None else path.read_text())))
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(
+                uri=uri, language_id="json", version=1, text=text if text is not None else path.read_text()
+            )
+        )
+    )
     return uri
 
 
 def apply_and_save(client: LanguageClient, uri: str, edit: types.TextEdit, version: int) -> None:
     """What an editor does when the user applies a quick fix's edit and saves."""
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-        content_changes=[types.TextDocumentContentChangePartial(range=edit.range, text=edit.new_text)]))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangePartial(range=edit.range, text=edit.new_text)],
+        )
+    )
     client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
 
 
@@ -81,7 +92,9 @@ def line_of(path: Path, key: str) -> int:
 
 
 def findings(diagnostics: list[types.Diagnostic]) -> list[types.Diagnostic]:
-    return [d for d in diagnostics if d.code in ("missing-op", "parameter-sync", "in-module-diff", "upstream-propagation")]
+    return [
+        d for d in diagnostics if d.code in ("missing-op", "parameter-sync", "in-module-diff", "upstream-propagation")
+    ]
 
 
 @pytest.mark.asyncio(loop_scope="function")
@@ -99,15 +112,19 @@ async def test_missing_activation_diagnostic_hover_and_definition(client: Langua
     boundary = [d for d in diagnostics if d.code == "aligned-boundary"]
     assert boundary and "act_fn" in boundary[0].message
 
-    hover = await client.text_document_hover_async(types.HoverParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(
-            line=missing.range.start.line, character=missing.range.start.character + 5)))
+    hover = await client.text_document_hover_async(
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=missing.range.start.line, character=missing.range.start.character + 5),
+        )
+    )
     assert hover is not None
     text = hover.contents.value
     assert "missing_or_extra_op_between_aligned_boundary" in text and "act_fn" in text and "| output.0" in text
 
-    location = await client.text_document_definition_async(types.DefinitionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=missing.range.start))
+    location = await client.text_document_definition_async(
+        types.DefinitionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=missing.range.start)
+    )
     target = location if isinstance(location, types.Location) else location[0]
     dump_line = Path(target.uri.removeprefix("file://")).read_text().split("\n")[target.range.start.line]
     assert truth["train_key"] in dump_line
@@ -122,9 +139,13 @@ async def test_unknown_key_quick_fix_gives_empty_publish(client: LanguageClient)
     uri = open_document(client, mapping, text.replace(f'"{key}"', f'"{typo}"', 1))
     diagnostics = await wait_for(client, uri, lambda ds: any(d.code == "unknown-train-key" for d in ds))
     unknown = next(d for d in diagnostics if d.code == "unknown-train-key")
-    actions = await client.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), range=unknown.range,
-        context=types.CodeActionContext(diagnostics=[unknown])))
+    actions = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=unknown.range,
+            context=types.CodeActionContext(diagnostics=[unknown]),
+        )
+    )
     fix = next(a for a in actions if a.title == f"Replace with {key}")
     edit = fix.edit.document_changes[0].edits[0]
     assert edit.new_text == json.dumps(key)
@@ -139,9 +160,12 @@ async def test_syntax_error_mid_edit_keeps_last_findings(client: LanguageClient)
     before = await wait_for(client, uri, lambda ds: any(d.code == "parameter-sync" for d in ds))
     finding = next(d for d in before if d.code == "parameter-sync")
     broken = mapping.read_text().replace('",', '"', 1)  # drop the first comma
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        content_changes=[types.TextDocumentContentChangeWholeDocument(text=broken)]))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=broken)],
+        )
+    )
     client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
     during = await wait_for(client, uri, lambda ds: any(d.code == "json-syntax" for d in ds))
     assert any(d.code == "parameter-sync" and d.range.start.line == finding.range.start.line for d in during)
@@ -157,8 +181,11 @@ async def test_dump_change_triggers_reanalysis(client: LanguageClient) -> None:
     param_dir = FIXTURES / "param_desync" / "train"
     train_dump = next(mapping.parent.joinpath("train").rglob("dump.json"))
     train_dump.write_bytes(next(param_dir.rglob("dump.json")).read_bytes())
-    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
-        types.FileEvent(uri=train_dump.as_uri(), type=types.FileChangeType.Changed)]))
+    client.workspace_did_change_watched_files(
+        types.DidChangeWatchedFilesParams(
+            changes=[types.FileEvent(uri=train_dump.as_uri(), type=types.FileChangeType.Changed)]
+        )
+    )
     await wait_for(client, uri, lambda ds: any(d.code == "parameter-sync" for d in ds))
 
 
@@ -172,9 +199,13 @@ async def test_unpaired_mapping_offers_config_skeleton(client: LanguageClient) -
     diagnostics = await wait_for(client, uri, lambda ds: any(d.code == "unpaired-mapping" for d in ds))
     unpaired = next(d for d in diagnostics if d.code == "unpaired-mapping")
     assert "rca-lsp.toml" in unpaired.message and "train/" in unpaired.message
-    actions = await client.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), range=unpaired.range,
-        context=types.CodeActionContext(diagnostics=[unpaired])))
+    actions = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=unpaired.range,
+            context=types.CodeActionContext(diagnostics=[unpaired]),
+        )
+    )
     create = actions[0].edit.document_changes
     assert isinstance(create[0], types.CreateFile) and create[0].uri.endswith("rca-lsp.toml")
     assert "[[pair]]" in create[1].edits[0].new_text
@@ -183,8 +214,11 @@ async def test_unpaired_mapping_offers_config_skeleton(client: LanguageClient) -
 @pytest.mark.asyncio(loop_scope="function")
 async def test_unopened_mapping_files_in_the_workspace_are_analysed(client: LanguageClient) -> None:
     mapping = copy_variant(client, "in_module_diff")
-    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
-        types.FileEvent(uri=mapping.as_uri(), type=types.FileChangeType.Created)]))
+    client.workspace_did_change_watched_files(
+        types.DidChangeWatchedFilesParams(
+            changes=[types.FileEvent(uri=mapping.as_uri(), type=types.FileChangeType.Created)]
+        )
+    )
     await wait_for(client, mapping.as_uri(), lambda ds: any(d.code == "in-module-diff" for d in ds))
 
 
@@ -193,12 +227,14 @@ async def test_commands_write_the_report_and_suggest_a_mapping(client: LanguageC
     mapping = copy_variant(client, "param_desync")
     uri = open_document(client, mapping)
     await wait_for(client, uri, lambda ds: any(d.code == "parameter-sync" for d in ds))
-    written = await client.workspace_execute_command_async(types.ExecuteCommandParams(
-        command="rcaLsp.server.writeOutputs", arguments=[uri]))
+    written = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="rcaLsp.server.writeOutputs", arguments=[uri])
+    )
     report = Path(written["reportMarkdown"])
     assert report.parent == mapping.parent / "rca_out" and "parameter_or_checkpoint_issue" in report.read_text()
-    suggested = await client.workspace_execute_command_async(types.ExecuteCommandParams(
-        command="rcaLsp.server.suggestMapping", arguments=[uri]))
+    suggested = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="rcaLsp.server.suggestMapping", arguments=[uri])
+    )
     assert json.loads(suggested["content"]) == json.loads(mapping.read_text())
     assert "matched" in suggested["coverage"]
 
@@ -208,8 +244,11 @@ async def test_cancelled_command_gets_an_answer_and_the_server_keeps_serving(cli
     mapping = copy_variant(client, "missing_activation")
     uri = open_document(client, mapping)
     await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
-    answer = client.protocol.send_request_async(types.WORKSPACE_EXECUTE_COMMAND, types.ExecuteCommandParams(
-        command="rcaLsp.server.suggestMapping", arguments=[uri]), msg_id="suggest-1")
+    answer = client.protocol.send_request_async(
+        types.WORKSPACE_EXECUTE_COMMAND,
+        types.ExecuteCommandParams(command="rcaLsp.server.suggestMapping", arguments=[uri]),
+        msg_id="suggest-1",
+    )
     client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="suggest-1"))
     try:
         result = await asyncio.wait_for(answer, TIMEOUT)
@@ -218,8 +257,11 @@ async def test_cancelled_command_gets_an_answer_and_the_server_keeps_serving(cli
     else:  # it finished before the cancellation arrived
         assert "content" in result
     line = line_of(mapping, expected("missing_activation")["root_cause"]["train_key"])
-    hover = await client.text_document_hover_async(types.HoverParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=6)))
+    hover = await client.text_document_hover_async(
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=6)
+        )
+    )
     assert hover is not None
 
 
@@ -233,19 +275,29 @@ async def test_completion_offers_unmapped_train_keys_and_ranked_rollout_keys(cli
     uri = open_document(client, mapping, text)
     await wait_for(client, uri, lambda ds: any(d.code == "json-syntax" for d in ds))
     last = text.split("\n")
-    keys = await client.text_document_completion_async(types.CompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=len(last) - 2, character=3)))
+    keys = await client.text_document_completion_async(
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=len(last) - 2, character=3),
+        )
+    )
     labels = [item.label for item in keys.items]
     assert train_key in labels and not set(labels) & set(entries)
 
     complete_text = json.dumps({**entries, train_key: rollout_key}, indent=2)
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        content_changes=[types.TextDocumentContentChangeWholeDocument(text=complete_text)]))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=complete_text)],
+        )
+    )
     line = complete_text.split("\n").index(next(l for l in complete_text.split("\n") if f'"{train_key}"' in l))
     column = complete_text.split("\n")[line].index(f'"{rollout_key}"') + 1
-    values = await client.text_document_completion_async(types.CompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=column)))
+    values = await client.text_document_completion_async(
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=column)
+        )
+    )
     assert values.items[0].label == rollout_key
 
 
@@ -254,16 +306,20 @@ async def test_unmapped_train_module_hint_and_its_quick_fix(client: LanguageClie
     mapping = copy_variant(client, "healthy_fp32")
     entries = json.loads(mapping.read_text())
     keys = list(entries)
-    train_key = next(k for k in keys[len(keys) // 3:] if ".linear_fc2." in k)
+    train_key = next(k for k in keys[len(keys) // 3 :] if ".linear_fc2." in k)
     rollout_value = entries.pop(train_key)
     text = json.dumps(entries, indent=2)
     uri = open_document(client, mapping, text)
     diagnostics = await wait_for(client, uri, lambda ds: any(d.code == "unmapped-train-module" for d in ds))
     hint = next(d for d in diagnostics if d.code == "unmapped-train-module")
     assert train_key in hint.message
-    actions = await client.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), range=hint.range,
-        context=types.CodeActionContext(diagnostics=[hint])))
+    actions = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=hint.range,
+            context=types.CodeActionContext(diagnostics=[hint]),
+        )
+    )
     fix = next(a for a in actions if train_key in a.title)
     edit = fix.edit.document_changes[0].edits[0]
     assert f"{json.dumps(train_key)}: {json.dumps(rollout_value)}" in edit.new_text
@@ -272,12 +328,30 @@ async def test_unmapped_train_module_hint_and_its_quick_fix(client: LanguageClie
 
 
 @pytest.mark.asyncio(loop_scope="function")
-@pytest.mark.parametrize("variant", ["healthy_fp32", "vllm_healthy", "vllm_missing_activation", "vllm_param_desync",
-                                     "in_module_diff", "bf16_healthy", "decode_healthy", "decode_norm_eps",
-                                     "decode_missing_activation", "microbatch_fault", "moe_ep2_healthy",
-                                     "moe_ep2_expert_desync", "tp2_healthy", "tp2_shard_desync",
-                                     "tp2_sp_replica_desync", "pp2_in_module_diff", "decode_kv_bf16",
-                                     "autocast_down_proj", "weight_scale_1e5"])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "healthy_fp32",
+        "vllm_healthy",
+        "vllm_missing_activation",
+        "vllm_param_desync",
+        "in_module_diff",
+        "bf16_healthy",
+        "decode_healthy",
+        "decode_norm_eps",
+        "decode_missing_activation",
+        "microbatch_fault",
+        "moe_ep2_healthy",
+        "moe_ep2_expert_desync",
+        "tp2_healthy",
+        "tp2_shard_desync",
+        "tp2_sp_replica_desync",
+        "pp2_in_module_diff",
+        "decode_kv_bf16",
+        "autocast_down_proj",
+        "weight_scale_1e5",
+    ],
+)
 async def test_each_variant_gets_its_finding_on_the_root_cause_entry(client: LanguageClient, variant: str) -> None:
     from rca_lsp.server.codes import CLASSIFICATION_CODES
 
@@ -285,18 +359,30 @@ async def test_each_variant_gets_its_finding_on_the_root_cause_entry(client: Lan
     uri = open_document(client, mapping)
     truth = expected(variant)
     analysed = [s for s in client.statuses if getattr(s, "state", None) == "analysed"]  # type: ignore[attr-defined]
-    await wait_for(client, uri, lambda ds: uri in client.diagnostics and any(
-        getattr(s, "uri", None) == uri and getattr(s, "state", None) == "analysed"
-        for s in client.statuses[len(analysed):]))  # type: ignore[attr-defined]
+    await wait_for(
+        client,
+        uri,
+        lambda ds: (
+            uri in client.diagnostics
+            and any(
+                getattr(s, "uri", None) == uri and getattr(s, "state", None) == "analysed"
+                for s in client.statuses[len(analysed) :]
+            )
+        ),
+    )  # type: ignore[attr-defined]
     diagnostics = list(client.diagnostics[uri])  # published right after the status, in order
-    origins = [d for d in diagnostics if d.code in CLASSIFICATION_CODES.values()
-               and d.severity != types.DiagnosticSeverity.Hint]
+    origins = [
+        d
+        for d in diagnostics
+        if d.code in CLASSIFICATION_CODES.values() and d.severity != types.DiagnosticSeverity.Hint
+    ]
     if truth["clean"]:
         assert origins == [], [(d.code, d.message[:80]) for d in origins]
         return
     cause = truth["root_cause"]
     assert [(d.code, d.range.start.line) for d in origins] == [
-        (CLASSIFICATION_CODES[cause["classification"]], line_of(mapping, cause["train_key"]))]
+        (CLASSIFICATION_CODES[cause["classification"]], line_of(mapping, cause["train_key"]))
+    ]
 
 
 @pytest.mark.asyncio(loop_scope="function")
@@ -310,19 +396,30 @@ async def test_all_calls_notation_in_hover_completion_and_definition(client: Lan
     assert missing.range.start.line == line
     text = mapping.read_text().split("\n")[line]
     value_column = text.index(".forward.*") - 5
-    hover = await client.text_document_hover_async(types.HoverParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=value_column)))
+    hover = await client.text_document_hover_async(
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=value_column),
+        )
+    )
     assert hover is not None and "prefill of 12 tokens + 4 decode steps" in hover.contents.value
 
-    location = await client.text_document_definition_async(types.DefinitionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=value_column)))
+    location = await client.text_document_definition_async(
+        types.DefinitionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=value_column),
+        )
+    )
     target = location if isinstance(location, types.Location) else location[0]
     dump_line = Path(target.uri.removeprefix("file://")).read_text().split("\n")[target.range.start.line]
     assert truth["rollout_key"].replace(".forward.*", ".forward.0") in dump_line
 
     start = text.index('": "') + 4
-    values = await client.text_document_completion_async(types.CompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=start)))
+    values = await client.text_document_completion_async(
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=start)
+        )
+    )
     stars = [item for item in values.items if item.label.endswith(".forward.*")]
     assert stars and "every call of this rollout module (5 calls)" == stars[0].detail
 
@@ -335,18 +432,28 @@ async def test_a_rank_file_being_rewritten_keeps_the_last_analysis(client: Langu
     rank1 = mapping.parent / "train" / "step0" / "rank1" / "dump.json"
     good = rank1.read_bytes()
     rank1.write_bytes(good[: len(good) // 2])
-    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
-        types.FileEvent(uri=rank1.as_uri(), type=types.FileChangeType.Changed)]))
+    client.workspace_did_change_watched_files(
+        types.DidChangeWatchedFilesParams(
+            changes=[types.FileEvent(uri=rank1.as_uri(), type=types.FileChangeType.Changed)]
+        )
+    )
     during = await wait_for(client, uri, lambda ds: any(d.code == "dump-problem" for d in ds))
     problem = next(d for d in during if d.code == "dump-problem")
     assert "rank1" in problem.message
     assert [(d.code, d.range.start.line) for d in during if d.code == "parameter-sync"] == [
-        (d.code, d.range.start.line) for d in before if d.code == "parameter-sync"]
+        (d.code, d.range.start.line) for d in before if d.code == "parameter-sync"
+    ]
     rank1.write_bytes(good)
-    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
-        types.FileEvent(uri=rank1.as_uri(), type=types.FileChangeType.Changed)]))
-    await wait_for(client, uri, lambda ds: not any(d.code == "dump-problem" for d in ds)
-                   and any(d.code == "parameter-sync" for d in ds))
+    client.workspace_did_change_watched_files(
+        types.DidChangeWatchedFilesParams(
+            changes=[types.FileEvent(uri=rank1.as_uri(), type=types.FileChangeType.Changed)]
+        )
+    )
+    await wait_for(
+        client,
+        uri,
+        lambda ds: not any(d.code == "dump-problem" for d in ds) and any(d.code == "parameter-sync" for d in ds),
+    )
 
 
 @pytest.mark.asyncio(loop_scope="function")
@@ -355,11 +462,13 @@ async def test_a_sub_tolerance_divergence_shows_its_calibration_in_the_hover(cli
     uri = open_document(client, mapping)
     truth = expected("decode_kv_bf16")["root_cause"]
     line = line_of(mapping, truth["train_key"])
-    diagnostics = await wait_for(client, uri, lambda ds: any(d.code == "upstream-propagation"
-                                                             and d.range.start.line == line for d in ds))
+    diagnostics = await wait_for(
+        client, uri, lambda ds: any(d.code == "upstream-propagation" and d.range.start.line == line for d in ds)
+    )
     origin = next(d for d in diagnostics if d.code == "upstream-propagation" and d.range.start.line == line)
-    hover = await client.text_document_hover_async(types.HoverParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=origin.range.start))
+    hover = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=origin.range.start)
+    )
     assert hover is not None
     assert "Confidence:" in hover.contents.value and "x the run's noise floor" in hover.contents.value
 
@@ -375,26 +484,44 @@ async def test_bad_input_gets_answers_not_silence_or_tracebacks(client: Language
     # InvalidParams, not left waiting
     answer = asyncio.get_running_loop().create_future()
     client.protocol._request_futures["bad-hover"] = answer
-    client.protocol._send_data({"jsonrpc": "2.0", "id": "bad-hover", "method": types.TEXT_DOCUMENT_HOVER,
-                                "params": {"textDocument": {"uri": uri}, "position": {"line": -1, "character": 0}}})
+    client.protocol._send_data(
+        {
+            "jsonrpc": "2.0",
+            "id": "bad-hover",
+            "method": types.TEXT_DOCUMENT_HOVER,
+            "params": {"textDocument": {"uri": uri}, "position": {"line": -1, "character": 0}},
+        }
+    )
     with pytest.raises(JsonRpcException) as raised:
         await asyncio.wait_for(answer, timeout=10)
     assert raised.value.code == -32602 and "textDocument/hover" in raised.value.message
     # commands with bad arguments: one clear message each
-    for arguments, expected_text in (([], "takes one argument, the mapping-key file's URI"),
-                                     ([42], "takes one argument"),
-                                     (["file:///nowhere/mapping_key.json"], "not a mapping-key file known")):
+    for arguments, expected_text in (
+        ([], "takes one argument, the mapping-key file's URI"),
+        ([42], "takes one argument"),
+        (["file:///nowhere/mapping_key.json"], "not a mapping-key file known"),
+    ):
         with pytest.raises(JsonRpcException) as raised:
-            await asyncio.wait_for(client.workspace_execute_command_async(types.ExecuteCommandParams(
-                command="rcaLsp.server.writeOutputs", arguments=arguments)), timeout=10)
+            await asyncio.wait_for(
+                client.workspace_execute_command_async(
+                    types.ExecuteCommandParams(command="rcaLsp.server.writeOutputs", arguments=arguments)
+                ),
+                timeout=10,
+            )
         assert expected_text in raised.value.message and "Traceback" not in raised.value.message
         assert "TypeError" not in raised.value.message
     # a change of a document that was never opened: ignored, no "Error in server" pop-up
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri + ".unopened.json", version=2),
-        content_changes=[types.TextDocumentContentChangeWholeDocument(text="{}")]))
-    hover = await client.text_document_hover_async(types.HoverParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=1, character=5)))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri + ".unopened.json", version=2),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text="{}")],
+        )
+    )
+    hover = await client.text_document_hover_async(
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=1, character=5)
+        )
+    )
     assert hover is not None  # still serving
     assert not [m for m in client.messages if "Error in server" in m.message]
 
@@ -407,11 +534,20 @@ async def test_a_dump_folder_renamed_away_and_back_pairs_again(client: LanguageC
     train = mapping.parent / "train"
     away = mapping.parent / "train.moved"
     train.rename(away)
-    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
-        types.FileEvent(uri=train.as_uri(), type=types.FileChangeType.Deleted)]))
+    client.workspace_did_change_watched_files(
+        types.DidChangeWatchedFilesParams(
+            changes=[types.FileEvent(uri=train.as_uri(), type=types.FileChangeType.Deleted)]
+        )
+    )
     await wait_for(client, uri, lambda ds: any(d.code == "unpaired-mapping" for d in ds))
     away.rename(train)  # back: the client reports the folder, not the files in it
-    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
-        types.FileEvent(uri=train.as_uri(), type=types.FileChangeType.Created)]))
-    await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds)
-                   and not any(d.code == "unpaired-mapping" for d in ds))
+    client.workspace_did_change_watched_files(
+        types.DidChangeWatchedFilesParams(
+            changes=[types.FileEvent(uri=train.as_uri(), type=types.FileChangeType.Created)]
+        )
+    )
+    await wait_for(
+        client,
+        uri,
+        lambda ds: any(d.code == "missing-op" for d in ds) and not any(d.code == "unpaired-mapping" for d in ds),
+    )
