@@ -1,0 +1,413 @@
+"""The divergence chart's data: the relative error of every mapped module along execution order, built from an
+analysis (no LSP types). One home for what the chart shows; the HTML report, the static image and the server's
+`rcaLsp.server.chartData` command all take it from here.
+
+The data is columnar (one list per field, one element per mapped module), so 10^5 modules encode compactly and a
+renderer hands the lists to its plotting library as they are. Everything is JSON: `encode_chart` writes it;
+non-finite numbers are the strings "NaN", "Infinity", "-Infinity" (as in output_3's JSON).
+
+Per call (`forward.<n>` of the train side: micro-batches, repeated calls; a decoding rollout joined along the
+sequence is one call) the chart has:
+- `modules`: the mapped modules in train execution (completion) order: train key (what a client reveals in the
+  mapping file), rollout key(s), a short label, the layer index, the module bucket and, for suspects, the
+  root-cause classification; per target kind (output, input, parameters) the relative error (the largest over the
+  kind's targets, judged as the analysis judges it), the tolerance it was judged by, the verdict, and both sides'
+  statistics of the worst target; the calibrated noise floor of the output's dtype;
+- `layers`: consecutive modules of one layer as index ranges (labels per layer);
+- `first_divergence` and `boundary`: the call's first credible origin (the module the root-cause report names)
+  and its last aligned boundary, as module indexes;
+- `one_sided`: unmatched activation-like modules (an op one side runs and the other does not), placed between
+  the modules they ran between; `explains` marks those the first divergence's evidence names;
+- `ranks`: for a side merged from several rank files, each rank's own copy of the train side compared with the
+  rollout (only slots replicated on that side: a shard is not the whole tensor), so a rank that holds a
+  different copy shows where it parts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import msgspec
+
+from rca_lsp.core.compare import quick_verdict, relative_error
+from rca_lsp.core.dump import Dump, ModuleEntry, TensorStats, load_dump_file, signature
+from rca_lsp.core.keys import is_activation_like, layer_index, parse_module_key
+from rca_lsp.core.module import ModuleComparison, SpecTuple
+from rca_lsp.core.rankmerge import slot_stats
+from rca_lsp.core.records import ModuleRecord
+from rca_lsp.core.rootcause import Suspect
+from rca_lsp.core.tolerance import Tolerances, normalise_dtype
+
+if TYPE_CHECKING:
+    from rca_lsp.core.analysis import Analysis
+
+CHART_VERSION = 1
+TARGET_KINDS = ("output", "input", "parameters")
+Number = float | str  # a finite float, or "NaN" / "Infinity" / "-Infinity"
+Stats = tuple[str | None, list[int] | None, Number | None, Number | None, Number | None, Number | None]
+# [dtype, shape, Max, Min, Mean, Norm] of one side's tensor
+
+
+class TargetSeries(msgspec.Struct):
+    """One target kind (output, input or parameters) over the modules of a call; every list has one element per
+    module. For several targets of a kind (each part's input of a split group, each parameter) the worst one."""
+
+    error: list[Number | None]  # relative error; null: not comparable (missing on a side, nothing to compare)
+    tolerance: list[float | None]  # the threshold the error was judged by (calibrated where the run allowed)
+    consistency: list[str]  # aligned | mismatch | missing | partial | not_applicable (the module's verdict)
+    target: list[str | None]  # which target the error and statistics are of: output.0, input_args.0, parameters.weight
+    train: list[Stats | None]
+    rollout: list[Stats | None]
+
+
+class ChartModules(msgspec.Struct):
+    """The mapped modules of one call in train execution order (columnar)."""
+
+    train_key: list[str]  # the mapping entry's key: what a client reveals
+    rollout_key: list[str]  # the rollout key, or the keys of a fused/split group joined with " + "
+    label: list[str]  # short module name (the path below its layer)
+    layer: list[int | None]
+    bucket: list[str]  # output_4's module_bucket
+    suspect: list[str | None]  # root-cause classification when the module is a suspect
+    noise_floor: list[float | None]  # the calibrated noise floor of the output's dtype (null: not calibrated)
+    output: TargetSeries
+    input: TargetSeries
+    parameters: TargetSeries
+
+
+class LayerSpan(msgspec.Struct):
+    label: str  # "layer 3", or the module name for modules outside the layers
+    layer: int | None
+    start: int  # first module index
+    end: int  # one past the last
+
+
+class Marker(msgspec.Struct):
+    index: int  # module index in the call
+    train_key: str
+    rollout_key: str
+    classification: str | None  # for the first divergence: the root-cause classification
+
+
+class OneSidedOp(msgspec.Struct):
+    side: str  # train | rollout: the side that runs it
+    key: str
+    after: int  # index of the module it ran after (-1: before the first)
+    explains: bool  # named by the first divergence's evidence (between its aligned boundary and it)
+
+
+class RankSeries(msgspec.Struct):
+    """One train rank's copy against the rollout, per module of the call (null where the slot was sharded on that
+    side, or the rank does not hold the module)."""
+
+    rank: int
+    output: list[Number | None]
+    input: list[Number | None]
+    parameters: list[Number | None]
+    mismatch: list[int]  # module indexes where a replicated slot of this rank differs beyond the tolerance
+
+
+class ChartCall(msgspec.Struct):
+    call_index: int  # the train side's forward.<n>
+    label: str  # "forward.0"
+    note: str  # the calls a group joined ("5 calls: prefill of 12 tokens + 4 decode steps"), if any
+    modules: ChartModules
+    layers: list[LayerSpan]
+    first_divergence: Marker | None
+    boundary: Marker | None
+    one_sided: list[OneSidedOp]
+    ranks: list[RankSeries]
+
+
+class CalibrationLine(msgspec.Struct):
+    noise_floor: float
+    threshold: float
+    fixed_tolerance: float
+    fallback: bool  # too few pairs: the fixed tolerance applies
+
+
+class ChartData(msgspec.Struct):
+    version: int
+    title: str  # the mapping file's name
+    train_path: str
+    rollout_path: str
+    mapping_path: str
+    run_id: str | None
+    top_hypothesis: str
+    calibration: dict[str, CalibrationLine]  # per dtype
+    calls: list[ChartCall]
+    default_call: int  # index into calls: the call of the first divergence (else 0)
+    rank_side: str | None  # "train" when the train side was merged from several ranks (see ChartCall.ranks)
+
+
+def _number(value: float | None) -> Number | None:
+    if value is None or math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def _stats(stats: TensorStats | None) -> Stats | None:
+    if stats is None:
+        return None
+    shape = list(stats.shape) if stats.shape is not None else None
+    return (stats.dtype, shape, _number(stats.max), _number(stats.min), _number(stats.mean), _number(stats.norm))
+
+
+def _kind(target: str) -> str:
+    return "output" if target.startswith("output") else ("input" if target.startswith("input") else "parameters")
+
+
+class _Worst:
+    """The worst target of one kind of one module."""
+
+    __slots__ = ("error", "tolerance", "spec")
+
+    def __init__(self) -> None:
+        self.error: float | None = None
+        self.tolerance: float | None = None
+        self.spec: SpecTuple | None = None
+
+    def offer(self, spec: SpecTuple, error: float | None, tolerance: float) -> None:
+        if self.spec is None or (error is not None and (self.error is None or error > self.error)):
+            self.error, self.tolerance, self.spec = error, tolerance, spec
+
+
+class _SeriesBuilder:
+    def __init__(self) -> None:
+        self.series = TargetSeries([], [], [], [], [], [])
+
+    def add(self, worst: _Worst, consistency: str) -> None:
+        series, spec = self.series, worst.spec
+        series.error.append(_number(worst.error))
+        series.tolerance.append(worst.tolerance)
+        series.consistency.append(consistency)
+        series.target.append(spec[0] if spec is not None else None)
+        series.train.append(_stats(spec[3]) if spec is not None else None)
+        series.rollout.append(_stats(spec[4]) if spec is not None else None)
+
+
+def _label(key: str) -> str:
+    parsed = parse_module_key(key)
+    if parsed is None:
+        return key
+    path = parsed.path
+    layer = layer_index(key)
+    if layer is not None:
+        marker = f"layers.{layer}."
+        at = path.find(marker)
+        below = path[at + len(marker) :] if at >= 0 else path
+        return below or parsed.class_name
+    return path.rsplit(".", 1)[-1] or parsed.class_name
+
+
+def _layers(modules: ChartModules) -> list[LayerSpan]:
+    spans: list[LayerSpan] = []
+    for index, layer in enumerate(modules.layer):
+        if spans and spans[-1].layer == layer and layer is not None:
+            spans[-1].end = index + 1
+            continue
+        label = f"layer {layer}" if layer is not None else modules.label[index]
+        spans.append(LayerSpan(label, layer, index, index + 1))
+    return spans
+
+
+def _modules(records: Sequence[ModuleRecord], analysis: Analysis, suspects: dict[int, Suspect]) -> ChartModules:
+    tolerances = analysis.judge.tolerances
+    floors = {d: (None if c.fallback else c.floor) for d, c in analysis.calibration.by_dtype.items()}
+    builders = {kind: _SeriesBuilder() for kind in TARGET_KINDS}
+    modules = ChartModules([], [], [], [], [], [], [], *(b.series for b in builders.values()))
+    for record in records:
+        comparison = record.comparison
+        modules.train_key.append(comparison.train_key)
+        modules.rollout_key.append(" + ".join(comparison.rollout_keys))
+        modules.label.append(_label(comparison.train_key))
+        modules.layer.append(record.layer_index)
+        modules.bucket.append(comparison.module_bucket)
+        suspect = suspects.get(id(record))
+        modules.suspect.append(suspect.classification if suspect is not None else None)
+        modules.noise_floor.append(floors.get(normalise_dtype(comparison.output_dtype) or ""))
+        worst = {kind: _Worst() for kind in TARGET_KINDS}
+        for spec in comparison.target_specs():
+            train, rollout = spec[3], spec[4]
+            dtypes = (train.dtype if train else None, rollout.dtype if rollout else None)
+            worst[_kind(spec[0])].offer(tuple(spec), relative_error(train, rollout), tolerances.for_dtypes(*dtypes))  # type: ignore[arg-type]
+        for kind, consistency in _consistencies(comparison).items():
+            builders[kind].add(worst[kind], consistency)
+    return modules
+
+
+def _consistencies(comparison: ModuleComparison) -> dict[str, str]:
+    return {
+        "output": comparison.output_consistency,
+        "input": comparison.input_args_consistency,
+        "parameters": comparison.parameter_consistency,
+    }
+
+
+def _marker(records: Sequence[ModuleRecord], record: ModuleRecord | None, classification: str | None) -> Marker | None:
+    if record is None:
+        return None
+    index = next((i for i, r in enumerate(records) if r is record), None)
+    if index is None:
+        return None
+    return Marker(index, record.train_key, " + ".join(record.comparison.rollout_keys), classification)
+
+
+def _one_sided(
+    analysis: Analysis, call: int, records: Sequence[ModuleRecord], origin: Suspect | None
+) -> list[OneSidedOp]:
+    """Unmatched activation-like modules of this call on either side, placed after the module they followed."""
+    named = set(origin.between.train + origin.between.rollout) if origin is not None else set()
+    found: list[OneSidedOp] = []
+    train, rollout = analysis.train, analysis.rollout
+    train_positions = [r.train_position for r in records]
+    for position in analysis.comparator.train_calls.get(call, []):
+        key = train.keys[position]
+        if key not in analysis.matched_train and is_activation_like(key):
+            after = bisect.bisect_left(train_positions, position) - 1
+            found.append(OneSidedOp("train", key, after, key in named))
+    if records:
+        # rollout modules between the call's first and last mapped rollout module; each module once (a decoding
+        # rollout runs it once per step)
+        order = sorted(range(len(records)), key=lambda i: records[i].rollout_first_position)
+        firsts = [records[i].rollout_first_position for i in order]
+        low, high = firsts[0], max(r.rollout_position for r in records)
+        seen: set[str] = set()
+        for position in range(low, high + 1):
+            key = rollout.keys[position]
+            if key in analysis.matched_rollout or not is_activation_like(key):
+                continue
+            path = rollout.entries[key].path
+            if path in seen:
+                continue
+            seen.add(path)
+            slot = bisect.bisect_left(firsts, position) - 1
+            found.append(OneSidedOp("rollout", key, order[slot] if slot >= 0 else -1, key in named))
+    found.sort(key=lambda op: op.after)
+    return found
+
+
+_LOADED: dict[tuple[tuple[str, tuple[int, int]], ...], list[tuple[int, Dump]]] = {}  # the last rank files read
+
+
+def _rank_copies(dump: Dump) -> list[tuple[int, Dump]]:
+    """Each rank file of a merged dump, loaded on its own (kept for the next chart of the same files). Not for
+    pipeline stages: a stage names its layers by local index, so one key means other modules on other stages."""
+    info = dump.parallel
+    if info is None or ", pp=1," not in info.layout:
+        return []
+    identity = tuple((file, signature(Path(file))) for file in info.files)
+    if identity not in _LOADED:
+        _LOADED.clear()
+        _LOADED[identity] = [(rank, load_dump_file(Path(file))) for rank, file in zip(info.ranks, info.files)]
+    return _LOADED[identity]
+
+
+def _replicated(how: str, slot: str) -> bool:
+    return f"{slot} sharded" not in how
+
+
+def _rank_series(
+    analysis: Analysis, records: Sequence[ModuleRecord], copies: list[tuple[int, Dump]]
+) -> list[RankSeries]:
+    train = analysis.train
+    info = train.parallel
+    if info is None:
+        return []
+    tolerances: Tolerances = analysis.judge.tolerances
+    found = []
+    for rank, copy in copies:
+        series = RankSeries(rank, [], [], [], [])
+        for index, record in enumerate(records):
+            errors: dict[str, float | None] = {kind: None for kind in TARGET_KINDS}
+            differs = False
+            comparison = record.comparison
+            if len(comparison.train_keys) == 1 and len(comparison.rollout_keys) == 1:
+                key = comparison.train_key
+                file, original = train.file_key(key)  # an expert held by one rank is in that rank's file only
+                mine = copy.entries.get(original) if key not in info.origins or file == copy.path else None
+                theirs = analysis.rollout.entries[comparison.rollout_key]
+                if mine is not None:
+                    differs = _compare_rank(mine, theirs, info.merges.get(key, ""), errors, tolerances)
+            series.output.append(_number(errors["output"]))
+            series.input.append(_number(errors["input"]))
+            series.parameters.append(_number(errors["parameters"]))
+            if differs:
+                series.mismatch.append(index)
+        found.append(series)
+    return found
+
+
+def _compare_rank(
+    mine: ModuleEntry, theirs: ModuleEntry, how: str, errors: dict[str, float | None], tolerances: Tolerances
+) -> bool:
+    """One rank's replicated slots against the other side's; whether one differs beyond the tolerance."""
+    differs = False
+    slots = [("output", "output"), ("input", "input")] + [
+        ("parameters", f"parameters.{name}") for name in sorted(mine.parameters.keys() & theirs.parameters.keys())
+    ]
+    for kind, slot in slots:
+        if not _replicated(how, slot):
+            continue
+        a, b = slot_stats(mine, slot), slot_stats(theirs, slot)
+        error = relative_error(a, b)
+        if error is not None and (errors[kind] is None or error > errors[kind]):  # type: ignore[operator]
+            errors[kind] = error
+        differs |= quick_verdict(a, b, tolerances)[0] == "mismatch"
+    return differs
+
+
+def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
+    """The chart of an analysis: every call's mapped modules, markers and one-sided ops (see the module doc)."""
+    first = analysis.suspects[0] if analysis.suspects and analysis.suspects[0].credible_origin else None
+    copies = _rank_copies(analysis.train)
+    calls = []
+    for call, evidence in analysis.calls.items():
+        records = evidence.records
+        origins = evidence.ranked[0]
+        origin = origins[0] if origins else None
+        suspects = {id(s.record): s for s in evidence.suspects}
+        modules = _modules(records, analysis, suspects)
+        note = next((r.comparison.calls_note for r in records if r.comparison.calls_note), "")
+        calls.append(
+            ChartCall(
+                call,
+                f"forward.{call}",
+                note,
+                modules,
+                _layers(modules),
+                _marker(records, origin.record if origin else None, origin.classification if origin else None),
+                _marker(records, origin.boundary if origin else None, None),
+                _one_sided(analysis, call, records, origin),
+                _rank_series(analysis, records, copies),
+            )
+        )
+    calls.sort(key=lambda c: c.call_index)
+    default = next((i for i, c in enumerate(calls) if first is not None and c.call_index == first.record.call_index), 0)
+    return ChartData(
+        CHART_VERSION,
+        Path(analysis.mapping.path).name,
+        analysis.train.path,
+        analysis.rollout.path,
+        analysis.mapping.path,
+        run_id,
+        analysis.top_hypothesis,
+        {
+            dtype: CalibrationLine(c.floor, c.threshold, c.ceiling, c.fallback)
+            for dtype, c in analysis.calibration.by_dtype.items()
+        },
+        calls,
+        default,
+        "train" if copies else None,
+    )
+
+
+_ENCODER = msgspec.json.Encoder()
+
+
+def encode_chart(chart: ChartData) -> bytes:
+    """The chart as JSON (non-finite numbers already spelt as strings)."""
+    return _ENCODER.encode(chart)
