@@ -19,12 +19,15 @@ from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.atomicfile import atomic_stream, remove_stale_temporaries, write_atomically
 from rca_lsp.core.cancel import ShouldStop, never, stop_if
+from rca_lsp.core.chart import chart_data
 from rca_lsp.core.compare import STAT_NAMES, priority_for
 from rca_lsp.core.dump import TensorStats
 from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.manifest import forget_manifest, new_run_id, write_manifest
 from rca_lsp.core.records import ModuleRecord
-from rca_lsp.core.report_md import render_markdown
+from rca_lsp.core.report_html import render_html
+from rca_lsp.core.report_md import CHART_HTML, CHART_PNG, render_markdown
+from rca_lsp.core.report_png import render_png
 from rca_lsp.core.splittable import write_split
 
 T = TypeVar("T")
@@ -395,10 +398,21 @@ def _write_modules(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: S
 
 
 def _write_report(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never) -> list[Path]:
+    """The root-cause report: JSON, the chart (interactive HTML; a PNG when matplotlib is installed), Markdown."""
     report = {"run_id": meta["run_id"], **analysis.report}
-    write_atomically(out_dir / "output_5_root_cause_report.json", _json(report, indent=True))
-    write_atomically(out_dir / "output_5_root_cause_report.md", render_markdown(analysis, meta["run_id"]).encode())
-    return [out_dir / "output_5_root_cause_report.json", out_dir / "output_5_root_cause_report.md"]
+    written = [out_dir / "output_5_root_cause_report.json", out_dir / CHART_HTML]
+    write_atomically(written[0], _json(report, indent=True))
+    chart = chart_data(analysis, meta["run_id"])
+    write_atomically(written[1], render_html(chart).encode())
+    image = render_png(chart)
+    if image is not None:
+        write_atomically(out_dir / CHART_PNG, image)
+        written.append(out_dir / CHART_PNG)
+    else:  # an image of an earlier run would not show this analysis
+        (out_dir / CHART_PNG).unlink(missing_ok=True)
+    markdown = render_markdown(analysis, meta["run_id"], CHART_PNG if image is not None else None)
+    write_atomically(out_dir / "output_5_root_cause_report.md", markdown.encode())
+    return written + [out_dir / "output_5_root_cause_report.md"]
 
 
 PARTS = (_write_mapping, _write_compare, _write_modules, _write_report)
@@ -406,7 +420,7 @@ OUTPUT_NAMES = tuple(
     f"{stem}.{ext}"
     for stem in ("output_1_key_mapping", "output_2_mapping", _COMPARE_STEM, "output_4_module_analysis")
     for ext in ("json", "csv")
-) + ("output_5_root_cause_report.json", "output_5_root_cause_report.md")
+) + ("output_5_root_cause_report.json", CHART_HTML, CHART_PNG, "output_5_root_cause_report.md")
 
 
 Part = Callable[[Analysis, Path, Meta, ShouldStop], list[Path]]

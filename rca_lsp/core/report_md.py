@@ -235,8 +235,29 @@ def _provenance(analysis: "Analysis") -> list[str]:
     return lines
 
 
-def render_markdown(analysis: "Analysis", run_id: str | None = None) -> str:
-    """The report; `run_id`: the run writing it, named in the Context (see manifest)."""
+CHART_HTML = "output_5_root_cause_report.html"
+CHART_PNG = "output_5_root_cause_report.png"
+
+
+def _chart(chart_image: str | None) -> list[str]:
+    interactive = f"[{CHART_HTML}]({CHART_HTML}) (hover for each module's statistics, zoom, calls and ranks)"
+    if chart_image is None:
+        return [
+            "No image: drawing it needs matplotlib, the optional `chart` extra (`pip install 'rca-lsp[chart]'`); "
+            "run the analysis again after installing it.",
+            "",
+            f"The interactive chart: {interactive}.",
+        ]
+    return [
+        f"![Relative error of each mapped module along execution order]({chart_image})",
+        "",
+        f"Interactive: {interactive}.",
+    ]
+
+
+def render_markdown(analysis: "Analysis", run_id: str | None = None, chart_image: str | None = None) -> str:
+    """The report; `run_id`: the run writing it, named in the Context (see manifest); `chart_image`: the file name
+    of the chart's image next to the report (None: it could not be drawn, the report says how to get it)."""
     sections = [
         (
             "Context",
@@ -249,6 +270,7 @@ def render_markdown(analysis: "Analysis", run_id: str | None = None) -> str:
         ),
         *([("Calibration, ranks and calls", provenance)] if (provenance := _provenance(analysis)) else []),
         ("Final judgement", _judgement(analysis)),
+        *([("Divergence chart", _chart(chart_image))] if analysis.records else []),
         ("Evidence chain", _evidence_chain(analysis)),
         ("Key suspects", _suspect_table(analysis.suspects)),
         ("Excluded candidates", _excluded(analysis)),

@@ -1,0 +1,563 @@
+/**
+ * The divergence chart in a page (the HTML report, the VS Code webview): uPlot draws it; this module wires the data,
+ * the controls (call, rank), the markers, the hover card and clicks.
+ */
+import uPlot from 'uplot';
+import { axisTop, DETAIL_LIMIT, LOWEST, rawErrors, ticks, toNumber, view, View } from './model';
+import { ChartCall, ChartData, Kind, KINDS, Stats } from './types';
+
+export interface MountOptions {
+  /** A point (or a marker) was clicked: the module's mapping entry. */
+  onSelect?: (trainKey: string, call: ChartCall, index: number) => void;
+  /** Height of the plot in CSS pixels (default: fills the container's height, at least 320). */
+  height?: number;
+}
+
+export interface ChartHandle {
+  update(data: ChartData): void;
+  destroy(): void;
+  /** ms from mount (or the last update) to the first drawn frame */
+  readonly renderMs: number | undefined;
+}
+
+const KIND_LABEL: Record<Kind, string> = { output: 'output', input: 'input', parameters: 'parameters' };
+const STAT_NAMES = ['Max', 'Min', 'Mean', 'Norm'];
+
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  className?: string,
+  text?: string,
+  parent?: HTMLElement,
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  if (className) {
+    node.className = className;
+  }
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  parent?.appendChild(node);
+  return node;
+}
+
+function cssColor(name: string, fallback: string): string {
+  const value = getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  return value || fallback;
+}
+
+function palette(): Record<string, string> {
+  return {
+    fg: cssColor('--rca-fg', '#1f2328'),
+    muted: cssColor('--rca-muted', '#6e7781'),
+    grid: cssColor('--rca-grid', 'rgba(128,128,128,0.18)'),
+    output: cssColor('--rca-output', '#1f77b4'),
+    input: cssColor('--rca-input', '#e07b00'),
+    parameters: cssColor('--rca-parameters', '#8e44ad'),
+    floor: cssColor('--rca-floor', '#7f8c8d'),
+    tolerance: cssColor('--rca-tolerance', '#b7950b'),
+    band: cssColor('--rca-band', 'rgba(183,149,11,0.12)'),
+    divergence: cssColor('--rca-divergence', '#d62728'),
+    boundary: cssColor('--rca-boundary', '#2ca02c'),
+    rank: cssColor('--rca-rank', '#e67e22'),
+  };
+}
+
+export function format(value: number | string | null | undefined): string {
+  const v = toNumber(value ?? null);
+  if (v === null) {
+    return '–';
+  }
+  if (!Number.isFinite(v)) {
+    return String(v);
+  }
+  if (v === 0) {
+    return '0';
+  }
+  const a = Math.abs(v);
+  return a >= 1e-3 && a < 1e5 ? String(Number(v.toPrecision(5))) : v.toExponential(3);
+}
+
+class Chart implements ChartHandle {
+  private data!: ChartData;
+  private call!: ChartCall;
+  private rank: number | null = null;
+  private plot: uPlot | undefined;
+  private current!: View;
+  private window: [number, number] = [0, 0];
+  private readonly header: HTMLDivElement;
+  private readonly controls: HTMLDivElement;
+  private readonly summary: HTMLDivElement;
+  private readonly plotBox: HTMLDivElement;
+  private readonly card: HTMLDivElement;
+  private readonly observers: { disconnect(): void }[] = [];
+  private started = 0;
+  renderMs: number | undefined;
+
+  constructor(
+    private readonly root: HTMLElement,
+    private readonly options: MountOptions,
+  ) {
+    root.classList.add('rca-chart');
+    this.header = el('div', 'rca-header', undefined, root);
+    this.controls = el('div', 'rca-controls', undefined, this.header);
+    this.summary = el('div', 'rca-summary', undefined, this.header);
+    this.plotBox = el('div', 'rca-plot', undefined, root);
+    this.card = el('div', 'rca-card', undefined, root);
+    this.card.hidden = true;
+    el('div', 'rca-help', 'Drag to zoom into modules, double-click to zoom out; zoomed out, each point is the worst module of its stretch of a layer. Click a point to select its mapping entry.', root);
+    const rebuild = (): void => {
+      if (this.plot) {
+        this.build();
+      }
+    };
+    const themes = new MutationObserver(rebuild);
+    themes.observe(document.body, { attributes: true, attributeFilter: ['class'] });
+    themes.observe(document.documentElement, { attributes: true, attributeFilter: ['style', 'class'] });
+    this.observers.push(themes);
+    const sizes = new ResizeObserver(() => this.plot?.setSize(this.size()));
+    sizes.observe(this.plotBox);
+    this.observers.push(sizes);
+  }
+
+  update(data: ChartData): void {
+    this.started = performance.now();
+    this.renderMs = undefined;
+    const previous = this.data ? this.call?.call_index : undefined;
+    this.data = data;
+    const same = data.calls.find((c) => c.call_index === previous);
+    this.call = same ?? data.calls[data.default_call] ?? data.calls[0];
+    if (this.rank !== null && !this.call?.ranks.some((r) => r.rank === this.rank)) {
+      this.rank = null;
+    }
+    this.renderControls();
+    this.renderSummary();
+    if (!this.call || this.call.modules.train_key.length === 0) {
+      this.plot?.destroy();
+      this.plot = undefined;
+      this.plotBox.textContent = 'No mapped module pair was compared: nothing to chart.';
+      this.root.dataset.rendered = 'empty';
+      return;
+    }
+    this.window = [-0.5, this.call.modules.train_key.length - 0.5];
+    this.build();
+  }
+
+  private size(): { width: number; height: number } {
+    const width = Math.max(320, this.plotBox.clientWidth || 800);
+    const height = this.options.height ?? 420;
+    return { width, height };
+  }
+
+  private renderControls(): void {
+    this.controls.textContent = '';
+    const data = this.data;
+    if (data.calls.length > 1) {
+      const label = el('label', undefined, 'call ', this.controls);
+      const select = el('select', 'rca-call', undefined, label);
+      for (const c of data.calls) {
+        const option = el('option', undefined, `${c.label}${c.first_divergence ? ' (diverges)' : ''}`, select);
+        option.value = String(c.call_index);
+        option.selected = c === this.call;
+      }
+      select.addEventListener('change', () => {
+        this.call = data.calls.find((c) => String(c.call_index) === select.value) ?? this.call;
+        this.rank = null;
+        this.window = [-0.5, this.call.modules.train_key.length - 0.5];
+        this.renderControls();
+        this.renderSummary();
+        this.build();
+      });
+    }
+    if (this.call && this.call.ranks.length > 0) {
+      const label = el('label', undefined, `${data.rank_side ?? 'train'} rank `, this.controls);
+      const select = el('select', 'rca-rank', undefined, label);
+      const merged = el('option', undefined, 'all ranks merged', select);
+      merged.value = '';
+      for (const r of this.call.ranks) {
+        const option = el('option', undefined, `rank ${r.rank}${r.mismatch.length ? ` (differs at ${r.mismatch.length})` : ''}`, select);
+        option.value = String(r.rank);
+        option.selected = r.rank === this.rank;
+      }
+      select.addEventListener('change', () => {
+        this.rank = select.value === '' ? null : Number(select.value);
+        this.build();
+      });
+    }
+  }
+
+  private renderSummary(): void {
+    this.summary.textContent = '';
+    const call = this.call;
+    if (!call) {
+      return;
+    }
+    const fd = call.first_divergence;
+    if (fd) {
+      const line = el('div', 'rca-summary-divergence', undefined, this.summary);
+      el('span', 'rca-swatch rca-swatch-divergence', undefined, line);
+      line.append('first divergence: ');
+      const link = el('a', 'rca-link', call.modules.label[fd.index], line);
+      link.href = '#';
+      link.title = fd.train_key;
+      link.addEventListener('click', (e) => {
+        e.preventDefault();
+        this.select(fd.index);
+      });
+      line.append(` (layer ${call.modules.layer[fd.index] ?? '–'}, ${fd.classification ?? 'divergence'})`);
+    } else {
+      el('div', 'rca-summary-divergence', 'no credible divergence in this call: every mapped module is within the noise', this.summary);
+    }
+    if (call.boundary) {
+      const line = el('div', 'rca-summary-boundary', undefined, this.summary);
+      el('span', 'rca-swatch rca-swatch-boundary', undefined, line);
+      line.append(`last aligned boundary: ${call.modules.label[call.boundary.index]} (layer ${call.modules.layer[call.boundary.index] ?? '–'})`);
+    }
+    const explaining = call.one_sided.filter((op) => op.explains);
+    if (explaining.length) {
+      el('div', 'rca-summary-ops', `one-sided between them: ${explaining.map((op) => `${op.side} ${shortKey(op.key)}`).join(', ')}`, this.summary);
+    }
+    if (call.note) {
+      el('div', 'rca-summary-note', call.note, this.summary);
+    }
+  }
+
+  private build(): void {
+    const call = this.call;
+    const colours = palette();
+    this.plot?.destroy();
+    this.plotBox.textContent = '';
+    this.current = this.viewFor(this.window);
+    const top = this.current.top;
+    const bottom = this.bottom();
+    const n = call.modules.train_key.length;
+    const line = (stroke: string, width: number, points: boolean, dash?: number[]): uPlot.Series => ({
+      stroke,
+      width,
+      dash,
+      spanGaps: false,
+      points: { show: points, size: 5, fill: stroke, stroke },
+    });
+    const opts: uPlot.Options = {
+      ...this.size(),
+      pxAlign: 0,
+      scales: {
+        x: { time: false, auto: false, range: () => this.window },
+        y: { distr: 3, log: 10, auto: false, range: () => [bottom, top] },
+      },
+      series: [
+        { label: 'module', value: (_u, v) => (v === null || v === undefined ? '–' : call.modules.label[v] ?? '–') },
+        { ...line(colours.output, 1.5, true), label: 'output', value: (_u, v) => this.legendValue(v) },
+        { ...line(colours.input, 1, true, [4, 3]), label: 'input', value: (_u, v) => this.legendValue(v) },
+        { ...line(colours.parameters, 0, true), paths: () => null, label: 'parameters', value: (_u, v) => this.legendValue(v) },
+        { ...line(colours.floor, 1, false, [2, 3]), label: 'noise floor', value: (_u, v) => format(v) },
+        { ...line(colours.tolerance, 1, false, [6, 3]), label: 'tolerance', value: (_u, v) => format(v) },
+      ],
+      bands: [{ series: [5, 4], fill: colours.band }],
+      axes: [
+        {
+          stroke: colours.fg,
+          grid: { stroke: colours.grid, width: 1 },
+          ticks: { stroke: colours.grid, width: 1 },
+          splits: (u) => ticks(call, u.scales.x.min ?? 0, u.scales.x.max ?? n, Math.floor(u.bbox.width / devicePixelRatio / 70)).at,
+          values: (u, splits) => {
+            const { at, labels } = ticks(call, u.scales.x.min ?? 0, u.scales.x.max ?? n, Math.floor(u.bbox.width / devicePixelRatio / 70));
+            return splits.map((s) => labels[at.indexOf(s)] ?? '');
+          },
+          rotate: -30,
+          size: 70,
+        },
+        {
+          stroke: colours.fg,
+          grid: { stroke: colours.grid, width: 1 },
+          ticks: { stroke: colours.grid, width: 1 },
+          label: 'relative error (log)',
+          splits: (_u, _i, min, max) => decades(min, max, Math.floor(this.size().height / 40)),
+          values: (_u, splits) => splits.map((v) => (v <= LOWEST ? '≤1e-10' : `1e${Math.round(Math.log10(v))}`)),
+          size: 60,
+        },
+      ],
+      cursor: {
+        drag: { x: true, y: false, setScale: true },
+        bind: { dblclick: () => () => null },
+        points: { size: 8 },
+      },
+      legend: { show: true, live: true },
+      hooks: {
+        setScale: [(u, key) => key === 'x' && this.onZoom(u)],
+        setCursor: [(u) => this.showCard(u)],
+        draw: [(u) => this.decorate(u, colours)],
+      },
+    };
+    this.plot = new uPlot(opts, this.aligned(this.current), this.plotBox);
+    const over = this.plot.over;
+    let down: [number, number] | undefined;
+    over.addEventListener('mousedown', (e) => {
+      down = [e.clientX, e.clientY];
+    });
+    over.addEventListener('click', (e) => {
+      const moved = down ? Math.abs(e.clientX - down[0]) + Math.abs(e.clientY - down[1]) : 0;
+      const idx = this.plot?.cursor.idx;
+      if (moved < 4 && idx !== null && idx !== undefined) {
+        this.select(this.current.x[idx]);
+      }
+    });
+    over.addEventListener('dblclick', () => this.plot?.setScale('x', { min: -0.5, max: n - 0.5 }));
+    over.addEventListener('mouseleave', () => {
+      this.card.hidden = true;
+    });
+  }
+
+  private viewFor([from, to]: [number, number]): View {
+    return view(this.call, this.rank, from + 0.5, to + 0.5);
+  }
+
+  private bottom(): number {
+    let low = Infinity;
+    const errors = rawErrors(this.call, this.rank);
+    for (const kind of KINDS) {
+      for (const v of errors[kind]) {
+        if (v !== null && v > LOWEST && v < low) {
+          low = v;
+        }
+      }
+    }
+    for (const v of this.call.modules.noise_floor) {
+      if (v !== null && v > LOWEST && v < low) {
+        low = v;
+      }
+    }
+    const floor = Number.isFinite(low) ? 10 ** Math.floor(Math.log10(low) - 1) : 1e-9;
+    return Math.max(LOWEST / 10, Math.min(floor, axisTop(errors) / 1e3));
+  }
+
+  private aligned(v: View): uPlot.AlignedData {
+    return [v.x, v.errors.output, v.errors.input, v.errors.parameters, v.floor, v.tolerance];
+  }
+
+  private legendValue(v: number | null | undefined): string {
+    if (v === null || v === undefined) {
+      return '–';
+    }
+    return v <= LOWEST ? '≤1e-10' : v >= this.current.top ? 'non-finite' : format(v);
+  }
+
+  private onZoom(u: uPlot): void {
+    const min = u.scales.x.min ?? -0.5;
+    const max = u.scales.x.max ?? this.call.modules.train_key.length - 0.5;
+    this.window = [min, max];
+    const wanted = max - min > DETAIL_LIMIT;
+    if (wanted || this.current.aggregated) {
+      this.current = this.viewFor(this.window);
+      queueMicrotask(() => this.plot?.setData(this.aligned(this.current), false));
+    }
+  }
+
+  private decorate(u: uPlot, colours: Record<string, string>): void {
+    const call = this.call;
+    const ctx = u.ctx;
+    const { left, top, width, height } = u.bbox;
+    const inView = (x: number): boolean => x >= (u.scales.x.min ?? 0) && x <= (u.scales.x.max ?? 0);
+    const vertical = (index: number, colour: string, dash: number[]): void => {
+      if (!inView(index)) {
+        return;
+      }
+      const x = u.valToPos(index, 'x', true);
+      ctx.save();
+      ctx.strokeStyle = colour;
+      ctx.lineWidth = 2 * devicePixelRatio;
+      ctx.setLineDash(dash.map((d) => d * devicePixelRatio));
+      ctx.beginPath();
+      ctx.moveTo(x, top);
+      ctx.lineTo(x, top + height);
+      ctx.stroke();
+      ctx.restore();
+    };
+    const rank = this.rank === null ? undefined : call.ranks.find((r) => r.rank === this.rank);
+    if (rank && rank.mismatch.length) {
+      vertical(rank.mismatch[0], colours.rank, [2, 2]);
+    }
+    if (call.boundary) {
+      vertical(call.boundary.index, colours.boundary, [6, 4]);
+    }
+    if (call.first_divergence) {
+      vertical(call.first_divergence.index, colours.divergence, []);
+    }
+    // one-sided ops: a triangle on the floor of the plot between the modules they ran between
+    const size = 6 * devicePixelRatio;
+    for (const op of call.one_sided) {
+      const at = op.after + 0.5;
+      if (!inView(at)) {
+        continue;
+      }
+      const x = u.valToPos(at, 'x', true);
+      const y = top + height;
+      ctx.save();
+      ctx.fillStyle = op.explains ? colours.divergence : colours.muted;
+      ctx.beginPath();
+      ctx.moveTo(x, y - size * 1.6);
+      ctx.lineTo(x - size, y);
+      ctx.lineTo(x + size, y);
+      ctx.closePath();
+      ctx.fill();
+      ctx.restore();
+    }
+    ctx.save();
+    ctx.fillStyle = colours.muted;
+    ctx.font = `${11 * devicePixelRatio}px sans-serif`;
+    ctx.textAlign = 'right';
+    ctx.fillText(`${this.current.aggregated ? 'zoomed out: worst module per stretch of a layer' : 'every module'}${rank ? ` · rank ${rank.rank}'s own copy vs rollout` : ''}`, left + width - 4, top + 14 * devicePixelRatio);
+    ctx.restore();
+    this.placeMarkers(u);
+    if (this.renderMs === undefined) {
+      this.renderMs = performance.now() - this.started;
+      this.root.dataset.rendered = String(this.renderMs);
+    }
+  }
+
+  /** DOM markers over the plot (labels that follow the theme, and what tests and screen readers find). */
+  private placeMarkers(u: uPlot): void {
+    const call = this.call;
+    for (const old of Array.from(u.over.querySelectorAll('.rca-marker'))) {
+      old.remove();
+    }
+    const add = (index: number, kind: string, text: string, key: string, position: number): void => {
+      if (position < (u.scales.x.min ?? 0) || position > (u.scales.x.max ?? 0)) {
+        return;
+      }
+      const marker = el('div', `rca-marker rca-marker-${kind}`, text, u.over);
+      marker.style.left = `${u.valToPos(position, 'x')}px`;
+      marker.dataset.trainKey = key;
+      marker.dataset.index = String(index);
+      marker.title = key;
+    };
+    if (call.first_divergence) {
+      const fd = call.first_divergence;
+      add(fd.index, 'divergence', `first divergence: ${call.modules.label[fd.index]}`, fd.train_key, fd.index);
+    }
+    if (call.boundary) {
+      const b = call.boundary;
+      add(b.index, 'boundary', `aligned: ${call.modules.label[b.index]}`, b.train_key, b.index);
+    }
+    for (const op of call.one_sided) {
+      if (op.explains) {
+        add(op.after, 'op', `${op.side} only: ${shortKey(op.key)}`, op.key, op.after + 0.5);
+      }
+    }
+  }
+
+  private showCard(u: uPlot): void {
+    const idx = u.cursor.idx;
+    if (idx === null || idx === undefined || u.cursor.left === undefined || u.cursor.left < 0) {
+      this.card.hidden = true;
+      return;
+    }
+    const index = this.current.x[idx];
+    this.fillCard(index);
+    const box = this.plotBox.getBoundingClientRect();
+    const root = this.root.getBoundingClientRect();
+    const x = box.left - root.left + u.bbox.left / devicePixelRatio + (u.cursor.left ?? 0);
+    const right = x > root.width / 2;
+    this.card.style.left = right ? '' : `${x + 16}px`;
+    this.card.style.right = right ? `${root.width - x + 16}px` : '';
+    this.card.style.top = `${box.top - root.top + 8}px`;
+    this.card.hidden = false;
+  }
+
+  private fillCard(index: number): void {
+    const call = this.call;
+    const m = call.modules;
+    const card = this.card;
+    card.textContent = '';
+    el('div', 'rca-card-title', `${m.label[index]}${m.layer[index] !== null ? ` · layer ${m.layer[index]}` : ''}`, card);
+    el('div', 'rca-card-key', m.train_key[index], card);
+    el('div', 'rca-card-key', `↔ ${m.rollout_key[index]}`, card);
+    const verdict = m.suspect[index] ? `${m.suspect[index]} (${m.bucket[index]})` : m.bucket[index];
+    el('div', 'rca-card-verdict', `verdict: ${verdict}`, card);
+    if (call.first_divergence?.index === index) {
+      el('div', 'rca-card-flag', 'first divergence', card);
+    }
+    if (call.boundary?.index === index) {
+      el('div', 'rca-card-flag', 'last aligned boundary', card);
+    }
+    const table = el('table', 'rca-card-table', undefined, card);
+    const head = el('tr', undefined, undefined, table);
+    for (const h of ['', 'rel. err', 'tol', 'verdict', 'side', 'dtype', ...STAT_NAMES]) {
+      el('th', undefined, h, head);
+    }
+    const rank = this.rank === null ? undefined : call.ranks.find((r) => r.rank === this.rank);
+    for (const kind of KINDS) {
+      const s = m[kind];
+      if (s.consistency[index] === 'not_applicable' && s.target[index] === null) {
+        continue;
+      }
+      const sides: [string, Stats | null][] = [
+        ['train', s.train[index]],
+        ['rollout', s.rollout[index]],
+      ];
+      sides.forEach(([side, stats], i) => {
+        const row = el('tr', i === 0 ? 'rca-card-first' : undefined, undefined, table);
+        if (i === 0) {
+          const name = el('td', 'rca-card-kind', `${KIND_LABEL[kind]}${s.target[index] && kind !== 'output' ? ` ${s.target[index]}` : ''}`, row);
+          name.rowSpan = 2;
+          const error = el('td', undefined, format(rank ? rank[kind][index] : s.error[index]), row);
+          error.rowSpan = 2;
+          const tol = el('td', undefined, format(s.tolerance[index]), row);
+          tol.rowSpan = 2;
+          const verdictCell = el('td', `rca-verdict-${s.consistency[index]}`, s.consistency[index], row);
+          verdictCell.rowSpan = 2;
+        }
+        el('td', undefined, side, row);
+        el('td', undefined, stats?.[0] ?? '–', row);
+        for (let k = 2; k < 6; k++) {
+          el('td', 'rca-num', format(stats?.[k] as number | string | null), row);
+        }
+      });
+    }
+    if (m.noise_floor[index] !== null) {
+      el('div', 'rca-card-note', `noise floor of the output's dtype: ${format(m.noise_floor[index])}`, card);
+    }
+    const ops = call.one_sided.filter((op) => op.after === index);
+    for (const op of ops) {
+      el('div', 'rca-card-note', `then, ${op.side} only: ${op.key}`, card);
+    }
+  }
+
+  select(index: number): void {
+    const key = this.call.modules.train_key[index];
+    this.root.dataset.selected = key;
+    this.options.onSelect?.(key, this.call, index);
+  }
+
+  destroy(): void {
+    this.plot?.destroy();
+    for (const o of this.observers) {
+      o.disconnect();
+    }
+    this.root.textContent = '';
+  }
+}
+
+/** Powers of ten from `min` to `max`, every k-th so at most `room` of them. */
+function decades(min: number, max: number, room: number): number[] {
+  const low = Math.ceil(Math.log10(min) - 1e-9);
+  const high = Math.floor(Math.log10(max) + 1e-9);
+  const step = Math.max(1, Math.ceil((high - low + 1) / Math.max(2, room)));
+  const out: number[] = [];
+  for (let e = high; e >= low; e -= step) {
+    out.unshift(10 ** e);
+  }
+  return out;
+}
+
+function shortKey(key: string): string {
+  const parts = key.split('.');
+  return parts.length > 3 ? parts.slice(-4, -2).join('.') : key;
+}
+
+export function mount(root: HTMLElement, data: ChartData | null, options: MountOptions = {}): ChartHandle {
+  const chart = new Chart(root, options);
+  if (data) {
+    chart.update(data);
+  }
+  return chart;
+}

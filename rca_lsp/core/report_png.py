@@ -1,0 +1,91 @@
+"""output_5_root_cause_report.png: a static image of the divergence chart for the Markdown report, drawn by
+matplotlib when the optional `chart` extra is installed (`pip install 'rca-lsp[chart]'`); without it there is no
+image and the Markdown says how to get one."""
+
+from __future__ import annotations
+
+import io
+import math
+
+from rca_lsp.core.chart import ChartCall, ChartData, Number
+
+LOWEST = 1e-10  # exact agreement is drawn here (a log axis has no 0), as the interactive chart does
+_COLOURS = {"output": "#1f77b4", "input": "#e07b00", "parameters": "#8e44ad"}
+
+
+def matplotlib_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _value(value: Number | None, top: float) -> float:
+    if value is None:
+        return math.nan
+    number = float(value)
+    if math.isnan(number) or math.isinf(number):
+        return top
+    return max(number, LOWEST)
+
+
+def render_png(chart: ChartData) -> bytes | None:
+    """The default call's chart as PNG bytes; None without matplotlib or with nothing compared."""
+    if not matplotlib_available() or not chart.calls or not chart.calls[chart.default_call].modules.train_key:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    call = chart.calls[chart.default_call]
+    figure = Figure(figsize=(12, 4.2), dpi=110, layout="constrained")
+    _draw(figure.add_subplot(), call)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _draw(axes, call: ChartCall) -> None:  # type: ignore[no-untyped-def]
+    modules = call.modules
+    count = len(modules.train_key)
+    x = range(count)
+    finite = [float(v) for kind in _COLOURS for v in getattr(modules, kind).error if v is not None]
+    finite = [v for v in finite if math.isfinite(v) and v > 0]
+    top = 10 ** math.ceil(math.log10(max(finite + [1.0])) + 1)
+    floor = [math.nan if v is None else max(v, LOWEST) for v in modules.noise_floor]
+    tolerance = [math.nan if v is None else v for v in modules.output.tolerance]
+    axes.fill_between(x, floor, tolerance, color="#b7950b", alpha=0.15, label="noise floor .. tolerance", step="mid")
+    axes.plot(x, tolerance, color="#b7950b", linewidth=0.8, linestyle="--", drawstyle="steps-mid")
+    for kind, colour in _COLOURS.items():
+        values = [_value(v, top) for v in getattr(modules, kind).error]
+        style = {"linestyle": "none"} if kind == "parameters" else {"linewidth": 1.0}
+        axes.plot(x, values, color=colour, marker="o", markersize=2.5 if count < 2000 else 0.8, label=kind, **style)
+    axes.set_yscale("log")
+    axes.set_ylim(bottom=LOWEST / 2, top=top * 2)
+    axes.set_xlim(-0.5, count - 0.5)
+    axes.set_ylabel("relative error (log)")
+    if call.boundary is not None:
+        axes.axvline(call.boundary.index, color="#2ca02c", linestyle="--", linewidth=1.5, label="aligned boundary")
+    if call.first_divergence is not None:
+        fd = call.first_divergence
+        axes.axvline(fd.index, color="#d62728", linewidth=2, label="first divergence")
+        axes.annotate(
+            f"first divergence: {modules.label[fd.index]}",
+            (fd.index, top),
+            textcoords="offset points",
+            xytext=(4, -12),
+            color="#d62728",
+            fontsize=8,
+        )
+    ops = [op.after + 0.5 for op in call.one_sided]
+    if ops:
+        axes.plot(ops, [LOWEST] * len(ops), linestyle="none", marker="^", color="#6e7781", label="one-sided op")
+    spans = call.layers
+    step = max(1, math.ceil(len(spans) / 30))
+    shown = spans[::step]
+    axes.set_xticks([s.start for s in shown], [s.label for s in shown], rotation=30, ha="right", fontsize=7)
+    axes.grid(True, which="major", alpha=0.25)
+    axes.legend(loc="upper left", fontsize=7, ncols=4)
+    axes.set_title(f"{call.label}: relative error per mapped module, in execution order", fontsize=9)
