@@ -28,6 +28,7 @@ from rca_lsp.core.mapping import MappingEntry, ParsedMapping, parse_mapping
 from rca_lsp.core.outputs import write_outputs
 from rca_lsp.server.actions import ActionContext, code_actions
 from rca_lsp.server.cancellation import CancellingProtocol
+from rca_lsp.server.chart import CHART_DATA, chart_data_result
 from rca_lsp.server.completion import complete
 from rca_lsp.server.diagnostics import document_diagnostics
 from rca_lsp.server.documents import MappingDocument
@@ -643,3 +644,8 @@ async def cmd_suggest_mapping(ls: RcaServer, *arguments: Any) -> dict[str, str] 
             return await asyncio.get_running_loop().run_in_executor(ls.executor, run, should_stop)
         except Cancelled:
             return None  # the client has its answer (request cancelled) already
+
+
+@server.command(CHART_DATA)
+async def cmd_chart_data(ls: RcaServer, *arguments: Any) -> dict[str, Any]:
+    return await chart_data_result(ls.executor, _document_for_command(ls, CHART_DATA, arguments))
