@@ -14,6 +14,7 @@ import {
   State,
   TransportKind,
 } from 'vscode-languageclient/node';
+import { registerChart } from './chart';
 import { documentSelector, isMappingFileName, MAPPING_FIND_GLOB } from './files';
 import { checkImport } from './importCheck';
 import {
@@ -571,6 +572,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<RcaLsp
   controller = new Controller(context);
   context.subscriptions.push(controller);
   controller.register();
+  context.subscriptions.push(registerChart(context, controller));
   await controller.maybeStart();
   return controller;
 }

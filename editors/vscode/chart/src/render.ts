@@ -122,6 +122,7 @@ class Chart implements ChartHandle {
   update(data: ChartData): void {
     this.started = performance.now();
     this.renderMs = undefined;
+    this.root.dataset.updates = String(Number(this.root.dataset.updates ?? 0) + 1);
     const previous = this.data ? this.call?.call_index : undefined;
     this.data = data;
     const same = data.calls.find((c) => c.call_index === previous);
@@ -456,11 +457,12 @@ class Chart implements ChartHandle {
     const box = this.plotBox.getBoundingClientRect();
     const root = this.root.getBoundingClientRect();
     const x = box.left - root.left + u.bbox.left / devicePixelRatio + (u.cursor.left ?? 0);
-    const right = x > root.width / 2;
-    this.card.style.left = right ? '' : `${x + 16}px`;
-    this.card.style.right = right ? `${root.width - x + 16}px` : '';
-    this.card.style.top = `${box.top - root.top + 8}px`;
     this.card.hidden = false;
+    const width = this.card.offsetWidth;
+    // beside the cursor, on the side with room; inside the chart's area either way
+    const left = x + 16 + width <= root.width ? x + 16 : x - 16 - width;
+    this.card.style.left = `${Math.max(0, Math.min(left, root.width - width))}px`;
+    this.card.style.top = `${box.top - root.top + 8}px`;
   }
 
   private fillCard(index: number): void {

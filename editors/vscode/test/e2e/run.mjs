@@ -682,6 +682,31 @@ const SERVER_STEPS = [
   'write the report and open the preview',
   'suggest mapping opens an untitled JSON editor',
 ];
+const CHART_STEPS = [
+  'the editor-title button opens the divergence chart beside the mapping file',
+  'the first-divergence marker sits at the module the report names',
+  'clicking the point reveals its mapping entry',
+  'the chart updates after a save',
+];
+
+/** The train key output_5_root_cause_report.json names as first divergence, from a CLI run on the fixture. */
+function reportedFirstDivergence(fixture, base) {
+  const out = path.join(base, 'chart-report');
+  execFileSync(serverPython, ['-m', 'rca_lsp', 'analyze', '--train', path.join(fixture, 'train'), '--rollout',
+    path.join(fixture, 'rollout'), '--mapping-key', path.join(fixture, 'mapping_key.json'), '--out-dir', out],
+  { stdio: ['ignore', 'ignore', 'pipe'] });
+  const report = JSON.parse(fs.readFileSync(path.join(out, 'output_5_root_cause_report.json'), 'utf8'));
+  return report.first_divergence?.train_key;
+}
+
+/** The divergence chart's frame (code-server nests a webview's page in two iframes). */
+function chartFrame(page) {
+  return page.frameLocator('iframe.webview.ready').frameLocator('iframe#active-frame');
+}
+
+async function editorSelection(page) {
+  return (await page.locator('[id="status.editor.selection"]').first().innerText()).replace(/\s+/g, ' ').trim();
+}
 
 /**
  * kind "real": the project's server (RCA_LSP_PYTHON) on a copy of fixtures/<RCA_LSP_E2E_FIXTURE>.
@@ -709,7 +734,7 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
     }
   }
   if (reasons.length > 0) {
-    for (const step of SERVER_STEPS) {
+    for (const step of mock ? SERVER_STEPS : [...SERVER_STEPS, ...CHART_STEPS]) {
       record(`${name} › ${step}`, requireServer ? 'fail' : 'skip', reasons.join('; '));
     }
     return;
@@ -936,6 +961,9 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
       await poll('the suggested mapping in the editor', async () => expected.test(await page.locator('.monaco-editor .view-lines').first().innerText()), 10000);
       await shot(page, p('8-suggest-mapping'));
     });
+    if (!mock) {
+      await chartSteps(sc, page, base, fixture, ws, mappingPath);
+    }
   } finally {
     await sc.page?.context().close().catch(() => {});
     await cs.stop();
@@ -944,6 +972,71 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
       fs.copyFileSync(mockLog, path.join(artifacts, `${name}-logs`, 'server-events.jsonl'));
     }
   }
+}
+
+/** The divergence chart webview on the real server: opened by the editor-title button, marker, reveal, refresh. */
+async function chartSteps(sc, page, base, fixture, ws, mappingPath) {
+  const expected = reportedFirstDivergence(fixture, base);
+  const frame = chartFrame(page);
+  await sc.step(CHART_STEPS[0], async () => {
+    assert(expected, 'the report of the fixture names no first divergence');
+    await runCommand(page, 'View: Close All Editors');
+    const discard = page.locator('.monaco-dialog-box .monaco-button', { hasText: "Don't Save" });
+    if (await discard.first().waitFor({ state: 'visible', timeout: 3000 }).then(() => true, () => false)) {
+      await discard.first().click(); // the untitled suggested mapping
+    }
+    await openFromExplorer(page, 'mapping_key.json');
+    const button = page.locator('.editor-actions a.action-label[aria-label^="Show Divergence Chart"]').first();
+    await button.waitFor({ state: 'visible', timeout: 15000 });
+    await button.click();
+    await page.locator('.tabs-container .tab', { hasText: /Divergence: mapping_key\.json/ }).first().waitFor({ state: 'visible', timeout: 15000 });
+    // beside: the mapping file stays open in the first group, the chart is in a second one
+    assert((await page.locator('.editor-group-container').count()) >= 2, 'the chart did not open beside the mapping file');
+    await frame.locator('#rca-chart[data-rendered]').waitFor({ state: 'attached', timeout: 60000 });
+    await page.waitForTimeout(500);
+    await shot(page, 'server-9-chart');
+  }, { critical: true });
+
+  let marker;
+  await sc.step(CHART_STEPS[1], async () => {
+    marker = frame.locator('.rca-marker-divergence');
+    assert((await marker.count()) === 1, `${await marker.count()} first-divergence markers`);
+    const key = await marker.getAttribute('data-train-key');
+    assert(key === expected, `the marker is at ${key}; the report names ${expected}`);
+    const summary = await frame.locator('.rca-summary-divergence').innerText();
+    assert(/first divergence/.test(summary), `summary: ${summary}`);
+  }, { critical: true });
+
+  const mappingText = fs.readFileSync(mappingPath, 'utf8');
+  const keyLine = lineOf(mappingText, JSON.stringify(expected));
+  await sc.step(CHART_STEPS[2], async () => {
+    // move the cursor away first, so only the click can bring it to the entry
+    await page.locator('.editor-group-container').first().locator('.monaco-editor .view-lines').first().click();
+    await gotoLine(page, 1, 1);
+    assert(/^Ln 1, Col 1/.test(await editorSelection(page)), `cursor not on line 1: ${await editorSelection(page)}`);
+    const box = await marker.boundingBox();
+    const over = await frame.locator('.u-over').boundingBox();
+    await page.mouse.move(box.x + box.width / 2, over.y + over.height / 2);
+    await frame.locator('.rca-card:not([hidden])').waitFor({ state: 'visible', timeout: 5000 });
+    await shot(page, 'server-10-chart-hover');
+    await page.mouse.click(box.x + box.width / 2, over.y + over.height / 2);
+    const selection = await poll('the entry selected in the mapping editor', async () => {
+      const text = await editorSelection(page);
+      return text.startsWith(`Ln ${keyLine},`) ? text : undefined;
+    }, 15000);
+    assert(selection.includes(`(${JSON.stringify(expected).length} selected)`), `selection: ${selection}`);
+    await shot(page, 'server-11-chart-reveal');
+  });
+
+  await sc.step(CHART_STEPS[3], async () => {
+    const before = Number(await frame.locator('#rca-chart').getAttribute('data-updates'));
+    await gotoLine(page, 1, 2);
+    await page.keyboard.type(' ');
+    await page.keyboard.press('Control+S');
+    await poll('a new chart after the save', async () => Number(await frame.locator('#rca-chart').getAttribute('data-updates')) > before, 60000);
+    assert((await frame.locator('.rca-marker-divergence').getAttribute('data-train-key')) === expected, 'the marker moved after a save that changed nothing');
+    fs.writeFileSync(mappingPath, mappingText); // leave the workspace as it was
+  });
 }
 
 // ---------------------------------------------------------------- main
