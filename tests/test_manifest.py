@@ -29,6 +29,9 @@ def run_ids(out: Path) -> dict[str, str | None]:
             continue
         if path.name.endswith(".md"):
             found[path.name] = path.read_text().split("- Run: `")[1].split("`")[0]
+        elif path.name.endswith(".html"):
+            data = path.read_text().split('<script id="rca-chart-data" type="application/json">')[1]
+            found[path.name] = json.loads(data.split("</script>")[0].replace("<\\/", "</"))["run_id"]
         elif path.name.endswith(".json") and not path.name.startswith("output_2"):
             document = json.loads(path.read_text())
             found[path.name] = document["meta"]["run_id"] if "meta" in document else document["run_id"]
@@ -44,7 +47,7 @@ def test_the_manifest_lists_every_file_written_and_comes_last(tmp_path: Path, an
     assert manifest_path == tmp_path / MANIFEST_NAME
     manifest = json.loads(manifest_path.read_text())
     files = written[:-1]
-    assert len(files) == 10 and {p.name for p in tmp_path.iterdir()} == {p.name for p in written}
+    assert len(files) == 12 and {p.name for p in tmp_path.iterdir()} == {p.name for p in written}
     assert manifest["files"] == [{"name": p.name, "bytes": p.stat().st_size} for p in files]
     assert manifest["complete"] is True and manifest["tool"] == "rca-lsp"
     assert all(manifest_path.stat().st_mtime_ns >= p.stat().st_mtime_ns for p in files)
@@ -54,6 +57,7 @@ def test_the_manifest_lists_every_file_written_and_comes_last(tmp_path: Path, an
         "output_3_value_compare.json",
         "output_4_module_analysis.json",
         "output_5_root_cause_report.json",
+        "output_5_root_cause_report.html",
         "output_5_root_cause_report.md",
     }
     assert {run for run in carried.values() if run is not None} == {manifest["run_id"]}

@@ -1,0 +1,77 @@
+"""rcaLsp.server.chartData over stdio: the chart of the latest analysis for any client, and clear errors."""
+
+# ruff: noqa: F811 (the tests take test_server's `client` fixture as their `client` argument)
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+from pytest_lsp import LanguageClient
+from test_server import client, copy_variant, open_document, wait_for  # noqa: F401 (client: the fixture)
+
+CHART_DATA = "rcaLsp.server.chartData"
+
+
+async def chart(client: LanguageClient, *arguments: object) -> dict:
+    return await asyncio.wait_for(
+        client.workspace_execute_command_async(types.ExecuteCommandParams(command=CHART_DATA, arguments=arguments)),
+        timeout=30,
+    )
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_the_chart_follows_the_analysis_after_a_save(client: LanguageClient) -> None:
+    mapping = copy_variant(client, "param_desync")
+    uri = open_document(client, mapping)
+    await wait_for(client, uri, lambda ds: any(d.code == "parameter-sync" for d in ds))
+    data = await chart(client, uri)
+    written = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="rcaLsp.server.writeOutputs", arguments=[uri])
+    )
+    report = json.loads((Path(written["outDir"]) / "output_5_root_cause_report.json").read_text())
+    call = data["calls"][data["default_call"]]
+    named = report["first_divergence"]["train_key"]
+    assert (
+        call["first_divergence"]["train_key"] == named
+        and call["modules"]["train_key"][call["first_divergence"]["index"]] == named
+    )
+    assert data["mapping_path"] == str(mapping)
+    # the diverging entry removed and saved: the next chart no longer has it
+    entries = json.loads(mapping.read_text())
+    del entries[named]
+    text = json.dumps(entries, indent=2)
+    mapping.write_text(text)
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
+        )
+    )
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    await wait_for(client, uri, lambda ds: not any(d.code == "parameter-sync" for d in ds))
+    after = await chart(client, uri)
+    assert named not in after["calls"][after["default_call"]]["modules"]["train_key"]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_bad_arguments_get_one_clear_message(client: LanguageClient) -> None:
+    unpaired = client.root / "alone" / "mapping_key.json"  # type: ignore[attr-defined]
+    unpaired.parent.mkdir()
+    unpaired.write_text("{}")
+    uri = open_document(client, unpaired)
+    await wait_for(client, uri, lambda ds: any(d.code == "unpaired-mapping" for d in ds))
+    for arguments, expected_text in (
+        ((), "takes one argument, the mapping-key file's URI"),
+        ((42,), "takes one argument"),
+        (("file:///nowhere/mapping_key.json",), "not a mapping-key file known"),
+        ((uri,), "has not been analysed yet (is it paired with dumps?)"),
+    ):
+        with pytest.raises(JsonRpcException) as raised:
+            await chart(client, *arguments)
+        assert expected_text in raised.value.message and "Traceback" not in raised.value.message
+    assert not [m for m in client.messages if "Error in server" in m.message]
