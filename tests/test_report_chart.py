@@ -56,12 +56,13 @@ def test_the_html_report_inlines_the_bundle_and_the_chart_data(tmp_path: Path, a
 
 def test_a_key_that_would_end_the_script_element_is_escaped(tmp_path: Path, analysis) -> None:
     chart = chart_data(analysis)
-    chart.calls[0].modules.label[0] = "</script><script>alert(1)</script>"
+    label = chart.calls[0].modules.label[0]
+    chart.strings[label] = "</script><script>alert(1)</script>"
     from rca_lsp.core.report_html import render_html
 
     page = render_html(chart)
     assert page.count("</script>") == 3  # the data, the bundle and the bootstrap end where they should
-    assert inlined_data(page)["calls"][0]["modules"]["label"][0] == "</script><script>alert(1)</script>"
+    assert inlined_data(page)["strings"][label] == "</script><script>alert(1)</script>"
 
 
 @pytest.mark.skipif(not report_png.matplotlib_available(), reason="the chart extra (matplotlib) is not installed")

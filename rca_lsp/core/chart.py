@@ -2,25 +2,29 @@
 analysis (no LSP types). One home for what the chart shows; the HTML report, the static image and the server's
 `rcaLsp.server.chartData` command all take it from here.
 
-The data is columnar (one list per field, one element per mapped module), so 10^5 modules encode compactly and a
-renderer hands the lists to its plotting library as they are. Everything is JSON: `encode_chart` writes it;
-non-finite numbers are the strings "NaN", "Infinity", "-Infinity" (as in output_3's JSON).
+The data is columnar (one list per field, one element per mapped module) and compact, so 10^5 modules load and
+draw in about a second: every string of a column is an index into `ChartData.strings`, and a dump key is three
+indexes whose strings concatenate to it (`head + label + tail`: the parts that repeat over a layer's modules, the
+module's short label, and the class and call); numbers are rounded for display (errors, tolerances and noise floors
+to 4 significant digits, statistics to 6). Everything is JSON: `encode_chart` writes it; non-finite numbers are the
+strings "NaN", "Infinity", "-Infinity" (as in output_3's JSON); `key_text` turns a key's indexes back into the key.
 
 Per call (`forward.<n>` of the train side: micro-batches, repeated calls; a decoding rollout joined along the
 sequence is one call) the chart has:
 - `modules`: the mapped modules in train execution (completion) order: train key (what a client reveals in the
   mapping file), rollout key(s), a short label, the layer index, the module bucket and, for suspects, the
   root-cause classification; per target kind (output, input, parameters) the relative error (the largest over the
-  kind's targets, judged as the analysis judges it), the tolerance it was judged by, the verdict, and both sides'
-  statistics of the worst target; the calibrated noise floor of the output's dtype;
+  kind's targets, judged as the analysis judges it), the tolerance it was judged by, the verdict and the target;
+  both sides' statistics of the output; the calibrated noise floor of the output's dtype; and for the marked modules
+  (the first divergence, the aligned boundary, every credible origin) both sides' statistics of every target;
 - `layers`: consecutive modules of one layer as index ranges (labels per layer);
 - `first_divergence` and `boundary`: the call's first credible origin (the module the root-cause report names)
   and its last aligned boundary, as module indexes;
 - `one_sided`: unmatched activation-like modules (an op one side runs and the other does not), placed between
   the modules they ran between; `explains` marks those the first divergence's evidence names;
-- `ranks`: for a side merged from several rank files, each rank's own copy of the train side compared with the
-  rollout (only slots replicated on that side: a shard is not the whole tensor), so a rank that holds a
-  different copy shows where it parts.
+- `ranks`: for a train side merged from several rank files (tensor/expert/data parallel, not pipeline stages),
+  each rank's own copy compared with the rollout (only slots replicated on that side: a shard is not the whole
+  tensor), so a rank that holds a different copy shows where it parts.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import msgspec
 from rca_lsp.core.compare import quick_verdict, relative_error
 from rca_lsp.core.dump import Dump, ModuleEntry, TensorStats, load_dump_file, signature
 from rca_lsp.core.keys import is_activation_like, layer_index, parse_module_key
-from rca_lsp.core.module import ModuleComparison, SpecTuple
+from rca_lsp.core.module import ModuleComparison, TargetSpec
 from rca_lsp.core.rankmerge import slot_stats
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.rootcause import Suspect
@@ -47,8 +51,9 @@ if TYPE_CHECKING:
 CHART_VERSION = 1
 TARGET_KINDS = ("output", "input", "parameters")
 Number = float | str  # a finite float, or "NaN" / "Infinity" / "-Infinity"
-Stats = tuple[str | None, list[int] | None, Number | None, Number | None, Number | None, Number | None]
-# [dtype, shape, Max, Min, Mean, Norm] of one side's tensor
+Key = list[int]  # indexes into ChartData.strings: head, label, tail (a key of several parts: 3 per part)
+Stats = tuple[int, int, Number | None, Number | None, Number | None, Number | None]
+# [dtype, shape ("4096x1x2048")] as string indexes, then Max, Min, Mean, Norm of one side's tensor
 
 
 class TargetSeries(msgspec.Struct):
@@ -57,25 +62,34 @@ class TargetSeries(msgspec.Struct):
 
     error: list[Number | None]  # relative error; null: not comparable (missing on a side, nothing to compare)
     tolerance: list[float | None]  # the threshold the error was judged by (calibrated where the run allowed)
-    consistency: list[str]  # aligned | mismatch | missing | partial | not_applicable (the module's verdict)
-    target: list[str | None]  # which target the error and statistics are of: output.0, input_args.0, parameters.weight
-    train: list[Stats | None]
-    rollout: list[Stats | None]
+    consistency: list[int]  # aligned | mismatch | missing | partial | not_applicable (the module's verdict)
+    target: list[int | None]  # which target the error is of: output.0, input_args.0, parameters.weight
+
+
+class TargetStats(msgspec.Struct, array_like=True):
+    """Both sides' statistics of one target of a marked module: [target, train, rollout]."""
+
+    target: int
+    train: Stats | None
+    rollout: Stats | None
 
 
 class ChartModules(msgspec.Struct):
-    """The mapped modules of one call in train execution order (columnar)."""
+    """The mapped modules of one call in train execution order (columnar; strings as indexes)."""
 
-    train_key: list[str]  # the mapping entry's key: what a client reveals
-    rollout_key: list[str]  # the rollout key, or the keys of a fused/split group joined with " + "
-    label: list[str]  # short module name (the path below its layer)
+    train_key: list[Key]  # the mapping entry's key: what a client reveals
+    rollout_key: list[Key]  # the rollout key, or the keys of a fused/split group (3 indexes each)
+    label: list[int]  # short module name (the path below its layer)
     layer: list[int | None]
-    bucket: list[str]  # output_4's module_bucket
-    suspect: list[str | None]  # root-cause classification when the module is a suspect
+    bucket: list[int]  # output_4's module_bucket
+    suspect: list[int | None]  # root-cause classification when the module is a suspect
     noise_floor: list[float | None]  # the calibrated noise floor of the output's dtype (null: not calibrated)
     output: TargetSeries
     input: TargetSeries
     parameters: TargetSeries
+    output_train: list[Stats | None]  # both sides' statistics of the output
+    output_rollout: list[Stats | None]
+    details: dict[int, list[TargetStats]]  # marked modules (by index): every target's statistics
 
 
 class LayerSpan(msgspec.Struct):
@@ -141,19 +155,75 @@ class ChartData(msgspec.Struct):
     calls: list[ChartCall]
     default_call: int  # index into calls: the call of the first divergence (else 0)
     rank_side: str | None  # "train" when the train side was merged from several ranks (see ChartCall.ranks)
+    strings: list[str]  # what the string columns index
 
 
-def _number(value: float | None) -> Number | None:
-    if value is None or math.isfinite(value):
-        return value
-    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+def key_text(chart: ChartData, key: Key) -> str:
+    """A key column's entry as text (the parts of a group joined with " + ")."""
+    strings = chart.strings
+    return " + ".join("".join(strings[i] for i in key[at : at + 3]) for at in range(0, len(key), 3))
 
 
-def _stats(stats: TensorStats | None) -> Stats | None:
-    if stats is None:
+class _Strings:
+    """The string table being built."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {"": 0}
+
+    def __call__(self, text: str) -> int:
+        found = self.index.get(text)
+        if found is None:
+            found = self.index[text] = len(self.index)
+        return found
+
+    def key(self, key: str, label: str) -> Key:
+        """head, label, tail of a dump key (the key whole when the label is not in it)."""
+        at = key.rfind("." + label + ".")
+        if not label or at < 0:
+            return [self(key), 0, 0]
+        return [self(key[: at + 1]), self(label), self(key[at + 1 + len(label) :])]
+
+    def table(self) -> list[str]:
+        return list(self.index)
+
+
+def _rounded(value: float | None, digits: int) -> Number | None:
+    if value is None:
         return None
-    shape = list(stats.shape) if stats.shape is not None else None
-    return (stats.dtype, shape, _number(stats.max), _number(stats.min), _number(stats.mean), _number(stats.norm))
+    if not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return float(f"{value:.{digits}g}") if value else value
+
+
+def _error(value: float | None) -> Number | None:
+    return _rounded(value, 4)
+
+
+def _threshold(value: float | None) -> float | None:
+    """A tolerance or noise floor (finite), to 4 significant digits."""
+    return None if value is None else float(f"{value:.4g}")
+
+
+def _shape(shape: tuple[int, ...] | None) -> str:
+    return "x".join(map(str, shape)) if shape is not None else ""
+
+
+class _Stats:
+    def __init__(self, strings: _Strings) -> None:
+        self.strings = strings
+
+    def __call__(self, stats: TensorStats | None) -> Stats | None:
+        if stats is None:
+            return None
+        strings = self.strings
+        return (
+            strings(stats.dtype or ""),
+            strings(_shape(stats.shape)),
+            _rounded(stats.max, 6),
+            _rounded(stats.min, 6),
+            _rounded(stats.mean, 6),
+            _rounded(stats.norm, 6),
+        )
 
 
 def _kind(target: str) -> str:
@@ -168,25 +238,15 @@ class _Worst:
     def __init__(self) -> None:
         self.error: float | None = None
         self.tolerance: float | None = None
-        self.spec: SpecTuple | None = None
+        self.spec: TargetSpec | None = None
 
-    def offer(self, spec: SpecTuple, error: float | None, tolerance: float) -> None:
+    def offer(self, spec: TargetSpec, error: float | None, tolerance: float) -> None:
         if self.spec is None or (error is not None and (self.error is None or error > self.error)):
             self.error, self.tolerance, self.spec = error, tolerance, spec
 
 
-class _SeriesBuilder:
-    def __init__(self) -> None:
-        self.series = TargetSeries([], [], [], [], [], [])
-
-    def add(self, worst: _Worst, consistency: str) -> None:
-        series, spec = self.series, worst.spec
-        series.error.append(_number(worst.error))
-        series.tolerance.append(worst.tolerance)
-        series.consistency.append(consistency)
-        series.target.append(spec[0] if spec is not None else None)
-        series.train.append(_stats(spec[3]) if spec is not None else None)
-        series.rollout.append(_stats(spec[4]) if spec is not None else None)
+def _series() -> TargetSeries:
+    return TargetSeries([], [], [], [])
 
 
 def _label(key: str) -> str:
@@ -203,39 +263,59 @@ def _label(key: str) -> str:
     return path.rsplit(".", 1)[-1] or parsed.class_name
 
 
-def _layers(modules: ChartModules) -> list[LayerSpan]:
+def _layers(modules: ChartModules, strings: list[str]) -> list[LayerSpan]:
     spans: list[LayerSpan] = []
     for index, layer in enumerate(modules.layer):
         if spans and spans[-1].layer == layer and layer is not None:
             spans[-1].end = index + 1
             continue
-        label = f"layer {layer}" if layer is not None else modules.label[index]
+        label = f"layer {layer}" if layer is not None else strings[modules.label[index]]
         spans.append(LayerSpan(label, layer, index, index + 1))
     return spans
 
 
-def _modules(records: Sequence[ModuleRecord], analysis: Analysis, suspects: dict[int, Suspect]) -> ChartModules:
+def _modules(
+    records: Sequence[ModuleRecord],
+    analysis: Analysis,
+    suspects: dict[int, Suspect],
+    marked: set[int],
+    strings: _Strings,
+) -> ChartModules:
     tolerances = analysis.judge.tolerances
-    floors = {d: (None if c.fallback else c.floor) for d, c in analysis.calibration.by_dtype.items()}
-    builders = {kind: _SeriesBuilder() for kind in TARGET_KINDS}
-    modules = ChartModules([], [], [], [], [], [], [], *(b.series for b in builders.values()))
-    for record in records:
+    floors = {d: (None if c.fallback else _threshold(c.floor)) for d, c in analysis.calibration.by_dtype.items()}
+    series = {kind: _series() for kind in TARGET_KINDS}
+    modules = ChartModules(
+        [], [], [], [], [], [], [], series["output"], series["input"], series["parameters"], [], [], {}
+    )
+    stats = _Stats(strings)
+    for index, record in enumerate(records):
         comparison = record.comparison
-        modules.train_key.append(comparison.train_key)
-        modules.rollout_key.append(" + ".join(comparison.rollout_keys))
-        modules.label.append(_label(comparison.train_key))
+        label = _label(comparison.train_key)
+        modules.train_key.append(strings.key(comparison.train_key, label))
+        modules.rollout_key.append([i for k in comparison.rollout_keys for i in strings.key(k, _label(k))])
+        modules.label.append(strings(label))
         modules.layer.append(record.layer_index)
-        modules.bucket.append(comparison.module_bucket)
+        modules.bucket.append(strings(comparison.module_bucket))
         suspect = suspects.get(id(record))
-        modules.suspect.append(suspect.classification if suspect is not None else None)
+        modules.suspect.append(strings(suspect.classification) if suspect is not None else None)
         modules.noise_floor.append(floors.get(normalise_dtype(comparison.output_dtype) or ""))
         worst = {kind: _Worst() for kind in TARGET_KINDS}
-        for spec in comparison.target_specs():
+        specs = comparison.target_specs()
+        for spec in specs:
             train, rollout = spec[3], spec[4]
             dtypes = (train.dtype if train else None, rollout.dtype if rollout else None)
-            worst[_kind(spec[0])].offer(tuple(spec), relative_error(train, rollout), tolerances.for_dtypes(*dtypes))  # type: ignore[arg-type]
+            worst[_kind(spec.target)].offer(spec, relative_error(train, rollout), tolerances.for_dtypes(*dtypes))
         for kind, consistency in _consistencies(comparison).items():
-            builders[kind].add(worst[kind], consistency)
+            found, column = worst[kind], series[kind]
+            column.error.append(_error(found.error))
+            column.tolerance.append(_threshold(found.tolerance))
+            column.consistency.append(strings(consistency))
+            column.target.append(strings(found.spec.target) if found.spec is not None else None)
+        output = worst["output"].spec
+        modules.output_train.append(stats(output.train) if output is not None else None)
+        modules.output_rollout.append(stats(output.rollout) if output is not None else None)
+        if index in marked:
+            modules.details[index] = [TargetStats(strings(s.target), stats(s.train), stats(s.rollout)) for s in specs]
     return modules
 
 
@@ -332,9 +412,9 @@ def _rank_series(
                 theirs = analysis.rollout.entries[comparison.rollout_key]
                 if mine is not None:
                     differs = _compare_rank(mine, theirs, info.merges.get(key, ""), errors, tolerances)
-            series.output.append(_number(errors["output"]))
-            series.input.append(_number(errors["input"]))
-            series.parameters.append(_number(errors["parameters"]))
+            series.output.append(_error(errors["output"]))
+            series.input.append(_error(errors["input"]))
+            series.parameters.append(_error(errors["parameters"]))
             if differs:
                 series.mismatch.append(index)
         found.append(series)
@@ -353,8 +433,8 @@ def _compare_rank(
         if not _replicated(how, slot):
             continue
         a, b = slot_stats(mine, slot), slot_stats(theirs, slot)
-        error = relative_error(a, b)
-        if error is not None and (errors[kind] is None or error > errors[kind]):  # type: ignore[operator]
+        error, known = relative_error(a, b), errors[kind]
+        if error is not None and (known is None or error > known):
             errors[kind] = error
         differs |= quick_verdict(a, b, tolerances)[0] == "mismatch"
     return differs
@@ -364,13 +444,19 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
     """The chart of an analysis: every call's mapped modules, markers and one-sided ops (see the module doc)."""
     first = analysis.suspects[0] if analysis.suspects and analysis.suspects[0].credible_origin else None
     copies = _rank_copies(analysis.train)
+    strings = _Strings()
     calls = []
     for call, evidence in analysis.calls.items():
         records = evidence.records
         origins = evidence.ranked[0]
         origin = origins[0] if origins else None
         suspects = {id(s.record): s for s in evidence.suspects}
-        modules = _modules(records, analysis, suspects)
+        position = {id(r): i for i, r in enumerate(records)}
+        marked = {position[id(s.record)] for s in origins if id(s.record) in position}
+        boundary = _marker(records, origin.boundary if origin else None, None)
+        if boundary is not None:
+            marked.add(boundary.index)
+        modules = _modules(records, analysis, suspects, marked, strings)
         note = next((r.comparison.calls_note for r in records if r.comparison.calls_note), "")
         calls.append(
             ChartCall(
@@ -378,9 +464,9 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
                 f"forward.{call}",
                 note,
                 modules,
-                _layers(modules),
+                _layers(modules, strings.table()),
                 _marker(records, origin.record if origin else None, origin.classification if origin else None),
-                _marker(records, origin.boundary if origin else None, None),
+                boundary,
                 _one_sided(analysis, call, records, origin),
                 _rank_series(analysis, records, copies),
             )
@@ -402,6 +488,7 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
         calls,
         default,
         "train" if copies else None,
+        strings.table(),
     )
 
 

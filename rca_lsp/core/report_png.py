@@ -41,13 +41,13 @@ def render_png(chart: ChartData) -> bytes | None:
 
     call = chart.calls[chart.default_call]
     figure = Figure(figsize=(12, 4.2), dpi=110, layout="constrained")
-    _draw(figure.add_subplot(), call)
+    _draw(figure.add_subplot(), call, chart.strings)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     return buffer.getvalue()
 
 
-def _draw(axes, call: ChartCall) -> None:  # type: ignore[no-untyped-def]
+def _draw(axes, call: ChartCall, strings: list[str]) -> None:  # type: ignore[no-untyped-def]
     modules = call.modules
     count = len(modules.train_key)
     x = range(count)
@@ -72,7 +72,7 @@ def _draw(axes, call: ChartCall) -> None:  # type: ignore[no-untyped-def]
         fd = call.first_divergence
         axes.axvline(fd.index, color="#d62728", linewidth=2, label="first divergence")
         axes.annotate(
-            f"first divergence: {modules.label[fd.index]}",
+            f"first divergence: {strings[modules.label[fd.index]]}",
             (fd.index, top),
             textcoords="offset points",
             xytext=(4, -12),
@@ -87,5 +87,5 @@ def _draw(axes, call: ChartCall) -> None:  # type: ignore[no-untyped-def]
     shown = spans[::step]
     axes.set_xticks([s.start for s in shown], [s.label for s in shown], rotation=30, ha="right", fontsize=7)
     axes.grid(True, which="major", alpha=0.25)
-    axes.legend(loc="upper left", fontsize=7, ncols=4)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7)
     axes.set_title(f"{call.label}: relative error per mapped module, in execution order", fontsize=9)

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# CI for the VS Code extension: install, package, unit tests, e2e in a real VS Code (code-server).
+# CI for the VS Code extension: install, the chart bundle's reproducibility, package, unit tests, the HTML report in
+# headless Chromium, e2e in a real VS Code (code-server).
 # Called from the repository's .ci/run; runs from any working directory.
 #
 #   RCA_LSP_PYTHON               interpreter with rca_lsp installed (default: <repo>/.venv/bin/python)
 #   CS_DIR                       where code-server is cached (default: /work/.cache/code-server)
 #   RCA_LSP_E2E_REQUIRE_SERVER   1 (default here when <repo>/rca_lsp/__main__.py exists): the real-server e2e
 #                                scenario fails instead of skipping when the server cannot run
-#   RCA_LSP_SKIP_E2E=1           only install + package + npm test
+#   RCA_LSP_SKIP_E2E=1           only install + bundle check + package + npm test
 set -euo pipefail
 
 EXT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,6 +34,9 @@ t=$(stamp)
 npm ci --no-audit --no-fund
 echo "npm ci: $(( $(stamp) - t )) s"
 
+section "chart bundle (rca_lsp/data/chart.bundle.js is the build of chart/src)"
+node chart/build.mjs --check
+
 section "package"
 t=$(stamp)
 npm run package
@@ -55,8 +59,14 @@ t=$(stamp)
 bash scripts/install-e2e.sh >/dev/null
 echo "install-e2e: $(( $(stamp) - t )) s"
 
-section "e2e"
 export RCA_LSP_PYTHON="${RCA_LSP_PYTHON:-$REPO_ROOT/.venv/bin/python}"
+
+section "HTML report in Chromium (every fixture)"
+t=$(stamp)
+node test/report/run.mjs
+echo "report: $(( $(stamp) - t )) s"
+
+section "e2e"
 if [ -z "${RCA_LSP_E2E_REQUIRE_SERVER:-}" ] && [ -f "$REPO_ROOT/rca_lsp/__main__.py" ]; then
   export RCA_LSP_E2E_REQUIRE_SERVER=1
 fi

@@ -2,7 +2,56 @@
  * What the chart plots, as plain arrays (no DOM): the error series of one view (a call, optionally one rank), in
  * full detail or aggregated into buckets that never cross a layer (the worst module of each bucket stands for it).
  */
-import { ChartCall, Kind, KINDS, Num } from './types';
+import { ChartCall, ChartData, Kind, KINDS, Num, Stats, TargetStats } from './types';
+
+/** One call's modules with the string columns read through the chart's string table. */
+export class Modules {
+  readonly labels: string[];
+  readonly count: number;
+
+  constructor(
+    private readonly data: ChartData,
+    readonly call: ChartCall,
+  ) {
+    const strings = data.strings;
+    this.labels = call.modules.label.map((i) => strings[i]);
+    this.count = this.labels.length;
+  }
+
+  text(index: number | null | undefined): string | null {
+    return index === null || index === undefined ? null : this.data.strings[index];
+  }
+
+  private key(parts: number[]): string {
+    const strings = this.data.strings;
+    const out: string[] = [];
+    for (let at = 0; at < parts.length; at += 3) {
+      out.push(strings[parts[at]] + strings[parts[at + 1]] + strings[parts[at + 2]]);
+    }
+    return out.join(' + ');
+  }
+
+  trainKey(index: number): string {
+    return this.key(this.call.modules.train_key[index]);
+  }
+
+  rolloutKey(index: number): string {
+    return this.key(this.call.modules.rollout_key[index]);
+  }
+
+  /** Both sides' statistics of every target of a marked module, else of the output only. */
+  stats(index: number): TargetStats[] {
+    const m = this.call.modules;
+    const all = m.details[String(index)];
+    if (all) {
+      return all;
+    }
+    const target = m.output.target[index];
+    const train: Stats | null = m.output_train[index];
+    const rollout: Stats | null = m.output_rollout[index];
+    return target === null ? [] : [[target, train, rollout]];
+  }
+}
 
 /** Errors at or below this are drawn on the chart's floor (a log axis has no 0: identical statistics). */
 export const LOWEST = 1e-10;
@@ -39,13 +88,23 @@ export interface View {
   top: number;
 }
 
-/** The raw errors of a call (or of one rank's copy in it). */
+const parsed = new WeakMap<object, Record<Kind, (number | null)[]>>();
+
+/** The raw errors of a call (or of one rank's copy in it), read once per call and rank. */
 export function rawErrors(call: ChartCall, rank: number | null): Record<Kind, (number | null)[]> {
+  const holder = rank === null ? call.modules : call.ranks.find((r) => r.rank === rank);
+  const known = holder && parsed.get(holder);
+  if (known) {
+    return known;
+  }
   const source = rank === null ? undefined : call.ranks.find((r) => r.rank === rank);
   const out = {} as Record<Kind, (number | null)[]>;
   for (const kind of KINDS) {
     const values = source ? source[kind] : call.modules[kind].error;
     out[kind] = values.map(toNumber);
+  }
+  if (holder) {
+    parsed.set(holder, out);
   }
   return out;
 }
@@ -152,8 +211,8 @@ export function layerOf(call: ChartCall, index: number): number {
 }
 
 /** Axis ticks for modules [from, to): each module when few are in view, else layer starts thinned to `room`. */
-export function ticks(call: ChartCall, from: number, to: number, room: number): { at: number[]; labels: string[] } {
-  const n = call.modules.train_key.length;
+export function ticks(call: ChartCall, labels: string[], from: number, to: number, room: number): { at: number[]; labels: string[] } {
+  const n = labels.length;
   from = Math.max(0, Math.ceil(from));
   to = Math.min(n - 1, Math.floor(to));
   if (to - from + 1 <= room) {
@@ -161,7 +220,7 @@ export function ticks(call: ChartCall, from: number, to: number, room: number): 
     for (let i = from; i <= to; i++) {
       at.push(i);
     }
-    return { at, labels: at.map((i) => call.modules.label[i]) };
+    return { at, labels: at.map((i) => labels[i]) };
   }
   const spans = call.layers.filter((s) => s.end > from && s.start <= to);
   const step = Math.max(1, Math.ceil(spans.length / Math.max(1, room)));

@@ -3,8 +3,8 @@
  * the controls (call, rank), the markers, the hover card and clicks.
  */
 import uPlot from 'uplot';
-import { axisTop, DETAIL_LIMIT, LOWEST, rawErrors, ticks, toNumber, view, View } from './model';
-import { ChartCall, ChartData, Kind, KINDS, Stats } from './types';
+import { axisTop, DETAIL_LIMIT, LOWEST, Modules, rawErrors, ticks, toNumber, view, View } from './model';
+import { ChartCall, ChartData, Kind, KINDS } from './types';
 
 export interface MountOptions {
   /** A point (or a marker) was clicked: the module's mapping entry. */
@@ -80,6 +80,7 @@ export function format(value: number | string | null | undefined): string {
 class Chart implements ChartHandle {
   private data!: ChartData;
   private call!: ChartCall;
+  private mods!: Modules;
   private rank: number | null = null;
   private plot: uPlot | undefined;
   private current!: View;
@@ -126,7 +127,7 @@ class Chart implements ChartHandle {
     const previous = this.data ? this.call?.call_index : undefined;
     this.data = data;
     const same = data.calls.find((c) => c.call_index === previous);
-    this.call = same ?? data.calls[data.default_call] ?? data.calls[0];
+    this.setCall(same ?? data.calls[data.default_call] ?? data.calls[0]);
     if (this.rank !== null && !this.call?.ranks.some((r) => r.rank === this.rank)) {
       this.rank = null;
     }
@@ -141,6 +142,13 @@ class Chart implements ChartHandle {
     }
     this.window = [-0.5, this.call.modules.train_key.length - 0.5];
     this.build();
+  }
+
+  private setCall(call: ChartCall | undefined): void {
+    this.call = call as ChartCall;
+    if (call) {
+      this.mods = new Modules(this.data, call);
+    }
   }
 
   private size(): { width: number; height: number } {
@@ -161,7 +169,7 @@ class Chart implements ChartHandle {
         option.selected = c === this.call;
       }
       select.addEventListener('change', () => {
-        this.call = data.calls.find((c) => String(c.call_index) === select.value) ?? this.call;
+        this.setCall(data.calls.find((c) => String(c.call_index) === select.value) ?? this.call);
         this.rank = null;
         this.window = [-0.5, this.call.modules.train_key.length - 0.5];
         this.renderControls();
@@ -197,7 +205,7 @@ class Chart implements ChartHandle {
       const line = el('div', 'rca-summary-divergence', undefined, this.summary);
       el('span', 'rca-swatch rca-swatch-divergence', undefined, line);
       line.append('first divergence: ');
-      const link = el('a', 'rca-link', call.modules.label[fd.index], line);
+      const link = el('a', 'rca-link', this.mods.labels[fd.index], line);
       link.href = '#';
       link.title = fd.train_key;
       link.addEventListener('click', (e) => {
@@ -211,7 +219,7 @@ class Chart implements ChartHandle {
     if (call.boundary) {
       const line = el('div', 'rca-summary-boundary', undefined, this.summary);
       el('span', 'rca-swatch rca-swatch-boundary', undefined, line);
-      line.append(`last aligned boundary: ${call.modules.label[call.boundary.index]} (layer ${call.modules.layer[call.boundary.index] ?? '–'})`);
+      line.append(`last aligned boundary: ${this.mods.labels[call.boundary.index]} (layer ${call.modules.layer[call.boundary.index] ?? '–'})`);
     }
     const explaining = call.one_sided.filter((op) => op.explains);
     if (explaining.length) {
@@ -246,7 +254,7 @@ class Chart implements ChartHandle {
         y: { distr: 3, log: 10, auto: false, range: () => [bottom, top] },
       },
       series: [
-        { label: 'module', value: (_u, v) => (v === null || v === undefined ? '–' : call.modules.label[v] ?? '–') },
+        { label: 'module', value: (_u, v) => (v === null || v === undefined ? '–' : this.mods.labels[v] ?? '–') },
         { ...line(colours.output, 1.5, true), label: 'output', value: (_u, v) => this.legendValue(v) },
         { ...line(colours.input, 1, true, [4, 3]), label: 'input', value: (_u, v) => this.legendValue(v) },
         { ...line(colours.parameters, 0, true), paths: () => null, label: 'parameters', value: (_u, v) => this.legendValue(v) },
@@ -259,9 +267,9 @@ class Chart implements ChartHandle {
           stroke: colours.fg,
           grid: { stroke: colours.grid, width: 1 },
           ticks: { stroke: colours.grid, width: 1 },
-          splits: (u) => ticks(call, u.scales.x.min ?? 0, u.scales.x.max ?? n, Math.floor(u.bbox.width / devicePixelRatio / 70)).at,
+          splits: (u) => ticks(call, this.mods.labels, u.scales.x.min ?? 0, u.scales.x.max ?? n, Math.floor(u.bbox.width / devicePixelRatio / 70)).at,
           values: (u, splits) => {
-            const { at, labels } = ticks(call, u.scales.x.min ?? 0, u.scales.x.max ?? n, Math.floor(u.bbox.width / devicePixelRatio / 70));
+            const { at, labels } = ticks(call, this.mods.labels, u.scales.x.min ?? 0, u.scales.x.max ?? n, Math.floor(u.bbox.width / devicePixelRatio / 70));
             return splits.map((s) => labels[at.indexOf(s)] ?? '');
           },
           rotate: -30,
@@ -433,11 +441,11 @@ class Chart implements ChartHandle {
     };
     if (call.first_divergence) {
       const fd = call.first_divergence;
-      add(fd.index, 'divergence', `first divergence: ${call.modules.label[fd.index]}`, fd.train_key, fd.index);
+      add(fd.index, 'divergence', `first divergence: ${this.mods.labels[fd.index]}`, fd.train_key, fd.index);
     }
     if (call.boundary) {
       const b = call.boundary;
-      add(b.index, 'boundary', `aligned: ${call.modules.label[b.index]}`, b.train_key, b.index);
+      add(b.index, 'boundary', `aligned: ${this.mods.labels[b.index]}`, b.train_key, b.index);
     }
     for (const op of call.one_sided) {
       if (op.explains) {
@@ -467,65 +475,71 @@ class Chart implements ChartHandle {
 
   private fillCard(index: number): void {
     const call = this.call;
+    const mods = this.mods;
     const m = call.modules;
     const card = this.card;
     card.textContent = '';
-    el('div', 'rca-card-title', `${m.label[index]}${m.layer[index] !== null ? ` · layer ${m.layer[index]}` : ''}`, card);
-    el('div', 'rca-card-key', m.train_key[index], card);
-    el('div', 'rca-card-key', `↔ ${m.rollout_key[index]}`, card);
-    const verdict = m.suspect[index] ? `${m.suspect[index]} (${m.bucket[index]})` : m.bucket[index];
-    el('div', 'rca-card-verdict', `verdict: ${verdict}`, card);
+    el('div', 'rca-card-title', `${mods.labels[index]}${m.layer[index] !== null ? ` · layer ${m.layer[index]}` : ''}`, card);
+    el('div', 'rca-card-key', mods.trainKey(index), card);
+    el('div', 'rca-card-key', `↔ ${mods.rolloutKey(index)}`, card);
+    const suspect = mods.text(m.suspect[index]);
+    const bucket = mods.text(m.bucket[index]);
+    el('div', 'rca-card-verdict', `verdict: ${suspect ? `${suspect} (${bucket})` : bucket}`, card);
     if (call.first_divergence?.index === index) {
       el('div', 'rca-card-flag', 'first divergence', card);
     }
     if (call.boundary?.index === index) {
       el('div', 'rca-card-flag', 'last aligned boundary', card);
     }
-    const table = el('table', 'rca-card-table', undefined, card);
-    const head = el('tr', undefined, undefined, table);
-    for (const h of ['', 'rel. err', 'tol', 'verdict', 'side', 'dtype', ...STAT_NAMES]) {
+    const rank = this.rank === null ? undefined : call.ranks.find((r) => r.rank === this.rank);
+    const verdicts = el('table', 'rca-card-table', undefined, card);
+    const head = el('tr', undefined, undefined, verdicts);
+    for (const h of ['', 'worst target', rank ? `rel. err (rank ${rank.rank})` : 'rel. err', 'tolerance', 'verdict']) {
       el('th', undefined, h, head);
     }
-    const rank = this.rank === null ? undefined : call.ranks.find((r) => r.rank === this.rank);
     for (const kind of KINDS) {
       const s = m[kind];
-      if (s.consistency[index] === 'not_applicable' && s.target[index] === null) {
+      const consistency = mods.text(s.consistency[index]) ?? '–';
+      if (consistency === 'not_applicable') {
         continue;
       }
-      const sides: [string, Stats | null][] = [
-        ['train', s.train[index]],
-        ['rollout', s.rollout[index]],
-      ];
-      sides.forEach(([side, stats], i) => {
-        const row = el('tr', i === 0 ? 'rca-card-first' : undefined, undefined, table);
-        if (i === 0) {
-          const name = el('td', 'rca-card-kind', `${KIND_LABEL[kind]}${s.target[index] && kind !== 'output' ? ` ${s.target[index]}` : ''}`, row);
-          name.rowSpan = 2;
-          const error = el('td', undefined, format(rank ? rank[kind][index] : s.error[index]), row);
-          error.rowSpan = 2;
-          const tol = el('td', undefined, format(s.tolerance[index]), row);
-          tol.rowSpan = 2;
-          const verdictCell = el('td', `rca-verdict-${s.consistency[index]}`, s.consistency[index], row);
-          verdictCell.rowSpan = 2;
-        }
-        el('td', undefined, side, row);
-        el('td', undefined, stats?.[0] ?? '–', row);
-        for (let k = 2; k < 6; k++) {
-          el('td', 'rca-num', format(stats?.[k] as number | string | null), row);
-        }
-      });
+      const row = el('tr', undefined, undefined, verdicts);
+      el('td', 'rca-card-kind', KIND_LABEL[kind], row);
+      el('td', undefined, mods.text(s.target[index]) ?? '–', row);
+      el('td', 'rca-num', format(rank ? rank[kind][index] : s.error[index]), row);
+      el('td', 'rca-num', format(s.tolerance[index]), row);
+      el('td', `rca-verdict-${consistency}`, consistency, row);
+    }
+    const stats = mods.stats(index);
+    if (stats.length) {
+      const table = el('table', 'rca-card-table', undefined, card);
+      const top = el('tr', undefined, undefined, table);
+      for (const h of ['statistics', 'side', 'dtype', 'shape', ...STAT_NAMES]) {
+        el('th', undefined, h, top);
+      }
+      for (const [target, train, rollout] of stats) {
+        ([['train', train], ['rollout', rollout]] as const).forEach(([side, values], i) => {
+          const row = el('tr', i === 0 ? 'rca-card-first' : undefined, undefined, table);
+          el('td', undefined, i === 0 ? (mods.text(target) ?? '') : '', row);
+          el('td', undefined, side, row);
+          el('td', undefined, values ? (mods.text(values[0]) ?? '–') : '–', row);
+          el('td', undefined, values ? (mods.text(values[1]) || '–') : '–', row);
+          for (let k = 2; k < 6; k++) {
+            el('td', 'rca-num', format(values ? values[k] : null), row);
+          }
+        });
+      }
     }
     if (m.noise_floor[index] !== null) {
       el('div', 'rca-card-note', `noise floor of the output's dtype: ${format(m.noise_floor[index])}`, card);
     }
-    const ops = call.one_sided.filter((op) => op.after === index);
-    for (const op of ops) {
+    for (const op of call.one_sided.filter((o) => o.after === index)) {
       el('div', 'rca-card-note', `then, ${op.side} only: ${op.key}`, card);
     }
   }
 
   select(index: number): void {
-    const key = this.call.modules.train_key[index];
+    const key = this.mods.trainKey(index);
     this.root.dataset.selected = key;
     this.options.onSelect?.(key, this.call, index);
   }

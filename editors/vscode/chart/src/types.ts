@@ -1,31 +1,36 @@
 /**
  * The chart data as rca_lsp/core/chart.py writes it (ChartData): columnar, one element per mapped module of a
- * call. Non-finite numbers arrive as the strings "NaN", "Infinity", "-Infinity".
+ * call; string columns hold indexes into ChartData.strings (a key: head, label, tail indexes per part).
+ * Non-finite numbers arrive as the strings "NaN", "Infinity", "-Infinity".
  */
 export type Num = number | string;
-/** [dtype, shape, Max, Min, Mean, Norm] of one side's tensor. */
-export type Stats = [string | null, number[] | null, Num | null, Num | null, Num | null, Num | null];
+/** [dtype, shape] (string indexes), then Max, Min, Mean, Norm of one side's tensor. */
+export type Stats = [number, number, Num | null, Num | null, Num | null, Num | null];
 
 export interface TargetSeries {
   error: (Num | null)[];
   tolerance: (number | null)[];
-  consistency: string[];
-  target: (string | null)[];
-  train: (Stats | null)[];
-  rollout: (Stats | null)[];
+  consistency: number[];
+  target: (number | null)[];
 }
 
+/** [target, train, rollout] */
+export type TargetStats = [number, Stats | null, Stats | null];
+
 export interface ChartModules {
-  train_key: string[];
-  rollout_key: string[];
-  label: string[];
+  train_key: number[][];
+  rollout_key: number[][];
+  label: number[];
   layer: (number | null)[];
-  bucket: string[];
-  suspect: (string | null)[];
+  bucket: number[];
+  suspect: (number | null)[];
   noise_floor: (number | null)[];
   output: TargetSeries;
   input: TargetSeries;
   parameters: TargetSeries;
+  output_train: (Stats | null)[];
+  output_rollout: (Stats | null)[];
+  details: Record<string, TargetStats[]>;
 }
 
 export interface LayerSpan {
@@ -81,6 +86,7 @@ export interface ChartData {
   calls: ChartCall[];
   default_call: number;
   rank_side: string | null;
+  strings: string[];
 }
 
 export const KINDS = ['output', 'input', 'parameters'] as const;

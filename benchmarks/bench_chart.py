@@ -1,0 +1,119 @@
+"""How long the divergence chart takes to render 10^5 modules in headless Chromium.
+
+Builds a synthetic chart of `--modules` mapped modules over `--layers` layers (core/chart.ChartData: fp32-like noise
+of ~1e-7, a jump to ~1e-2 at the middle layer that stays up, a one-sided activation per layer, parameters on half of
+the modules), writes it as the HTML report (report_html.render_html, the same page `analyze` writes) to
+benchmarks/data/chart/, and drives Debian's Chromium through playwright-core (from editors/vscode/node_modules) with
+benchmarks/chart_render.mjs, which prints, per run (a fresh page each):
+The statistics and keys are compact as core/chart.py writes them (string table, rounded numbers).
+- mount -> drawn: the chart's own figure (data-rendered: from RcaChart.mount to the end of the first draw, zoomed
+  out: one point per bucket of a layer);
+- page -> drawn: from navigation start (HTML parse, the inlined JSON, the bundle) to the first draw;
+- zoom to detail: a drag over 3000 modules until that window is drawn module by module.
+The target (issue 13): 10^5 modules render in under a second (mount -> drawn, and page -> drawn).
+
+    .venv/bin/python benchmarks/bench_chart.py [--modules 100000] [--layers 60] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from rca_lsp.core.chart import (
+    CHART_VERSION,
+    CalibrationLine,
+    ChartCall,
+    ChartData,
+    ChartModules,
+    LayerSpan,
+    Marker,
+    OneSidedOp,
+    TargetSeries,
+    _Strings,
+)
+from rca_lsp.core.report_html import render_html
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+TOLERANCE, FLOOR = 9.5e-7, 1.2e-7
+
+
+def synthetic_chart(modules: int, layers: int, seed: int = 0) -> ChartData:
+    rng = random.Random(seed)
+    per_layer = max(1, modules // layers)
+    fault = (layers // 2) * per_layer + per_layer // 3
+    strings = _Strings()
+    series = [TargetSeries([], [], [], []) for _ in range(3)]
+    m = ChartModules([], [], [], [], [], [], [], *series, [], [], {})
+    stats = (strings("torch.float32"), strings("4096x1x2048"), 3.25, -3.0, 0.0015, 812.5)
+    for index in range(modules):
+        layer = min(index // per_layer, layers - 1)
+        local = index - layer * per_layer
+        name = f"mlp.experts.local_experts.{local // 2}.linear_fc{1 + local % 2}"
+        m.train_key.append(strings.key(f"Module.module.module.decoder.layers.{layer}.{name}.Linear.forward.0", name))
+        m.rollout_key.append(strings.key(f"Module.model.layers.{layer}.{name}.Linear.forward.0", name))
+        m.label.append(strings(name))
+        m.layer.append(layer)
+        diverged = index >= fault
+        m.bucket.append(strings("upstream_propagation_or_amplification" if diverged else "normal_aligned"))
+        m.suspect.append(strings("upstream_propagation") if diverged and index > fault else None)
+        m.noise_floor.append(FLOOR)
+        error = float(f"{rng.uniform(1e-2, 8e-2) if diverged else rng.uniform(0, 1.1e-7):.4g}")
+        for kind, value, present in (
+            (series[0], error, True),
+            (series[1], error if index > fault else float(f"{rng.uniform(0, 1e-7):.4g}"), True),
+            (series[2], float(f"{rng.uniform(0, 1e-7):.4g}"), index % 2 == 0),
+        ):
+            kind.error.append(value if present else None)
+            kind.tolerance.append(TOLERANCE)
+            verdict = ("mismatch" if value > TOLERANCE else "aligned") if present else "not_applicable"
+            kind.consistency.append(strings(verdict))
+            kind.target.append(strings("output.0") if present else None)
+        m.output_train.append(stats)
+        m.output_rollout.append(stats)
+    spans = [LayerSpan(f"layer {i}", i, i * per_layer, min(modules, (i + 1) * per_layer)) for i in range(layers)]
+    spans[-1].end = modules
+    ops = [
+        OneSidedOp("rollout", f"Module.model.layers.{i}.mlp.act_fn.SiluAndMul.forward.0", s.start, False)
+        for i, s in enumerate(spans)
+    ]
+    marker, before = (Marker(i, key_of(strings, m.train_key[i]), "", None) for i in (fault, fault - 1))
+    call = ChartCall(0, "forward.0", "", m, spans, marker, before, ops, [])
+    calibration = {"float32": CalibrationLine(FLOOR, TOLERANCE, 1e-4, False)}
+    return ChartData(
+        CHART_VERSION, "mapping_key.json", "train", "rollout", "mapping_key.json", "bench", "synthetic",
+        calibration, [call], 0, None, strings.table(),
+    )  # fmt: skip
+
+
+def key_of(strings: _Strings, key: list[int]) -> str:
+    table = strings.table()
+    return "".join(table[i] for i in key)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--modules", type=int, default=100_000)
+    parser.add_argument("--layers", type=int, default=60)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--chromium", default="/usr/bin/chromium")
+    args = parser.parse_args()
+    if shutil.which("node") is None or not (REPO / "editors" / "vscode" / "node_modules" / "playwright-core").is_dir():
+        print("bench_chart: needs node and editors/vscode/node_modules (npm ci in editors/vscode)", file=sys.stderr)
+        return 2
+    out = HERE / "data" / "chart"
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / f"chart_{args.modules}.html"
+    page.write_text(render_html(synthetic_chart(args.modules, args.layers)), encoding="utf-8")
+    print(f"{args.modules} modules over {args.layers} layers: {page} ({page.stat().st_size / 2**20:.1f} MiB)")
+    command = ["node", str(HERE / "chart_render.mjs"), str(page), str(args.repeat), args.chromium]
+    return subprocess.run(command, check=False).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
