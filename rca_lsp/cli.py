@@ -94,6 +94,7 @@ def _summary(analysis: Analysis, out_dir: Path) -> str:
         f"- root_cause_suspects: {len(report['root_cause_suspects'])}",
         f"- report_json: {out_dir / 'output_5_root_cause_report.json'}",
         f"- report_md: {out_dir / 'output_5_root_cause_report.md'}",
+        f"- report_html: {out_dir / 'output_5_root_cause_report.html'} (the divergence chart)",
     ]
     return "\n".join(lines)
 
