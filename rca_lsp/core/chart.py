@@ -121,7 +121,8 @@ class RankSeries(msgspec.Struct):
     output: list[Number | None]
     input: list[Number | None]
     parameters: list[Number | None]
-    mismatch: list[int]  # module indexes where a replicated slot of this rank differs beyond the tolerance
+    mismatch: list[int]  # where this rank parts from the others: its copy of a replicated slot differs beyond the
+    # tolerance from the rollout's while another rank's copy does not
 
 
 class ChartCall(msgspec.Struct):
@@ -399,6 +400,7 @@ def _rank_series(
         return []
     tolerances: Tolerances = analysis.judge.tolerances
     found = []
+    holders: dict[int, int] = {}  # module index -> how many ranks hold it
     for rank, copy in copies:
         series = RankSeries(rank, [], [], [], [])
         for index, record in enumerate(records):
@@ -411,6 +413,7 @@ def _rank_series(
                 mine = copy.entries.get(original) if key not in info.origins or file == copy.path else None
                 theirs = analysis.rollout.entries[comparison.rollout_key]
                 if mine is not None:
+                    holders[index] = holders.get(index, 0) + 1
                     differs = _compare_rank(mine, theirs, info.merges.get(key, ""), errors, tolerances)
             series.output.append(_error(errors["output"]))
             series.input.append(_error(errors["input"]))
@@ -418,6 +421,14 @@ def _rank_series(
             if differs:
                 series.mismatch.append(index)
         found.append(series)
+    # where a rank parts from the others: a difference every rank holding the module shares (what follows a
+    # divergence) says nothing about the ranks
+    differing: dict[int, int] = {}
+    for series in found:
+        for index in series.mismatch:
+            differing[index] = differing.get(index, 0) + 1
+    for series in found:
+        series.mismatch = [i for i in series.mismatch if differing[i] < holders[i]]
     return found
 
 

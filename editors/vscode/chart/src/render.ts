@@ -281,7 +281,8 @@ class Chart implements ChartHandle {
           ticks: { stroke: colours.grid, width: 1 },
           label: 'relative error (log)',
           splits: (_u, _i, min, max) => decades(min, max, Math.floor(this.size().height / 40)),
-          values: (_u, splits) => splits.map((v) => (v <= LOWEST ? '≤1e-10' : `1e${Math.round(Math.log10(v))}`)),
+          filter: (_u, splits) => splits,
+          values: (_u, splits) => splits.map((v) => (v === null ? '' : v <= LOWEST ? '≤1e-10' : `1e${Math.round(Math.log10(v))}`)),
           size: 60,
         },
       ],
@@ -322,12 +323,14 @@ class Chart implements ChartHandle {
 
   private bottom(): number {
     let low = Infinity;
+    let exact = false;
     const errors = rawErrors(this.call, this.rank);
     for (const kind of KINDS) {
       for (const v of errors[kind]) {
         if (v !== null && v > LOWEST && v < low) {
           low = v;
         }
+        exact = exact || (v !== null && v <= LOWEST);
       }
     }
     for (const v of this.call.modules.noise_floor) {
@@ -336,7 +339,8 @@ class Chart implements ChartHandle {
       }
     }
     const floor = Number.isFinite(low) ? 10 ** Math.floor(Math.log10(low) - 1) : 1e-9;
-    return Math.max(LOWEST / 10, Math.min(floor, axisTop(errors) / 1e3));
+    // exact agreement is drawn at LOWEST: keep it in view, just above the bottom
+    return Math.max(LOWEST / 10, Math.min(floor, axisTop(errors) / 1e3, exact ? LOWEST / 2 : Infinity));
   }
 
   private aligned(v: View): uPlot.AlignedData {
@@ -446,6 +450,11 @@ class Chart implements ChartHandle {
     if (call.boundary) {
       const b = call.boundary;
       add(b.index, 'boundary', `aligned: ${this.mods.labels[b.index]}`, b.train_key, b.index);
+    }
+    const rank = this.rank === null ? undefined : call.ranks.find((r) => r.rank === this.rank);
+    if (rank && rank.mismatch.length) {
+      const first = rank.mismatch[0];
+      add(first, 'rank', `rank ${rank.rank} differs: ${this.mods.labels[first]}`, this.mods.trainKey(first), first);
     }
     for (const op of call.one_sided) {
       if (op.explains) {

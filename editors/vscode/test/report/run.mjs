@@ -76,6 +76,28 @@ async function checkReport(browser, name, outDir) {
       assert(/first divergence/.test(text) && /verdict:/.test(text) && /train/.test(text) && /rollout/.test(text), `card: ${text.slice(0, 300)}`);
       await page.screenshot({ path: path.join(artifacts, `report-${name}.png`), fullPage: true });
     }
+    // a train side merged from ranks: each rank's own copy; a rank the report names as holding a different copy
+    // of a replicated tensor shows where it parts
+    const ranks = page.locator('select.rca-rank');
+    if ((await ranks.count()) > 0) {
+      const named = new Map();
+      for (const d of report.disagreements.filter((x) => x.side === 'train' && x.across === 'ranks')) {
+        for (const member of d.members) {
+          named.set(String(member), named.get(String(member)) ?? d.key);
+        }
+      }
+      for (const value of await ranks.locator('option').evaluateAll((os) => os.map((o) => o.value).filter(Boolean))) {
+        await ranks.selectOption(value);
+        await page.waitForTimeout(200);
+        const marker = page.locator('.rca-marker-rank');
+        if (named.has(value)) {
+          assert((await marker.count()) === 1, `rank ${value}: no marker, the report names ${named.get(value)}`);
+          assert((await marker.getAttribute('data-train-key')) === named.get(value), `rank ${value}: the marker is at ${await marker.getAttribute('data-train-key')}, the report names ${named.get(value)}`);
+          await page.screenshot({ path: path.join(artifacts, `report-${name}-rank${value}.png`), fullPage: true });
+        }
+      }
+      await ranks.selectOption('');
+    }
     // zoom in on the first third, then out again
     const over = await page.locator('.u-over').boundingBox();
     await page.mouse.move(over.x + 5, over.y + 20);
