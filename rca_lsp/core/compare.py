@@ -309,14 +309,14 @@ def assess(target: str, train: TensorStats | None, rollout: TensorStats | None, 
 def _stat_comparisons(
     train: TensorStats | None, rollout: TensorStats | None, errors: tuple[Any, ...]
 ) -> tuple[StatComparison, ...]:
-    if not errors:
+    if not errors or train is None or rollout is None:  # errors are measured only when both sides have stats
         return ()
     return (
-        _new(StatComparison, ("Max", train.max, rollout.max, errors[0], errors[1])),  # type: ignore[union-attr]
-        _new(StatComparison, ("Min", train.min, rollout.min, errors[2], errors[3])),  # type: ignore[union-attr]
-        _new(StatComparison, ("Mean", train.mean, rollout.mean, errors[4], errors[5])),  # type: ignore[union-attr]
+        _new(StatComparison, ("Max", train.max, rollout.max, errors[0], errors[1])),
+        _new(StatComparison, ("Min", train.min, rollout.min, errors[2], errors[3])),
+        _new(StatComparison, ("Mean", train.mean, rollout.mean, errors[4], errors[5])),
         _new(StatComparison, ("Norm", train.norm, rollout.norm, errors[6], errors[7])),
-    )  # type: ignore[union-attr]
+    )
 
 
 @lru_cache(maxsize=1024)
