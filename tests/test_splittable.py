@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, variants
+from conftest import FIXTURES, rollout_options, variants
 
 from rca_lsp.core import outputs
 from rca_lsp.core.run import analyze_paths
@@ -52,7 +52,9 @@ def test_failing_parent_work_leaves_no_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize("variant", variants())
 def test_target_count_matches_the_targets(variant: str) -> None:
     folder = FIXTURES / variant
-    analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
+    analysis = analyze_paths(
+        folder / "train", folder / "rollout", folder / "mapping_key.json", rollout_options=rollout_options(variant)
+    )
     for record in analysis.records:
         assert record.comparison.target_count() == len(record.comparison.target_specs())
 
