@@ -39,10 +39,11 @@ export interface Pair {
   mappingKey: string;
   train: string;
   rollout: string;
-  /** Passed through to the server, which parses them: which step, and the rank layouts. */
+  /** Passed through to the server, which parses them: which step, the rank layouts, the rollout's step(s). */
   step?: number;
   parallel?: string;
   rolloutParallel?: string;
+  rolloutStep?: number | string;
 }
 
 /** What the server receives. Keys are only present when they carry a value. */
@@ -117,6 +118,10 @@ function normaliseDtype(name: string): string {
   return (RULES.dtypeAliases as Record<string, string>)[last] ?? last;
 }
 
+function isStepNumber(v: unknown): v is number {
+  return typeof v === 'number' && Number.isInteger(v) && v >= 0;
+}
+
 function buildPairs(raw: unknown, expand: (s: string) => string, problems: string[]): Pair[] {
   if (raw === undefined || raw === null) {
     return [];
@@ -133,8 +138,13 @@ function buildPairs(raw: unknown, expand: (s: string) => string, problems: strin
       return;
     }
     const step = p.step;
-    if (step !== undefined && step !== null && !(typeof step === 'number' && Number.isInteger(step) && step >= 0)) {
+    if (step !== undefined && step !== null && !isStepNumber(step)) {
       problems.push(`rcaLsp.pairs[${i}].step must be a step number (0, 1, ...)`);
+      return;
+    }
+    const rolloutStep = p.rolloutStep;
+    if (rolloutStep !== undefined && rolloutStep !== null && !(typeof rolloutStep === 'string' || isStepNumber(rolloutStep))) {
+      problems.push(`rcaLsp.pairs[${i}].rolloutStep must be a step number, "all" or a span "0-4"`);
       return;
     }
     const layouts = RULES.pairOptionalText.map((k) => p[k]);
@@ -153,6 +163,9 @@ function buildPairs(raw: unknown, expand: (s: string) => string, problems: strin
     }
     if (rolloutParallel) {
       pair.rolloutParallel = rolloutParallel;
+    }
+    if (typeof rolloutStep === 'number' || typeof rolloutStep === 'string') {
+      pair.rolloutStep = rolloutStep;
     }
     pairs.push(pair);
   });
