@@ -87,7 +87,7 @@ async def test_ignored_settings_are_shown_from_initialize_and_from_a_pushed_chan
     shown = await warnings(1)
     assert len(shown) == 1 and "rcaLsp.severity.missing-op must be one of" in shown[0]
     misconfigured.workspace_did_change_configuration(
-        types.DidChangeConfigurationParams(settings={"rcaLsp": {"maxFindings": "many"}})
+        types.DidChangeConfigurationParams(settings={"rcaLsp": {"tolerances": {"float32": -1}}})
     )
     shown = await warnings(2)
-    assert len(shown) == 2 and "maxFindings" in shown[1]
+    assert len(shown) == 2 and "rcaLsp.tolerances.float32" in shown[1]
