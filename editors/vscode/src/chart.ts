@@ -8,9 +8,10 @@ import { randomBytes } from 'node:crypto';
 import * as vscode from 'vscode';
 import { ExecuteCommandRequest, LanguageClient, State } from 'vscode-languageclient/node';
 import { chartHtml, entryRange, makeNonce } from './chartView';
+import { targetMappingUri } from './commands';
 import { isMappingFileName } from './files';
+import { SERVER_COMMAND_CHART_DATA } from './serverCommands';
 
-export const SERVER_COMMAND_CHART_DATA = 'rcaLsp.server.chartData';
 export const SHOW_CHART = 'rcaLsp.showChart';
 const REFRESH_DELAY = 150; // ms after a publish: several publishes of one analysis collapse into one request
 
@@ -129,18 +130,12 @@ class ChartPanel implements vscode.Disposable {
   }
 }
 
-function mappingUri(arg: unknown): vscode.Uri | undefined {
-  const uri =
-    arg instanceof vscode.Uri ? arg : typeof arg === 'string' && arg ? vscode.Uri.parse(arg) : vscode.window.activeTextEditor?.document.uri;
-  return uri && uri.scheme === 'file' && isMappingFileName(uri.path) ? uri : undefined;
-}
-
 /** Registers the command (and so the editor-title button) that opens a mapping file's chart. */
 export function registerChart(context: vscode.ExtensionContext, source: ClientSource): vscode.Disposable {
   const panels = new Map<string, ChartPanel>();
-  const command = vscode.commands.registerCommand(SHOW_CHART, (arg: unknown) => {
-    const uri = mappingUri(arg);
-    if (!uri) {
+  const command = vscode.commands.registerCommand(SHOW_CHART, async (arg: unknown) => {
+    const uri = await targetMappingUri(arg);
+    if (!uri || uri.scheme !== 'file' || !isMappingFileName(uri.path)) {
       void vscode.window.showWarningMessage('rca-lsp: open a mapping-key file to chart it.');
       return;
     }
