@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import FIXTURES, variants
+from conftest import FIXTURES, rollout_options, variants
 
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.chart import TARGET_KINDS, ChartCall, ChartData, chart_data, encode_chart, key_text
@@ -20,7 +20,9 @@ from rca_lsp.core.run import analyze_paths
 @lru_cache(maxsize=None)
 def analysed(variant: str) -> tuple[Analysis, ChartData]:
     folder = FIXTURES / variant
-    analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
+    analysis = analyze_paths(
+        folder / "train", folder / "rollout", folder / "mapping_key.json", rollout_options=rollout_options(variant)
+    )
     return analysis, chart_data(analysis, "run-1")
 
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Sequence
 import msgspec
 
 from rca_lsp.core.compare import quick_verdict, relative_error
-from rca_lsp.core.dump import Dump, ModuleEntry, TensorStats, load_dump_file, signature
+from rca_lsp.core.dump import ModuleEntry, TensorStats, load_dump_file, signature
 from rca_lsp.core.keys import is_activation_like, layer_index, parse_module_key
 from rca_lsp.core.module import ModuleComparison, TargetSpec
 from rca_lsp.core.rankmerge import slot_stats
@@ -371,56 +371,78 @@ def _one_sided(
     return found
 
 
-_LOADED: dict[tuple[tuple[str, tuple[int, int]], ...], list[tuple[int, Dump]]] = {}  # the last rank files read
+RankResult = tuple[float | None, float | None, float | None, bool]  # output, input, parameters error; differs
+_RANK_RESULTS: dict[tuple[object, ...], "RankResults"] = {}  # of the last rank files
 
 
-def _rank_copies(dump: Dump) -> list[tuple[int, Dump]]:
-    """Each rank file of a merged dump, loaded on its own (kept for the next chart of the same files). Not for
-    pipeline stages: a stage names its layers by local index, so one key means other modules on other stages."""
-    info = dump.parallel
+RankResults = dict[tuple[str, str], list[RankResult | None]]  # per key pair, per rank file
+
+
+def _rank_results(analysis: Analysis, pairs: set[tuple[str, str]]) -> tuple[list[int], RankResults]:
+    """Each rank's copy of each (train key, rollout key) pair against the rollout, computed for the pairs not yet
+    known for these rank files (a chart after an edit reads the rank files again only for new pairs), reading one
+    rank file at a time. Not for pipeline stages: a stage names its layers by local index, so one key means other
+    modules on other stages. The ranks ([] when there are none to show) and the results."""
+    train = analysis.train
+    info = train.parallel
     if info is None or ", pp=1," not in info.layout:
-        return []
-    identity = tuple((file, signature(Path(file))) for file in info.files)
-    if identity not in _LOADED:
-        _LOADED.clear()
-        _LOADED[identity] = [(rank, load_dump_file(Path(file))) for rank, file in zip(info.ranks, info.files)]
-    return _LOADED[identity]
+        return [], {}
+    identity = (
+        tuple((file, signature(Path(file))) for file in info.files),
+        analysis.rollout.path,
+        analysis.judge.tolerances.key(),
+    )
+    known = _RANK_RESULTS.get(identity)
+    if known is None:
+        _RANK_RESULTS.clear()
+        known = _RANK_RESULTS[identity] = {}
+    missing = [pair for pair in pairs if pair not in known]
+    for pair in missing:
+        known[pair] = [None] * len(info.files)
+    for slot, file in enumerate(info.files):
+        if not missing:
+            break
+        copy = load_dump_file(Path(file))
+        for train_key, rollout_key in missing:
+            stored, original = train.file_key(train_key)  # an expert held by one rank is in that rank's file only
+            mine = copy.entries.get(original) if train_key not in info.origins or stored == copy.path else None
+            if mine is not None:
+                theirs = analysis.rollout.entries[rollout_key]
+                how = info.merges.get(train_key, "")
+                known[(train_key, rollout_key)][slot] = _compare_rank(mine, theirs, how, analysis.judge.tolerances)
+        del copy
+    return list(info.ranks), known
 
 
 def _replicated(how: str, slot: str) -> bool:
     return f"{slot} sharded" not in how
 
 
-def _rank_series(
-    analysis: Analysis, records: Sequence[ModuleRecord], copies: list[tuple[int, Dump]]
-) -> list[RankSeries]:
-    train = analysis.train
-    info = train.parallel
-    if info is None:
+def _single(record: ModuleRecord) -> tuple[str, str] | None:
+    """The key pair of a 1:1 record (groups of several keys are not one copy per rank)."""
+    comparison = record.comparison
+    if len(comparison.train_keys) == 1 and len(comparison.rollout_keys) == 1:
+        return comparison.train_key, comparison.rollout_key
+    return None
+
+
+def _rank_series(records: Sequence[ModuleRecord], ranks: list[int], known: RankResults) -> list[RankSeries]:
+    if not ranks:
         return []
-    tolerances: Tolerances = analysis.judge.tolerances
-    found = []
+    found = [RankSeries(rank, [], [], [], []) for rank in ranks]
     holders: dict[int, int] = {}  # module index -> how many ranks hold it
-    for rank, copy in copies:
-        series = RankSeries(rank, [], [], [], [])
-        for index, record in enumerate(records):
-            errors: dict[str, float | None] = {kind: None for kind in TARGET_KINDS}
-            differs = False
-            comparison = record.comparison
-            if len(comparison.train_keys) == 1 and len(comparison.rollout_keys) == 1:
-                key = comparison.train_key
-                file, original = train.file_key(key)  # an expert held by one rank is in that rank's file only
-                mine = copy.entries.get(original) if key not in info.origins or file == copy.path else None
-                theirs = analysis.rollout.entries[comparison.rollout_key]
-                if mine is not None:
-                    holders[index] = holders.get(index, 0) + 1
-                    differs = _compare_rank(mine, theirs, info.merges.get(key, ""), errors, tolerances)
-            series.output.append(_error(errors["output"]))
-            series.input.append(_error(errors["input"]))
-            series.parameters.append(_error(errors["parameters"]))
+    for index, record in enumerate(records):
+        pair = _single(record)
+        results = known[pair] if pair is not None else [None] * len(ranks)
+        for series, result in zip(found, results):
+            output, input_, parameters, differs = result if result is not None else (None, None, None, False)
+            series.output.append(_error(output))
+            series.input.append(_error(input_))
+            series.parameters.append(_error(parameters))
+            if result is not None:
+                holders[index] = holders.get(index, 0) + 1
             if differs:
                 series.mismatch.append(index)
-        found.append(series)
     # where a rank parts from the others: a difference every rank holding the module shares (what follows a
     # divergence) says nothing about the ranks
     differing: dict[int, int] = {}
@@ -432,10 +454,10 @@ def _rank_series(
     return found
 
 
-def _compare_rank(
-    mine: ModuleEntry, theirs: ModuleEntry, how: str, errors: dict[str, float | None], tolerances: Tolerances
-) -> bool:
-    """One rank's replicated slots against the other side's; whether one differs beyond the tolerance."""
+def _compare_rank(mine: ModuleEntry, theirs: ModuleEntry, how: str, tolerances: Tolerances) -> RankResult:
+    """One rank's replicated slots against the other side's: the largest error per kind, and whether one differs
+    beyond the tolerance."""
+    errors: dict[str, float | None] = {kind: None for kind in TARGET_KINDS}
     differs = False
     slots = [("output", "output"), ("input", "input")] + [
         ("parameters", f"parameters.{name}") for name in sorted(mine.parameters.keys() & theirs.parameters.keys())
@@ -448,13 +470,13 @@ def _compare_rank(
         if error is not None and (known is None or error > known):
             errors[kind] = error
         differs |= quick_verdict(a, b, tolerances)[0] == "mismatch"
-    return differs
+    return errors["output"], errors["input"], errors["parameters"], differs
 
 
 def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
     """The chart of an analysis: every call's mapped modules, markers and one-sided ops (see the module doc)."""
     first = analysis.suspects[0] if analysis.suspects and analysis.suspects[0].credible_origin else None
-    copies = _rank_copies(analysis.train)
+    ranks, known = _rank_results(analysis, {pair for r in analysis.records if (pair := _single(r)) is not None})
     strings = _Strings()
     calls = []
     for call, evidence in analysis.calls.items():
@@ -479,7 +501,7 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
                 _marker(records, origin.record if origin else None, origin.classification if origin else None),
                 boundary,
                 _one_sided(analysis, call, records, origin),
-                _rank_series(analysis, records, copies),
+                _rank_series(records, ranks, known),
             )
         )
     calls.sort(key=lambda c: c.call_index)
@@ -498,7 +520,7 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
         },
         calls,
         default,
-        "train" if copies else None,
+        "train" if ranks else None,
         strings.table(),
     )
 

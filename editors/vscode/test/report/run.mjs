@@ -42,6 +42,13 @@ function record(name, error) {
   process.stdout.write(error ? `not ok - ${name}: ${error.message.split('\n')[0]}\n` : `ok - ${name}\n`);
 }
 
+/** The fixture's rca-lsp.toml `rollout_step` (e.g. "all": engine steps joined as calls) as the CLI option. */
+function rolloutStep(folder) {
+  const config = path.join(folder, 'rca-lsp.toml');
+  const found = fs.existsSync(config) && /^\s*rollout_step\s*=\s*"?([^"\n]+?)"?\s*$/m.exec(fs.readFileSync(config, 'utf8'));
+  return found ? ['--rollout-step', found[1]] : [];
+}
+
 async function checkReport(browser, name, outDir) {
   const report = JSON.parse(fs.readFileSync(path.join(outDir, 'output_5_root_cause_report.json'), 'utf8'));
   const expected = report.first_divergence?.train_key ?? null;
@@ -129,7 +136,8 @@ async function main() {
       const outDir = path.join(base, name);
       try {
         execFileSync(python, ['-m', 'rca_lsp', 'analyze', '--train', path.join(folder, 'train'), '--rollout',
-          path.join(folder, 'rollout'), '--mapping-key', path.join(folder, 'mapping_key.json'), '--out-dir', outDir],
+          path.join(folder, 'rollout'), '--mapping-key', path.join(folder, 'mapping_key.json'), '--out-dir', outDir,
+          ...rolloutStep(folder)],
         { stdio: ['ignore', 'ignore', 'pipe'] });
         await checkReport(browser, name, outDir);
         record(`report ${name}`);
