@@ -227,23 +227,22 @@ class _Stats:
         )
 
 
-def _kind(target: str) -> str:
-    return "output" if target.startswith("output") else ("input" if target.startswith("input") else "parameters")
+_KIND_SLOT = {"o": 0, "i": 1, "p": 2}  # a target's kind by its first letter: output.0, input_args.0, parameters.*
+Worst = tuple[float | None, float | None, TargetSpec]  # error, tolerance, target
 
 
-class _Worst:
-    """The worst target of one kind of one module."""
-
-    __slots__ = ("error", "tolerance", "spec")
-
-    def __init__(self) -> None:
-        self.error: float | None = None
-        self.tolerance: float | None = None
-        self.spec: TargetSpec | None = None
-
-    def offer(self, spec: TargetSpec, error: float | None, tolerance: float) -> None:
-        if self.spec is None or (error is not None and (self.error is None or error > self.error)):
-            self.error, self.tolerance, self.spec = error, tolerance, spec
+def _worst_targets(specs: list[TargetSpec], tolerances: Tolerances) -> list[Worst | None]:
+    """Per kind (output, input, parameters) the target with the largest error (the first when none has one)."""
+    worst: list[Worst | None] = [None, None, None]
+    for spec in specs:
+        slot = _KIND_SLOT[spec.target[0]]
+        train, rollout = spec.train, spec.rollout
+        error = relative_error(train, rollout)
+        current = worst[slot]
+        if current is None or (error is not None and (current[0] is None or error > current[0])):
+            dtypes = (train.dtype if train else None, rollout.dtype if rollout else None)
+            worst[slot] = (error, tolerances.for_dtypes(*dtypes), spec)
+    return worst
 
 
 def _series() -> TargetSeries:
@@ -289,6 +288,8 @@ def _modules(
         [], [], [], [], [], [], [], series["output"], series["input"], series["parameters"], [], [], {}
     )
     stats = _Stats(strings)
+    columns = (series["output"], series["input"], series["parameters"])
+    thresholds: dict[float | None, float | None] = {}  # few distinct tolerances: each rounded once
     for index, record in enumerate(records):
         comparison = record.comparison
         label = _label(comparison.train_key)
@@ -300,19 +301,22 @@ def _modules(
         suspect = suspects.get(id(record))
         modules.suspect.append(strings(suspect.classification) if suspect is not None else None)
         modules.noise_floor.append(floors.get(normalise_dtype(comparison.output_dtype) or ""))
-        worst = {kind: _Worst() for kind in TARGET_KINDS}
         specs = comparison.target_specs()
-        for spec in specs:
-            train, rollout = spec[3], spec[4]
-            dtypes = (train.dtype if train else None, rollout.dtype if rollout else None)
-            worst[_kind(spec.target)].offer(spec, relative_error(train, rollout), tolerances.for_dtypes(*dtypes))
-        for kind, consistency in _consistencies(comparison).items():
-            found, column = worst[kind], series[kind]
-            column.error.append(_error(found.error))
-            column.tolerance.append(_threshold(found.tolerance))
+        worst = _worst_targets(specs, tolerances)
+        for found, column, consistency in zip(worst, columns, _consistencies(comparison)):
+            if found is None:
+                column.error.append(None)
+                column.tolerance.append(None)
+                column.target.append(None)
+            else:
+                column.error.append(_error(found[0]))
+                rounded = thresholds.get(found[1])
+                if rounded is None:
+                    rounded = thresholds[found[1]] = _threshold(found[1])
+                column.tolerance.append(rounded)
+                column.target.append(strings(found[2].target))
             column.consistency.append(strings(consistency))
-            column.target.append(strings(found.spec.target) if found.spec is not None else None)
-        output = worst["output"].spec
+        output = worst[0][2] if worst[0] is not None else None
         modules.output_train.append(stats(output.train) if output is not None else None)
         modules.output_rollout.append(stats(output.rollout) if output is not None else None)
         if index in marked:
@@ -320,12 +324,9 @@ def _modules(
     return modules
 
 
-def _consistencies(comparison: ModuleComparison) -> dict[str, str]:
-    return {
-        "output": comparison.output_consistency,
-        "input": comparison.input_args_consistency,
-        "parameters": comparison.parameter_consistency,
-    }
+def _consistencies(comparison: ModuleComparison) -> tuple[str, str, str]:
+    """The module's verdicts on its output, inputs and parameters."""
+    return comparison.output_consistency, comparison.input_args_consistency, comparison.parameter_consistency
 
 
 def _marker(records: Sequence[ModuleRecord], record: ModuleRecord | None, classification: str | None) -> Marker | None:
