@@ -34,7 +34,9 @@ from rca_lsp.core.chart import (
     Marker,
     OneSidedOp,
     TargetSeries,
+    _Stats,
     _Strings,
+    _Thresholds,
 )
 from rca_lsp.core.report_html import render_html
 
@@ -50,7 +52,11 @@ def synthetic_chart(modules: int, layers: int, seed: int = 0) -> ChartData:
     strings = _Strings()
     series = [TargetSeries([], [], [], []) for _ in range(3)]
     m = ChartModules([], [], [], [], [], [], [], *series, [], [], {})
-    stats = (strings("torch.float32"), strings("4096x1x2048"), 3.25, -3.0, 0.0015, 812.5)
+    stats = _Stats(strings)
+    thresholds = _Thresholds()
+    tolerance, floor = thresholds(TOLERANCE), thresholds(FLOOR)
+    shape = strings("4096x1x2048")
+    dtype = strings("torch.float32")
     for index in range(modules):
         layer = min(index // per_layer, layers - 1)
         local = index - layer * per_layer
@@ -62,7 +68,7 @@ def synthetic_chart(modules: int, layers: int, seed: int = 0) -> ChartData:
         diverged = index >= fault
         m.bucket.append(strings("upstream_propagation_or_amplification" if diverged else "normal_aligned"))
         m.suspect.append(strings("upstream_propagation") if diverged and index > fault else None)
-        m.noise_floor.append(FLOOR)
+        m.noise_floor.append(floor)
         error = float(f"{rng.uniform(1e-2, 8e-2) if diverged else rng.uniform(0, 1.1e-7):.4g}")
         for kind, value, present in (
             (series[0], error, True),
@@ -70,12 +76,26 @@ def synthetic_chart(modules: int, layers: int, seed: int = 0) -> ChartData:
             (series[2], float(f"{rng.uniform(0, 1e-7):.4g}"), index % 2 == 0),
         ):
             kind.error.append(value if present else None)
-            kind.tolerance.append(TOLERANCE)
+            kind.tolerance.append(tolerance)
             verdict = ("mismatch" if value > TOLERANCE else "aligned") if present else "not_applicable"
             kind.consistency.append(strings(verdict))
             kind.target.append(strings("output.0") if present else None)
-        m.output_train.append(stats)
-        m.output_rollout.append(stats)
+        # statistics of a module's output, the rollout's equal to the digits shown while aligned
+        train = (
+            dtype,
+            shape,
+            round(rng.uniform(2, 6), 4),
+            -round(rng.uniform(2, 6), 4),
+            round(rng.gauss(0, 0.01), 6),
+            round(rng.uniform(50, 900), 2),
+        )
+        rollout = (
+            train
+            if not diverged
+            else (*train[:2], round(train[2] * 1.03, 4), train[3], train[4], round(train[5] * 0.98, 2))
+        )
+        m.output_train.append(stats.add(train))
+        m.output_rollout.append(stats.add(rollout))
     spans = [LayerSpan(f"layer {i}", i, i * per_layer, min(modules, (i + 1) * per_layer)) for i in range(layers)]
     spans[-1].end = modules
     ops = [
@@ -87,7 +107,7 @@ def synthetic_chart(modules: int, layers: int, seed: int = 0) -> ChartData:
     calibration = {"float32": CalibrationLine(FLOOR, TOLERANCE, 1e-4, False)}
     return ChartData(
         CHART_VERSION, "mapping_key.json", "train", "rollout", "mapping_key.json", "bench", "synthetic",
-        calibration, [call], 0, None, strings.table(),
+        calibration, [call], 0, None, strings.table(), stats.table(), thresholds.values,
     )  # fmt: skip
 
 

@@ -6,8 +6,10 @@ The data is columnar (one list per field, one element per mapped module) and com
 draw in about a second: every string of a column is an index into `ChartData.strings`, and a dump key is three
 indexes whose strings concatenate to it (`head + label + tail`: the parts that repeat over a layer's modules, the
 module's short label, and the class and call); numbers are rounded for display (errors, tolerances and noise floors
-to 4 significant digits, statistics to 6). Everything is JSON: `encode_chart` writes it; non-finite numbers are the
-strings "NaN", "Infinity", "-Infinity" (as in output_3's JSON); `key_text` turns a key's indexes back into the key.
+to 4 significant digits, statistics to 5; each distinct tensor summary once in `ChartData.stats`, each tolerance and
+noise floor once in `ChartData.thresholds`). Everything is JSON: `encode_chart` writes it; non-finite numbers are
+the strings "NaN", "Infinity", "-Infinity" (as in output_3's JSON); `key_text` turns a key's indexes back into the
+key.
 
 Per call (`forward.<n>` of the train side: micro-batches, repeated calls; a decoding rollout joined along the
 sequence is one call) the chart has:
@@ -53,7 +55,8 @@ TARGET_KINDS = ("output", "input", "parameters")
 Number = float | str  # a finite float, or "NaN" / "Infinity" / "-Infinity"
 Key = list[int]  # indexes into ChartData.strings: head, label, tail (a key of several parts: 3 per part)
 Stats = tuple[int, int, Number | None, Number | None, Number | None, Number | None]
-# [dtype, shape ("4096x1x2048")] as string indexes, then Max, Min, Mean, Norm of one side's tensor
+# [dtype, shape ("4096x1x2048")] as string indexes, then Max, Min, Mean, Norm of one side's tensor; a statistics
+# column holds indexes into ChartData.stats (sides that agree to the digits shown share one entry)
 
 
 class TargetSeries(msgspec.Struct):
@@ -61,7 +64,8 @@ class TargetSeries(msgspec.Struct):
     module. For several targets of a kind (each part's input of a split group, each parameter) the worst one."""
 
     error: list[Number | None]  # relative error; null: not comparable (missing on a side, nothing to compare)
-    tolerance: list[float | None]  # the threshold the error was judged by (calibrated where the run allowed)
+    tolerance: list[int | None]  # the threshold the error was judged by (calibrated where the run allowed), as an
+    # index into ChartData.thresholds
     consistency: list[int]  # aligned | mismatch | missing | partial | not_applicable (the module's verdict)
     target: list[int | None]  # which target the error is of: output.0, input_args.0, parameters.weight
 
@@ -70,8 +74,8 @@ class TargetStats(msgspec.Struct, array_like=True):
     """Both sides' statistics of one target of a marked module: [target, train, rollout]."""
 
     target: int
-    train: Stats | None
-    rollout: Stats | None
+    train: int | None  # index into ChartData.stats
+    rollout: int | None
 
 
 class ChartModules(msgspec.Struct):
@@ -83,12 +87,13 @@ class ChartModules(msgspec.Struct):
     layer: list[int | None]
     bucket: list[int]  # output_4's module_bucket
     suspect: list[int | None]  # root-cause classification when the module is a suspect
-    noise_floor: list[float | None]  # the calibrated noise floor of the output's dtype (null: not calibrated)
+    noise_floor: list[int | None]  # the calibrated noise floor of the output's dtype (null: not calibrated), an index
+    # into ChartData.thresholds
     output: TargetSeries
     input: TargetSeries
     parameters: TargetSeries
-    output_train: list[Stats | None]  # both sides' statistics of the output
-    output_rollout: list[Stats | None]
+    output_train: list[int | None]  # both sides' statistics of the output (indexes into ChartData.stats)
+    output_rollout: list[int | None]
     details: dict[int, list[TargetStats]]  # marked modules (by index): every target's statistics
 
 
@@ -157,6 +162,8 @@ class ChartData(msgspec.Struct):
     default_call: int  # index into calls: the call of the first divergence (else 0)
     rank_side: str | None  # "train" when the train side was merged from several ranks (see ChartCall.ranks)
     strings: list[str]  # what the string columns index
+    stats: list[Stats]  # what the statistics columns index
+    thresholds: list[float]  # what the tolerance and noise floor columns index (a few distinct values)
 
 
 def key_text(chart: ChartData, key: Key) -> str:
@@ -200,9 +207,26 @@ def _error(value: float | None) -> Number | None:
     return _rounded(value, 4)
 
 
-def _threshold(value: float | None) -> float | None:
-    """A tolerance or noise floor (finite), to 4 significant digits."""
-    return None if value is None else float(f"{value:.4g}")
+class _Thresholds:
+    """The table of tolerances and noise floors (finite, to 4 significant digits), each value once."""
+
+    def __init__(self) -> None:
+        self.index: dict[float, int] = {}  # by the value before rounding (the few distinct ones)
+        self.rounded: dict[float, int] = {}
+        self.values: list[float] = []
+
+    def __call__(self, value: float | None) -> int | None:
+        if value is None:
+            return None
+        found = self.index.get(value)
+        if found is None:
+            rounded = float(f"{value:.4g}")
+            found = self.rounded.get(rounded)
+            if found is None:
+                found = self.rounded[rounded] = len(self.values)
+                self.values.append(rounded)
+            self.index[value] = found
+        return found
 
 
 def _shape(shape: tuple[int, ...] | None) -> str:
@@ -210,21 +234,36 @@ def _shape(shape: tuple[int, ...] | None) -> str:
 
 
 class _Stats:
+    """The statistics table being built: each tensor's statistics to 5 significant digits (what a reader compares;
+    the tables have them whole), equal ones once."""
+
     def __init__(self, strings: _Strings) -> None:
         self.strings = strings
+        self.index: dict[Stats, int] = {}
 
-    def __call__(self, stats: TensorStats | None) -> Stats | None:
+    def __call__(self, stats: TensorStats | None) -> int | None:
         if stats is None:
             return None
         strings = self.strings
-        return (
-            strings(stats.dtype or ""),
-            strings(_shape(stats.shape)),
-            _rounded(stats.max, 6),
-            _rounded(stats.min, 6),
-            _rounded(stats.mean, 6),
-            _rounded(stats.norm, 6),
+        return self.add(
+            (
+                strings(stats.dtype or ""),
+                strings(_shape(stats.shape)),
+                _rounded(stats.max, 5),
+                _rounded(stats.min, 5),
+                _rounded(stats.mean, 5),
+                _rounded(stats.norm, 5),
+            )
         )
+
+    def add(self, entry: Stats) -> int:
+        found = self.index.get(entry)
+        if found is None:
+            found = self.index[entry] = len(self.index)
+        return found
+
+    def table(self) -> list[Stats]:
+        return list(self.index)
 
 
 _KIND_SLOT = {"o": 0, "i": 1, "p": 2}  # a target's kind by its first letter: output.0, input_args.0, parameters.*
@@ -280,16 +319,16 @@ def _modules(
     suspects: dict[int, Suspect],
     marked: set[int],
     strings: _Strings,
+    stats: _Stats,
+    thresholds: _Thresholds,
 ) -> ChartModules:
     tolerances = analysis.judge.tolerances
-    floors = {d: (None if c.fallback else _threshold(c.floor)) for d, c in analysis.calibration.by_dtype.items()}
+    floors = {d: (None if c.fallback else thresholds(c.floor)) for d, c in analysis.calibration.by_dtype.items()}
     series = {kind: _series() for kind in TARGET_KINDS}
     modules = ChartModules(
         [], [], [], [], [], [], [], series["output"], series["input"], series["parameters"], [], [], {}
     )
-    stats = _Stats(strings)
     columns = (series["output"], series["input"], series["parameters"])
-    thresholds: dict[float | None, float | None] = {}  # few distinct tolerances: each rounded once
     for index, record in enumerate(records):
         comparison = record.comparison
         label = _label(comparison.train_key)
@@ -310,10 +349,7 @@ def _modules(
                 column.target.append(None)
             else:
                 column.error.append(_error(found[0]))
-                rounded = thresholds.get(found[1])
-                if rounded is None:
-                    rounded = thresholds[found[1]] = _threshold(found[1])
-                column.tolerance.append(rounded)
+                column.tolerance.append(thresholds(found[1]))
                 column.target.append(strings(found[2].target))
             column.consistency.append(strings(consistency))
         output = worst[0][2] if worst[0] is not None else None
@@ -479,6 +515,8 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
     first = analysis.suspects[0] if analysis.suspects and analysis.suspects[0].credible_origin else None
     ranks, known = _rank_results(analysis, {pair for r in analysis.records if (pair := _single(r)) is not None})
     strings = _Strings()
+    stats = _Stats(strings)
+    thresholds = _Thresholds()
     calls = []
     for call, evidence in analysis.calls.items():
         records = evidence.records
@@ -490,7 +528,7 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
         boundary = _marker(records, origin.boundary if origin else None, None)
         if boundary is not None:
             marked.add(boundary.index)
-        modules = _modules(records, analysis, suspects, marked, strings)
+        modules = _modules(records, analysis, suspects, marked, strings, stats, thresholds)
         note = next((r.comparison.calls_note for r in records if r.comparison.calls_note), "")
         calls.append(
             ChartCall(
@@ -523,6 +561,8 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
         default,
         "train" if ranks else None,
         strings.table(),
+        stats.table(),
+        thresholds.values,
     )
 
 

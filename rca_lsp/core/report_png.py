@@ -41,21 +41,22 @@ def render_png(chart: ChartData) -> bytes | None:
 
     call = chart.calls[chart.default_call]
     figure = Figure(figsize=(12, 4.2), dpi=110, layout="constrained")
-    _draw(figure.add_subplot(), call, chart.strings)
+    _draw(figure.add_subplot(), call, chart)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     return buffer.getvalue()
 
 
-def _draw(axes, call: ChartCall, strings: list[str]) -> None:  # type: ignore[no-untyped-def]
+def _draw(axes, call: ChartCall, chart: ChartData) -> None:  # type: ignore[no-untyped-def]
+    strings, thresholds = chart.strings, chart.thresholds
     modules = call.modules
     count = len(modules.train_key)
     x = range(count)
     finite = [float(v) for kind in _COLOURS for v in getattr(modules, kind).error if v is not None]
     finite = [v for v in finite if math.isfinite(v) and v > 0]
     top = 10 ** math.ceil(math.log10(max(finite + [1.0])) + 1)
-    floor = [math.nan if v is None else max(v, LOWEST) for v in modules.noise_floor]
-    tolerance = [math.nan if v is None else v for v in modules.output.tolerance]
+    floor = [math.nan if v is None else max(thresholds[v], LOWEST) for v in modules.noise_floor]
+    tolerance = [math.nan if v is None else thresholds[v] for v in modules.output.tolerance]
     axes.fill_between(x, floor, tolerance, color="#b7950b", alpha=0.15, label="noise floor .. tolerance", step="mid")
     axes.plot(x, tolerance, color="#b7950b", linewidth=0.8, linestyle="--", drawstyle="steps-mid")
     for kind, colour in _COLOURS.items():

@@ -18,6 +18,10 @@ export class Modules {
     this.count = this.labels.length;
   }
 
+  threshold(index: number | null | undefined): number | null {
+    return index === null || index === undefined ? null : this.data.thresholds[index];
+  }
+
   text(index: number | null | undefined): string | null {
     return index === null || index === undefined ? null : this.data.strings[index];
   }
@@ -39,17 +43,17 @@ export class Modules {
     return this.key(this.call.modules.rollout_key[index]);
   }
 
-  /** Both sides' statistics of every target of a marked module, else of the output only. */
-  stats(index: number): TargetStats[] {
+  /** Both sides' statistics ([target, train, rollout]) of every target of a marked module, else of the output. */
+  stats(index: number): [number, Stats | null, Stats | null][] {
     const m = this.call.modules;
-    const all = m.details[String(index)];
-    if (all) {
-      return all;
+    const table = this.data.stats;
+    const side = (i: number | null): Stats | null => (i === null ? null : table[i]);
+    const all: TargetStats[] = m.details[String(index)] ?? [];
+    if (all.length) {
+      return all.map(([target, train, rollout]) => [target, side(train), side(rollout)]);
     }
     const target = m.output.target[index];
-    const train: Stats | null = m.output_train[index];
-    const rollout: Stats | null = m.output_rollout[index];
-    return target === null ? [] : [[target, train, rollout]];
+    return target === null ? [] : [[target, side(m.output_train[index]), side(m.output_rollout[index])]];
   }
 }
 
@@ -137,7 +141,7 @@ export function buckets(call: ChartCall, from: number, to: number, count = BUCKE
 }
 
 /** The view of modules [from, to): every module when few are in view, else one point per bucket. */
-export function view(call: ChartCall, rank: number | null, from = 0, to = call.modules.train_key.length): View {
+export function view(data: ChartData, call: ChartCall, rank: number | null, from = 0, to = call.modules.train_key.length): View {
   const errors = rawErrors(call, rank);
   const top = axisTop(errors);
   const n = call.modules.train_key.length;
@@ -145,6 +149,7 @@ export function view(call: ChartCall, rank: number | null, from = 0, to = call.m
   to = Math.min(n, Math.ceil(to));
   const tolerance = call.modules.output.tolerance;
   const floor = call.modules.noise_floor;
+  const threshold = (at: number | null | undefined): number | null => (at === null || at === undefined ? null : data.thresholds[at]);
   const result: View = {
     x: [],
     errors: { output: [], input: [], parameters: [] },
@@ -158,8 +163,8 @@ export function view(call: ChartCall, rank: number | null, from = 0, to = call.m
     for (const kind of KINDS) {
       result.errors[kind].push(plotted(picked[kind], top));
     }
-    result.floor.push(floor[index] ?? null);
-    result.tolerance.push(tolerance[index] ?? null);
+    result.floor.push(threshold(floor[index]));
+    result.tolerance.push(threshold(tolerance[index]));
   };
   if (!result.aggregated) {
     for (let i = 0; i < n; i++) {

@@ -318,7 +318,7 @@ class Chart implements ChartHandle {
   }
 
   private viewFor([from, to]: [number, number]): View {
-    return view(this.call, this.rank, from + 0.5, to + 0.5);
+    return view(this.data, this.call, this.rank, from + 0.5, to + 0.5);
   }
 
   private bottom(): number {
@@ -333,7 +333,8 @@ class Chart implements ChartHandle {
         exact = exact || (v !== null && v <= LOWEST);
       }
     }
-    for (const v of this.call.modules.noise_floor) {
+    for (const at of this.call.modules.noise_floor) {
+      const v = this.mods.threshold(at);
       if (v !== null && v > LOWEST && v < low) {
         low = v;
       }
@@ -516,7 +517,7 @@ class Chart implements ChartHandle {
       el('td', 'rca-card-kind', KIND_LABEL[kind], row);
       el('td', undefined, mods.text(s.target[index]) ?? '–', row);
       el('td', 'rca-num', format(rank ? rank[kind][index] : s.error[index]), row);
-      el('td', 'rca-num', format(s.tolerance[index]), row);
+      el('td', 'rca-num', format(mods.threshold(s.tolerance[index])), row);
       el('td', `rca-verdict-${consistency}`, consistency, row);
     }
     const stats = mods.stats(index);
@@ -540,7 +541,7 @@ class Chart implements ChartHandle {
       }
     }
     if (m.noise_floor[index] !== null) {
-      el('div', 'rca-card-note', `noise floor of the output's dtype: ${format(m.noise_floor[index])}`, card);
+      el('div', 'rca-card-note', `noise floor of the output's dtype: ${format(mods.threshold(m.noise_floor[index]))}`, card);
     }
     for (const op of call.one_sided.filter((o) => o.after === index)) {
       el('div', 'rca-card-note', `then, ${op.side} only: ${op.key}`, card);

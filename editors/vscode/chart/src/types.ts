@@ -4,18 +4,19 @@
  * Non-finite numbers arrive as the strings "NaN", "Infinity", "-Infinity".
  */
 export type Num = number | string;
-/** [dtype, shape] (string indexes), then Max, Min, Mean, Norm of one side's tensor. */
+/** [dtype, shape] (string indexes), then Max, Min, Mean, Norm of one side's tensor (ChartData.stats). */
 export type Stats = [number, number, Num | null, Num | null, Num | null, Num | null];
 
 export interface TargetSeries {
   error: (Num | null)[];
+  /** indexes into ChartData.thresholds */
   tolerance: (number | null)[];
   consistency: number[];
   target: (number | null)[];
 }
 
-/** [target, train, rollout] */
-export type TargetStats = [number, Stats | null, Stats | null];
+/** [target, train, rollout]: the sides' statistics as indexes into ChartData.stats */
+export type TargetStats = [number, number | null, number | null];
 
 export interface ChartModules {
   train_key: number[][];
@@ -24,12 +25,13 @@ export interface ChartModules {
   layer: (number | null)[];
   bucket: number[];
   suspect: (number | null)[];
+  /** indexes into ChartData.thresholds */
   noise_floor: (number | null)[];
   output: TargetSeries;
   input: TargetSeries;
   parameters: TargetSeries;
-  output_train: (Stats | null)[];
-  output_rollout: (Stats | null)[];
+  output_train: (number | null)[];
+  output_rollout: (number | null)[];
   details: Record<string, TargetStats[]>;
 }
 
@@ -87,6 +89,8 @@ export interface ChartData {
   default_call: number;
   rank_side: string | null;
   strings: string[];
+  stats: Stats[];
+  thresholds: number[];
 }
 
 export const KINDS = ['output', 'input', 'parameters'] as const;
