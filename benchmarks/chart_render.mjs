@@ -22,12 +22,12 @@ try {
     await tab.goto(pathToFileURL(page).href);
     await tab.locator('#rca-chart[data-rendered]').waitFor({ state: 'attached', timeout: 60000 });
     const mount = Number(await tab.locator('#rca-chart').getAttribute('data-rendered'));
-    const sincePage = await tab.evaluate(() => performance.now());
+    const sincePage = Number(await tab.locator('#rca-chart').getAttribute('data-drawn-at'));
     const aggregated = await tab.evaluate(() => document.querySelector('.u-legend') !== null);
     // zoom: drag over a window of ~3000 modules around the first divergence, time until it is drawn in detail
     const over = await tab.locator('.u-over').boundingBox();
     const marker = await tab.locator('.rca-marker-divergence').boundingBox();
-    const total = await tab.evaluate(() => JSON.parse(document.getElementById('rca-chart-data').textContent).calls[0].modules.train_key.length);
+    const total = await tab.evaluate(async () => (await RcaChart.unpack(document.getElementById('rca-chart-data').textContent)).calls[0].modules.train_key.length);
     const half = (over.width * 1500) / total;
     const x = marker.x + marker.width / 2;
     await tab.evaluate(() => {

@@ -3,6 +3,8 @@ inlined: it opens offline, from any folder, without a server or a CDN)."""
 
 from __future__ import annotations
 
+import base64
+import gzip
 import html
 from functools import lru_cache
 from importlib import resources
@@ -38,9 +40,19 @@ h1 { font-size: 20px; margin: 0 0 4px; }
 """
 
 
+def packed_chart(chart: ChartData) -> str:
+    """The chart's JSON as the page carries it: gzip, in base64 (a quarter of the bytes to read: 10^5 modules load
+    in a fraction of the time; the page unpacks it with the browser's DecompressionStream)."""
+    return base64.b64encode(gzip.compress(encode_chart(chart), compresslevel=6, mtime=0)).decode("ascii")
+
+
+def unpacked_chart(text: str) -> bytes:
+    """The chart's JSON from the page's data element (what tests and scripts reading a report use)."""
+    return gzip.decompress(base64.b64decode(text))
+
+
 def render_html(chart: ChartData) -> str:
     """The report page: the chart of `chart`, with the paths and the top hypothesis as text."""
-    data = encode_chart(chart).decode("utf-8")
     meta = [
         f"train: {chart.train_path}",
         f"rollout: {chart.rollout_path}",
@@ -63,7 +75,7 @@ def render_html(chart: ChartData) -> str:
 <div class="hypothesis"><strong>Top hypothesis:</strong> {html.escape(hypothesis)}</div>
 <div id="rca-chart"></div>
 <div id="rca-selected"></div>
-<script id="rca-chart-data" type="application/json">{_script_text(data)}</script>
+<script id="rca-chart-data" type="application/gzip;base64">{packed_chart(chart)}</script>
 <script>{_script_text(chart_bundle())}</script>
 <script>RcaChart.mountFromPage();</script>
 </body>

@@ -423,7 +423,9 @@ class Chart implements ChartHandle {
     ctx.restore();
     this.placeMarkers(u);
     if (this.renderMs === undefined) {
-      this.renderMs = performance.now() - this.started;
+      const now = performance.now();
+      this.renderMs = now - this.started;
+      this.root.dataset.drawnAt = String(now); // since the page's navigation started
       this.root.dataset.rendered = String(this.renderMs);
     }
   }
