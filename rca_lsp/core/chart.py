@@ -270,13 +270,14 @@ _KIND_SLOT = {"o": 0, "i": 1, "p": 2}  # a target's kind by its first letter: ou
 Worst = tuple[float | None, float | None, TargetSpec]  # error, tolerance, target
 
 
-def _worst_targets(specs: list[TargetSpec], tolerances: Tolerances) -> list[Worst | None]:
-    """Per kind (output, input, parameters) the target with the largest error (the first when none has one)."""
+def _worst_targets(specs: list[TargetSpec], tolerances: Tolerances, output_error: float | None) -> list[Worst | None]:
+    """Per kind (output, input, parameters) the target with the largest error (the first when none has one).
+    `output_error`: the comparison's (measured for the calibration already; None when infinite or missing)."""
     worst: list[Worst | None] = [None, None, None]
     for spec in specs:
         slot = _KIND_SLOT[spec.target[0]]
         train, rollout = spec.train, spec.rollout
-        error = relative_error(train, rollout)
+        error = output_error if slot == 0 and output_error is not None else relative_error(train, rollout)
         current = worst[slot]
         if current is None or (error is not None and (current[0] is None or error > current[0])):
             dtypes = (train.dtype if train else None, rollout.dtype if rollout else None)
@@ -341,7 +342,7 @@ def _modules(
         modules.suspect.append(strings(suspect.classification) if suspect is not None else None)
         modules.noise_floor.append(floors.get(normalise_dtype(comparison.output_dtype) or ""))
         specs = comparison.target_specs()
-        worst = _worst_targets(specs, tolerances)
+        worst = _worst_targets(specs, tolerances, comparison.output_error)
         for found, column, consistency in zip(worst, columns, _consistencies(comparison)):
             if found is None:
                 column.error.append(None)
