@@ -209,6 +209,7 @@ def _data_group_size(
         if len(stage) % given.dp:
             raise InputError(source.label, f"{len(stage)} ranks per stage cannot form dp={given.dp} groups")
         return len(stage) // given.dp
+    undecided: tuple[int, int] | None = None
     for size in range(1, len(stage)):
         if len(stage) % size:
             continue
@@ -216,14 +217,15 @@ def _data_group_size(
         verdicts = [_replicas_of_other_data(dumps[a], dumps[b]) for a, b in pairs]
         if all(verdicts):
             return size
-        if None in verdicts and False not in verdicts:
-            a, b = pairs[verdicts.index(None)]
-            notes.append(
-                f"cannot tell data-parallel replicas from tensor-parallel peers: ranks {source.ranks[a]} and "
-                f"{source.ranks[b]} read the same first input, differ in their activations and dump no weights "
-                "to compare; merged them as tensor-parallel peers. If they are data-parallel replicas, pass "
-                f"--parallel dp=N (setting `parallel`, e.g. dp={len(stage) // size})"
-            )
+        if undecided is None and None in verdicts and False not in verdicts:
+            undecided = pairs[verdicts.index(None)]
+    if undecided is not None:
+        a, b = (source.ranks[i] for i in undecided)
+        notes.append(
+            f"cannot tell data-parallel replicas from tensor-parallel peers: ranks {a} and {b} read the same first "
+            "input and dump no weights to compare; all ranks of a stage were merged as tensor-parallel peers. If "
+            "some are data-parallel replicas, pass --parallel dp=N (setting `parallel`)"
+        )
     return len(stage)
 
 
