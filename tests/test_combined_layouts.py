@@ -15,6 +15,7 @@ from rca_lsp.core.dump import DumpCache
 from rca_lsp.core.dumpsource import ParallelLayout, resolve_dump_source
 from rca_lsp.core.report_md import render_markdown
 from rca_lsp.core.run import SideOptions, analyze_paths
+from rca_lsp.server.hover import hover_markdown
 
 
 def layout_of(variant: str) -> ParallelLayout:
@@ -108,6 +109,9 @@ def test_a_fault_on_a_later_pipeline_stage_is_placed_on_the_ranks_that_hold_it()
     weight = faulty["data"][fault["train_dumped_key"]]["parameters"]["weight"]
     assert rows[("parameters.weight", fault["rank"])]["Norm"] == weight["Norm"]
     assert f"ranks {', '.join(map(str, stage_ranks))} (as `{fault['train_dumped_key']}`)" in render_markdown(analysis)
+    hover = hover_markdown(analysis, fault["train_key"], None)
+    assert hover is not None
+    assert {r for r in range(4) if f"| parameters.weight | {r} |" in hover} == set(stage_ranks)
     # how the slots were merged is kept under the global name: stage 0's layer 1 and stage 1's (global 3) both
     merges = analysis.train.parallel.merges
     assert "parameters.weight sharded along dim 0" in merges[fault["train_key"]]
