@@ -7,8 +7,9 @@ tensor, every pipeline stage names its layers by local index, every expert-paral
 1. pipeline stages: ranks with the same key set (or a prefix of it: a rank that died mid-dump) form a stage; a
    stage's layers are renamed to global indices (offset = distinct layers on the earlier stages); modules on every
    stage (model, block, rotary) take their input from the first stage and their output from the last;
-2. data parallel: ranks whose first module (the embedding) read other data are replicas of another batch: the
-   first data-parallel group is analysed, and the report says so;
+2. data parallel: ranks one data-parallel group apart that hold the same weights of the parallel layers, or whose
+   first module (the embedding) read other data, are replicas: the first data-parallel group is analysed, and the
+   report says so (when the dumps cannot tell, too);
 3. expert parallel: ranks identical outside their experts hold different experts: `local_experts.<j>` of EP rank
    e becomes `local_experts.<e * local + j>`;
 4. tensor parallel, per slot: identical copies are replicas; differing activations are shards (column-parallel
