@@ -112,6 +112,7 @@ def test_a_fault_on_a_later_pipeline_stage_is_placed_on_the_ranks_that_hold_it()
     hover = hover_markdown(analysis, fault["train_key"], None)
     assert hover is not None
     assert {r for r in range(4) if f"| parameters.weight | {r} |" in hover} == set(stage_ranks)
+    assert f"Train merged from ranks {', '.join(map(str, stage_ranks))} of 4 (tp=2, pp=2" in hover
     # how the slots were merged is kept under the global name: stage 0's layer 1 and stage 1's (global 3) both
     merges = analysis.train.parallel.merges
     assert "parameters.weight sharded along dim 0" in merges[fault["train_key"]]
