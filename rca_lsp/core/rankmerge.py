@@ -256,11 +256,10 @@ def _data_parallel_note(dumps: Sequence[Dump], stages: list[list[int]], group: i
         if same
         else "saw other data (other batches: their statistics are not those of the first group)"
     )
-    ranks = ", ".join(str(source.ranks[i]) for i in stage[:group])
-    peers = ", and its peers on the other stages" if len(stages) > 1 else ""
+    ranks = ", ".join(str(source.ranks[i]) for each in stages for i in each[:group])
     return (
-        f"data parallel: dp={dp} (groups of {group} ranks); the other data-parallel groups {seen} "
-        f"and are not merged: analysed the first group (ranks {ranks}{peers})"
+        f"data parallel: dp={dp} (groups of {group} ranks per stage); the other data-parallel groups {seen} "
+        f"and are not merged: analysed the first group (ranks {ranks})"
     )
 
 
