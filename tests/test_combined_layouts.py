@@ -139,3 +139,22 @@ def test_ranks_the_dumps_cannot_tell_apart_are_said_so_and_the_flag_decides(tmp_
     assert "tp=2, pp=1, ep=1, dp=2" in told.parallel.layout
     reference = DumpCache().get(FIXTURES / "tp2_dp2_shuffled_data" / "train")
     assert [told.entries[k].output for k in told.keys] == [reference.entries[k].output for k in reference.keys]
+
+
+def test_a_data_parallel_replica_out_of_sync_is_said(tmp_path: Path) -> None:
+    """tp2_dp2_healthy with rank 3's copy of layer 1 linear_fc1's weight changed (a replica whose weights drifted):
+    the other group is still not analysed, but the report says its weights differ."""
+    folder = tmp_path / "tp2_dp2_healthy"
+    shutil.copytree(FIXTURES / "tp2_dp2_healthy", folder)
+    rank3 = folder / "train" / "step0" / "rank3" / "dump.json"
+    document = json.loads(rank3.read_text())
+    key = "Module.module.module.decoder.layers.1.mlp.linear_fc1.ColumnParallelLinear.forward.0"
+    document["data"][key]["parameters"]["weight"]["Norm"] *= 1.03
+    rank3.write_text(json.dumps(document))
+    analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
+    notes = analysis.report["parallel"]["train"]["notes"]
+    (note,) = [n for n in notes if n.startswith("data-parallel replicas disagree")]
+    assert "rank 3's parameters differ from rank 1's in 1 module, e.g." in note and key in note
+    assert any("analysed the first group (ranks 0, 1)" in n for n in notes)
+    assert analysis.suspects == []
+    assert not any("disagree" in n for n in analyse("tp2_dp2_healthy").report["parallel"]["train"]["notes"])

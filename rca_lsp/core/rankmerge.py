@@ -162,6 +162,7 @@ def _plan(dumps: Sequence[Dump], source: DumpSource) -> _Plan:
     dp = stage_size // group
     if dp > 1:
         notes.append(_data_parallel_note(dumps, stages, group, source))
+        notes += _replica_weight_differences(dumps, stages, group, source)
     tp, ep = _tp_ep(dumps, stages[0][:group], given, source)
     return _Plan(
         [stage[:group] for stage in stages],
@@ -248,9 +249,10 @@ def _replicas_of_other_data(a: Dump, b: Dump) -> bool | None:
 
 
 def _data_parallel_note(dumps: Sequence[Dump], stages: list[list[int]], group: int, source: DumpSource) -> str:
-    stage = stages[0]
-    dp = len(stage) // group
-    same = all(dumps[stage[i]].entries == dumps[stage[i % group]].entries for i in range(group, len(stage)))
+    dp = len(stages[0]) // group
+    same = all(
+        dumps[stage[i]].entries == dumps[stage[i % group]].entries for stage in stages for i in range(group, len(stage))
+    )
     seen = (
         "read the same batch as the first (their dumps are copies of its ranks')"
         if same
@@ -261,6 +263,28 @@ def _data_parallel_note(dumps: Sequence[Dump], stages: list[list[int]], group: i
         f"data parallel: dp={dp} (groups of {group} ranks per stage); the other data-parallel groups {seen} "
         f"and are not merged: analysed the first group (ranks {ranks})"
     )
+
+
+def _replica_weight_differences(
+    dumps: Sequence[Dump], stages: list[list[int]], group: int, source: DumpSource
+) -> list[str]:
+    """Data-parallel replicas hold the same weights: the ranks of other groups whose weights differ from their
+    first-group peer's (a replica out of sync; the analysis sees the first group only)."""
+    notes = []
+    for stage in stages:
+        for i in range(group, len(stage)):
+            mine, peer = dumps[stage[i]], dumps[stage[i % group]]
+            differing = [
+                k for k, e in peer.entries.items() if k in mine.entries and mine.entries[k].parameters != e.parameters
+            ]
+            if differing:
+                notes.append(
+                    f"data-parallel replicas disagree on weights: rank {source.ranks[stage[i]]}'s parameters differ "
+                    f"from rank {source.ranks[stage[i % group]]}'s in {len(differing)} module"
+                    f"{'s' if len(differing) > 1 else ''}, e.g. "
+                    f"{', '.join(differing[:MAX_LISTED_KEYS])} (only the first data-parallel group is analysed)"
+                )
+    return notes
 
 
 def _expert_free(dump: Dump) -> list[str]:
