@@ -39,7 +39,15 @@ def analyse(variant: str, layout: ParallelLayout | None = None):
 
 
 def test_the_combined_fixtures_are_there() -> None:
-    assert {"tp2_pp2_healthy", "tp2_pp2_shard_desync", "tp2_dp2_healthy", "tp2_dp2_same_data"} <= set(COMBINED)
+    assert {
+        "tp2_pp2_healthy",
+        "tp2_pp2_shard_desync",
+        "tp2_pp2_sp_healthy",
+        "tp2_dp2_healthy",
+        "tp2_dp2_same_data",
+        "tp2_dp2_shuffled_data",
+        "tp2_pp2_dp2_healthy",
+    } <= set(COMBINED)
 
 
 @pytest.mark.parametrize("variant", COMBINED)
@@ -71,7 +79,8 @@ def test_only_the_first_data_parallel_group_is_analysed_and_the_report_says_so(v
     assert ("read the same batch" in note) == (truth["data_parallel_batches"] == "same")
     assert note in render_markdown(analysis)
     # the merged ranks are the first group's only: per-rank statistics never show the other group's ranks
-    assert set(info.peers) == set(analysed) and all(set(p) == set(analysed) for p in info.peers.values())
+    assert set(info.peers) == set(analysed)
+    assert all(set(p) <= set(analysed) and len(p) == truth["tp"] for p in info.peers.values())
     assert analysis.report["disagreements"] == []  # other data is not a disagreement of replicas
     assert analysis.suspects == []  # the merged first group analyses clean against the rollout of its batch
 

@@ -248,11 +248,12 @@ def test_an_explicit_layout_overrides_inference(tmp_path: Path) -> None:
         "tp2_dp2_healthy",
         "tp2_dp2_same_data",
         "tp2_dp2_shuffled_data",
+        "tp2_pp2_dp2_healthy",
     ],
 )
 def test_real_merged_ranks_equal_the_unsharded_run(variant: str) -> None:
-    """Real Megatron-core TP=2 / TP=2+SP / PP=2 / TP=2 x PP=2 (+SP) / TP=2 x DP=2 dumps, merged (DP: the first
-    group, which read the TP=1 run's batch), against the TP=1 run of the same model and inputs."""
+    """Real Megatron-core TP=2 / TP=2+SP / PP=2 / TP=2 x PP=2 (+SP) / TP=2 x DP=2 / TP=2 x PP=2 x DP=2 dumps, merged
+    (DP: the first group, which read the TP=1 run's batch), against the TP=1 run of the same model and inputs."""
     from conftest import FIXTURES, expected
 
     from rca_lsp.core.compare import copy_difference

@@ -352,6 +352,7 @@ async def test_unmapped_train_module_hint_and_its_quick_fix(client: LanguageClie
         "tp2_pp2_shard_desync",
         "tp2_dp2_same_data",
         "tp2_dp2_shuffled_data",
+        "tp2_pp2_dp2_healthy",
         "decode_kv_bf16",
         "autocast_down_proj",
         "weight_scale_1e5",
