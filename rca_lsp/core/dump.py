@@ -169,6 +169,9 @@ class ParallelInfo(msgspec.Struct, gc=False):
     merges: dict[str, str]  # logical key -> how its slots were merged, for keys with a sharded or disagreeing slot
     origins: dict[str, tuple[int, str]]  # logical key -> (file index, key in that file), when not (0, same key)
     dropped: dict[str, str]  # keys left out of the logical dump -> why (e.g. a rank lacks them)
+    # file index -> the file indexes whose copies of its keys were merged (its tensor-parallel peers in the analysed
+    # data-parallel group, itself included; pipeline stages and other data-parallel groups hold other tensors)
+    peers: dict[int, tuple[int, ...]] = {}
 
 
 class JoinedSteps(msgspec.Struct, gc=False):
