@@ -1,4 +1,4 @@
-"""Command line: `rca-lsp analyze`, `rca-lsp serve`, `rca-lsp suggest-mapping`."""
+"""Command line: `rca-lsp analyze`, `rca-lsp serve`, `rca-lsp suggest-mapping`, `rca-lsp export-mapping`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from rca_lsp import __version__
+from rca_lsp import __version__, export_cli
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.outputs import write_outputs
@@ -179,10 +179,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(subparsers)
     suggest = subparsers.add_parser("suggest-mapping", help="draft a mapping-key file from two dumps")
     suggest_cli.add_arguments(suggest)
+    export = subparsers.add_parser("export-mapping", help="write the mapping as msprobe data/cell mapping YAML")
+    export_cli.add_arguments(export)
     return parser
 
 
-COMMANDS = {"analyze": run_analyze, "serve": run_serve, "suggest-mapping": suggest_cli.run}
+COMMANDS = {
+    "analyze": run_analyze,
+    "serve": run_serve,
+    "suggest-mapping": suggest_cli.run,
+    "export-mapping": export_cli.run,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
