@@ -12,6 +12,7 @@ from typing import NoReturn, Sequence
 from rca_lsp import __version__, export_cli
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.errors import InputError
+from rca_lsp.core.msprobe_columns import COLUMN_STYLES
 from rca_lsp.core.outputs import write_outputs
 from rca_lsp.core.report_md import NOTHING_COMPARED
 from rca_lsp.core.run import analyze_paths, raise_if_unusable
@@ -31,9 +32,20 @@ def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--train", help="train dump.json or msprobe dump directory")
     parser.add_argument("--rollout", help="rollout dump.json or msprobe dump directory")
-    parser.add_argument("--mapping-key", "--mapping_key", dest="mapping_key", help="mapping-key JSON file")
+    parser.add_argument(
+        "--mapping-key",
+        "--mapping_key",
+        dest="mapping_key",
+        help="mapping-key JSON, or msprobe's data_mapping / cell_mapping YAML",
+    )
     parser.add_argument("--out-dir", default=None, help="output directory (default: ./rca_out)")
     parser.add_argument("--demo", action="store_true", help="run on the bundled demo fixture")
+    parser.add_argument(
+        "--columns",
+        choices=COLUMN_STYLES,
+        default="rca",
+        help="output_3's column names: ours (default) or msprobe compare's (NPU Name, Max diff, ...)",
+    )
     parser.add_argument(
         "--tolerance",
         action="append",
@@ -127,7 +139,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         print(f"warning: ... {len(analysis.issues) - 10} more mapping problems (see output_5)", file=sys.stderr)
     out_dir = Path(args.out_dir or "rca_out")
     try:
-        write_outputs(analysis, out_dir, fork=True)
+        write_outputs(analysis, out_dir, fork=True, columns=args.columns)
     except OSError as error:
         raise InputError(str(out_dir), f"cannot write the output files: {error.strerror or error}") from None
     print(_summary(analysis, out_dir))

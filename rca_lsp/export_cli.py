@@ -54,5 +54,7 @@ def run(args: argparse.Namespace) -> int:
     for comment in exported.comments[:10]:
         print(f"  - {comment}")
     if exported.read_back:
-        print(f"note: read back against these dumps, {len(exported.read_back)} train modules pair otherwise (see the file's end)")
+        print(
+            f"note: read back against these dumps, {len(exported.read_back)} train modules pair otherwise (see the file's end)"
+        )
     return 0

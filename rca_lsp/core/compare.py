@@ -315,8 +315,8 @@ def _stat_comparisons(
         _new(StatComparison, ("Max", train.max, rollout.max, errors[0], errors[1])),  # type: ignore[union-attr]
         _new(StatComparison, ("Min", train.min, rollout.min, errors[2], errors[3])),  # type: ignore[union-attr]
         _new(StatComparison, ("Mean", train.mean, rollout.mean, errors[4], errors[5])),  # type: ignore[union-attr]
-        _new(StatComparison, ("Norm", train.norm, rollout.norm, errors[6], errors[7])),
-    )  # type: ignore[union-attr]
+        _new(StatComparison, ("Norm", train.norm, rollout.norm, errors[6], errors[7])),  # type: ignore[union-attr]
+    )
 
 
 @lru_cache(maxsize=1024)

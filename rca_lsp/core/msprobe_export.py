@@ -146,18 +146,19 @@ def export_cells(entries: Sequence[MappingEntry], train: Dump, rollout: Dump) ->
     by_cell: dict[str, list[MappingEntry]] = {}
     for entry in entries:
         left = cell_name(entry.train_key)
-        rights = {cell_name(k.replace(".forward.*", ".forward.0")) for k in entry.rollout_keys}
+        named = [cell_name(k.replace(".forward.*", ".forward.0")) for k in entry.rollout_keys]
+        rights = {name for name in named if name is not None}
         reason = (
             "not in the train dump"
-            if entry.train_key not in train.entries
+            if left is None or entry.train_key not in train.entries
             else "not in the rollout dump"
-            if not _concrete(entry.rollout_keys, rollout) or None in rights
+            if len(rights) < len(set(named)) or not _concrete(entry.rollout_keys, rollout)
             else None
         )
         if left is None or reason:
             exported.comments.append(f"{reason}: {entry.train_key} -> {_many(list(entry.rollout_keys))}")
             continue
-        cells.setdefault(left, set()).update(rights)  # type: ignore[arg-type]
+        cells.setdefault(left, set()).update(rights)
         by_cell.setdefault(left, []).append(entry)
     claimed: dict[str, list[str]] = {}
     for left, rights in cells.items():

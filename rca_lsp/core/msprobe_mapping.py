@@ -278,4 +278,6 @@ def _resolve_cells(rules: dict[str, Rule], train: Dump, rollout: Dump, found: _F
         elif left in missing:
             cell, name = missing[left][0]
             more = f" (and {len(missing[left]) - 1} more)" if len(missing[left]) > 1 else ""
-            found.issue(UNRESOLVED, f"renames {cell} to {name}, which the rollout dump {rollout.path} lacks{more}", rule)
+            found.issue(
+                UNRESOLVED, f"renames {cell} to {name}, which the rollout dump {rollout.path} lacks{more}", rule
+            )

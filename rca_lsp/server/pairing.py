@@ -14,7 +14,12 @@ from rca_lsp.core.errors import InputError
 from rca_lsp.server.settings import PairSetting
 
 CONFIG_NAME = "rca-lsp.toml"
-MAPPING_GLOBS = ("*mapping_key*.json", "output_0_key_mapping.json")
+# mapping-key JSON, and msprobe's mapping files under the names its documentation and msagent give them
+MAPPING_GLOBS = (
+    "*mapping_key*.json",
+    "output_0_key_mapping.json",
+    *(f"{name}*.{ext}" for name in ("data_mapping", "cell_mapping") for ext in ("yaml", "yml")),
+)
 CONFIG_SKELETON = """# rca-lsp: which dumps belong to which mapping-key file (paths relative to this file).
 [[pair]]
 mapping_key = "{mapping}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rca_lsp.core.msprobe_columns import COLUMN_STYLES
 from rca_lsp.core.tolerance import Tolerances, checked_tolerance
 
 SEVERITY_NAMES = ("error", "warning", "information", "hint", "off")
@@ -26,6 +27,7 @@ class Settings:
     tolerances: Tolerances = field(default_factory=Tolerances)
     severity: dict[str, str] = field(default_factory=dict)  # diagnostic code -> error|warning|information|hint|off
     out_dir: str = "rca_out"
+    columns: str = "rca"  # output_3's column names: rca | msprobe (msprobe compare's)
     max_findings: int = 500  # findings published per file; credible origins are always included
 
     @classmethod
@@ -77,4 +79,9 @@ class Settings:
             else:
                 problems.append(f"rcaLsp.severity.{code} must be one of {', '.join(SEVERITY_NAMES)}")
         out_dir = raw.get("outDir") if isinstance(raw.get("outDir"), str) and raw.get("outDir") else "rca_out"
-        return cls(tuple(pairs), Tolerances.with_overrides(tolerances), severity, out_dir), problems
+        columns = raw.get("columns") or "rca"
+        if columns not in COLUMN_STYLES:
+            problems.append(f"rcaLsp.columns must be one of {', '.join(COLUMN_STYLES)}; using rca")
+            columns = "rca"
+        settings = cls(tuple(pairs), Tolerances.with_overrides(tolerances), severity, out_dir, columns)
+        return settings, problems
