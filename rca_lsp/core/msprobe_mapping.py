@@ -265,7 +265,7 @@ def _resolve_cells(rules: dict[str, Rule], train: Dump, rollout: Dump, found: _F
             continue
         for left in renamed.rules:
             applied[left] = applied.get(left, 0) + 1
-        rule = rules[renamed.rules[0]]
+        rule = rules[renamed.rules[-1]]  # the last rule that applied: the most specific, in files written broad first
         target = rollout_cells.get(renamed.name)
         if target is None:
             missing.setdefault(rule.left, []).append((cell, renamed.name))
