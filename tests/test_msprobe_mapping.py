@@ -87,8 +87,9 @@ def test_the_documented_data_mapping_against_real_dumps_names_each_line(tmp_path
     analysis = analysis_of("healthy_fp32", write(tmp_path / "data_mapping.yaml", DOC_DATA_MAPPING))
     module = "Module.module.language_model.embedding.word_embedding.VocabParallelEmbedding.forward.0"
     assert analysis.mapping.as_dict() == {module: module}
-    assert lines_of(analysis, "msprobe-unresolved") == [2]
-    assert lines_of(analysis, "unknown-train-key") == [4] and lines_of(analysis, "unknown-rollout-key") == [4]
+    assert lines_of(analysis, "unknown-train-key") == [2, 4]
+    assert lines_of(analysis, "unknown-rollout-key") == [4]
+    assert "API-level tensor" in analysis.issues[0].message
 
 
 @pytest.mark.parametrize("text", [DOC_CELL_MAPPING, DOC_CELL_SUBSTRINGS])
@@ -98,11 +99,12 @@ def test_the_documented_cell_mappings_say_which_rules_resolve_nothing(tmp_path: 
     analysis = analysis_of("healthy_fp32", write(tmp_path / "cell_mapping.yaml", text))
     assert isinstance(analysis.mapping, MsprobeMapping) and analysis.mapping.kind == "cell"
     assert analysis.mapping.as_dict() == {}
-    assert lines_of(analysis, "msprobe-unresolved") == [1, 2]
     messages = [i.message for i in analysis.issues]
     if text == DOC_CELL_MAPPING:
+        assert lines_of(analysis, "unknown-train-key") == [1, 2]
         assert all("matches no module of the train dump" in m for m in messages)
     else:
+        assert lines_of(analysis, "unknown-train-key") == [1] and lines_of(analysis, "unknown-rollout-key") == [2]
         assert "matches no module" in messages[0]
         assert "renames module.module.decoder.layers.0.self_attention.linear_proj.RowParallelLinear to " in messages[1]
         assert "linear_proj.TERowParallelLinear, which the rollout dump" in messages[1]
@@ -145,7 +147,7 @@ def test_substring_rules_rename_in_file_order_and_whole_names_win(tmp_path: Path
         assert all(v.endswith(".forward.*") for v in wanted.values())
     # the first rule alone renames other modules too (layers.0.mlp.MLP -> model.layers.0.mlp.MLP): the rollout
     # has no such module, said on that rule's line
-    unresolved = [i for i in analysis.issues if i.code == "msprobe-unresolved"]
+    unresolved = [i for i in analysis.issues if i.code == "unknown-rollout-key"]
     assert [analysis.mapping.line_of(i.span) for i in unresolved] == [1]
     assert "which the rollout dump" in unresolved[0].message
 
@@ -205,7 +207,7 @@ def test_tensors_of_one_module_mapped_to_two_modules_are_a_conflict(tmp_path: Pa
     text = f"{train}.input.0: {down}.input.0\n{train}.output.0: {up}.output.0\n{train}.parameters.weight: {down}.parameters.weight\n"
     analysis = analysis_of("missing_activation", write(tmp_path / "data_mapping.yaml", text))
     assert analysis.mapping.as_dict() == {train: down}
-    assert lines_of(analysis, "msprobe-conflict") == [2]
+    assert lines_of(analysis, "duplicate-key") == [2]
 
 
 def test_modules_no_line_renames_pair_by_their_common_name(tmp_path: Path) -> None:
@@ -280,7 +282,7 @@ def test_a_decode_against_a_data_mapping_is_all_comments(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     "text,line,says",
     [
-        ("a.Linear: b.Linear\nc.Linear: d: e\n", 2, "yaml-syntax"),
+        ("a.Linear: b.Linear\nc.Linear: d: e\n", 2, "YAML syntax error"),
         ("a.Linear: b.Linear\n\tc.Linear: d.Linear\n", 2, "tab character"),
         ("- a.Linear\n- b.Linear\n", 1, "is a YAML mapping"),
         ("a.Linear: b.Linear\nc.Linear: [d.Linear, e.Linear]\n", 2, "a list"),

@@ -23,9 +23,14 @@ from rca_lsp.core.mapping import LineIndex, MappingEntry, MappingIssue, ParsedMa
 from rca_lsp.core.msprobe_names import cell_name, is_tensor_name, parse_tensor_name, rename_cell
 
 DATA, CELL = "data", "cell"
-YAML_SYNTAX = "yaml-syntax"
-UNRESOLVED = "msprobe-unresolved"
-CONFLICT = "msprobe-conflict"
+# the mapping-key file's codes, which keep their meaning here: the file does not parse; a line names no module of
+# the train dump (or none rca-lsp compares), or renames one into a name the rollout lacks; a name given twice
+SYNTAX, UNKNOWN_TRAIN, UNKNOWN_ROLLOUT, DUPLICATE = (
+    "json-syntax",
+    "unknown-train-key",
+    "unknown-rollout-key",
+    "duplicate-key",
+)
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _STR = "tag:yaml.org,2002:str"
@@ -105,7 +110,7 @@ def _syntax_issue(error: yaml.YAMLError, text: str, lines: LineIndex) -> Mapping
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
     context = getattr(error, "context", None)
     message = f"YAML syntax error: {problem}" + (f" ({context})" if context else "")
-    return MappingIssue(YAML_SYNTAX, message, Span(offset, min(offset + 1, len(text))))
+    return MappingIssue(SYNTAX, message, Span(offset, min(offset + 1, len(text))))
 
 
 def _what(node: yaml.Node) -> str:
@@ -161,7 +166,7 @@ def _duplicates(rules: list[Rule], lines: LineIndex) -> list[MappingIssue]:
         if earlier is not rule:
             line = lines.position(earlier.key.start)[0] + 1
             message = f"duplicate name: also defined at line {line}; the last definition is the one used"
-            issues.append(MappingIssue("duplicate-key", message, rule.key, rule.left))
+            issues.append(MappingIssue(DUPLICATE, message, rule.key, rule.left))
     return issues
 
 
@@ -213,17 +218,22 @@ def _resolve_data(rules: dict[str, Rule], train: Dump, rollout: Dump, found: _Fo
     for rule in rules.values():
         left, right = parse_tensor_name(rule.left), parse_tensor_name(rule.right)
         if left is None or right is None:
-            found.issue(UNRESOLVED, "an API-level tensor or a gradient: rca-lsp compares modules; line left out", rule)
+            message = "unknown train key: an API-level tensor or a gradient; rca-lsp compares modules, line left out"
+            found.issue(UNKNOWN_TRAIN, message, rule)
             continue
         if left.direction != "forward" or right.direction != "forward":
-            found.issue(UNRESOLVED, "a backward tensor: rca-lsp compares forward calls; line left out", rule)
+            found.issue(
+                UNKNOWN_TRAIN,
+                "unknown train key: a backward tensor; rca-lsp compares forward calls, line left out",
+                rule,
+            )
             continue
         earlier = found.pairs.get(left.module_key)
         if earlier is None:
             found.pairs[left.module_key] = (right.module_key, rule)
         elif earlier[0] != right.module_key:
             found.issue(
-                CONFLICT,
+                DUPLICATE,
                 f"another tensor of {left.module_key} is mapped to {earlier[0]}; rca-lsp pairs whole modules and "
                 f"uses that first pair, not {right.module_key}",
                 rule,
@@ -274,10 +284,11 @@ def _resolve_cells(rules: dict[str, Rule], train: Dump, rollout: Dump, found: _F
             found.pairs[train_key] = (rollout_key, rule)
     for left, rule in rules.items():
         if left not in applied:
-            found.issue(UNRESOLVED, f"matches no module of the train dump {train.path}", rule)
+            found.issue(UNKNOWN_TRAIN, f"unknown train key: matches no module of the train dump {train.path}", rule)
         elif left in missing:
             cell, name = missing[left][0]
             more = f" (and {len(missing[left]) - 1} more)" if len(missing[left]) > 1 else ""
-            found.issue(
-                UNRESOLVED, f"renames {cell} to {name}, which the rollout dump {rollout.path} lacks{more}", rule
+            message = (
+                f"unknown rollout key: renames {cell} to {name}, which the rollout dump {rollout.path} lacks{more}"
             )
+            found.issue(UNKNOWN_ROLLOUT, message, rule)

@@ -19,7 +19,7 @@ from rca_lsp.core.mapping import ParsedMapping, parse_mapping
 from rca_lsp.core.records import Comparator
 from rca_lsp.core.tolerance import Tolerances
 
-BLOCKING_CODES = ("json-syntax", "yaml-syntax", "invalid-value")  # mapping problems a command cannot go on with
+BLOCKING_CODES = ("json-syntax", "invalid-value")  # mapping problems a command cannot go on with
 
 
 def raise_if_unusable(parsed: ParsedMapping) -> None:
