@@ -583,6 +583,10 @@ async def test_a_pair_whose_mapping_key_is_an_msprobe_cell_mapping_analyses_and_
         types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=missing.range.start)
     )
     assert hover is not None and "linear_fc2" in str(hover.contents)
+    definition = await client.text_document_definition_async(
+        types.DefinitionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=missing.range.start)
+    )
+    assert definition is not None and "missing_activation/train" in str(definition)
     actions = await client.text_document_code_action_async(
         types.CodeActionParams(
             text_document=types.TextDocumentIdentifier(uri=uri),
