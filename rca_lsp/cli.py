@@ -132,8 +132,10 @@ def run_analyze(args: argparse.Namespace) -> int:
     )
     raise_if_unusable(analysis.mapping)
     for issue in analysis.issues[:10]:
+        key = f" (key {issue.key!r})" if issue.key else ""
         print(
-            f"warning: {mapping}:{analysis.mapping.line_of(issue.span)}: {issue.code}: {issue.message}", file=sys.stderr
+            f"warning: {mapping}:{analysis.mapping.line_of(issue.span)}: {issue.code}: {issue.message}{key}",
+            file=sys.stderr,
         )
     if len(analysis.issues) > 10:
         print(f"warning: ... {len(analysis.issues) - 10} more mapping problems (see output_5)", file=sys.stderr)

@@ -40,7 +40,6 @@ def run(args: argparse.Namespace) -> int:
     train_options, rollout_options = side_options(args)
     train, rollout = cache.get(train_options.resolve(args.train)), cache.get(rollout_options.resolve(args.rollout))
     mapping = parsed.for_dumps(train, rollout)
-    raise_if_unusable(mapping)
     exported = export_mapping(args.format, list(mapping.effective().values()), train, rollout)
     try:
         remove_stale_temporaries(output.parent)

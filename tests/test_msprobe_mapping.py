@@ -311,3 +311,32 @@ def test_a_duplicate_name_warns_and_the_last_is_used_as_yaml_reads_it(tmp_path: 
     analysis = analysis_of("healthy_fp32", write(tmp_path / "cell_mapping.yaml", text))
     assert lines_of(analysis, "duplicate-key") == [3]
     assert analysis.mapping.as_dict()[first[0]] == second[1]
+
+
+def test_lines_that_resolve_to_nothing_are_warnings_with_file_line_and_key(tmp_path: Path, capsys) -> None:
+    lines = cell_lines(one_to_one("missing_activation")).splitlines()
+    lines.insert(2, "fc2.Dense: fc2.Linear")
+    path = write(tmp_path / "cell_mapping.yaml", "\n".join(lines) + "\n")
+    variant = FIXTURES / "missing_activation"
+    code = main(["analyze", "--train", str(variant / "train"), "--rollout", str(variant / "rollout"), "--mapping-key", str(path), "--out-dir", str(tmp_path / "o")])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0 and "missing an activation" in captured.out
+    assert captured.err.splitlines() == [
+        f"warning: {path}:3: unknown-train-key: unknown train key: matches no module of the train dump "
+        f"{variant / 'train' / 'step0' / 'rank0' / 'dump.json'} (key 'fc2.Dense')"
+    ]
+
+
+def test_suggest_mapping_keeps_the_entries_of_an_msprobe_mapping(tmp_path: Path, capsys) -> None:
+    """--existing takes a cell mapping: its pairs are kept (here, linear_fc2 paired with up_proj, which no matcher
+    would propose), the rest is proposed; suggest-mapping writes JSON, so a .yaml -o is refused."""
+    variant = FIXTURES / "missing_activation"
+    train = "Module.module.module.decoder.layers.0.mlp.linear_fc2.RowParallelLinear.forward.0"
+    path = write(tmp_path / "cell_mapping.yaml", f"{cell_name(train)}: model.layers.0.mlp.up_proj.Linear\n")
+    args = ["suggest-mapping", "--train", str(variant / "train"), "--rollout", str(variant / "rollout")]
+    assert main([*args, "--existing", str(path), "-o", str(tmp_path / "m.json")]) == 0
+    suggested = json.loads((tmp_path / "m.json").read_text())
+    assert suggested[train] == "Module.model.layers.0.mlp.up_proj.Linear.forward.0" and len(suggested) > 10
+    capsys.readouterr()
+    assert main([*args, "-o", str(tmp_path / "m.yaml")]) == 2
+    assert "export-mapping" in capsys.readouterr().err

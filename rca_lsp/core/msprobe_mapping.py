@@ -114,6 +114,8 @@ def _syntax_issue(error: yaml.YAMLError, text: str, lines: LineIndex) -> Mapping
 
 
 def _what(node: yaml.Node) -> str:
+    if isinstance(node, yaml.ScalarNode) and node.tag == _STR:
+        return "an empty name"
     if isinstance(node, yaml.SequenceNode):
         return "a list (msprobe maps one name to one name; a 1:N group needs a mapping-key JSON)"
     if isinstance(node, yaml.MappingNode):

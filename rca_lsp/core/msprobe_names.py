@@ -15,12 +15,11 @@ import re
 from typing import Any, Iterator, Mapping, NamedTuple
 
 from rca_lsp.core.dump import ModuleEntry, TensorStats
-from rca_lsp.core.keys import MODULE_PREFIXES, parse_module_key
+from rca_lsp.core.keys import parse_module_key
 
 # a module's tensor: <Module|Cell>.<path>.<Class>.<forward|backward>.<n>.<input|output|parameters|kwargs>[.<rest>]
 _MODULE_TENSOR_RE = re.compile(
-    r"^(?P<module>(?:Module|Cell)\..+?\.(?P<direction>forward|backward)\.\d+)"
-    r"\.(?P<state>input|output|parameters|kwargs)(?:\.(?P<rest>.+))?$"
+    r"^(?P<module>(?:Module|Cell)\..+?\.(?P<direction>forward|backward)\.\d+)\.(?:input|output|parameters|kwargs)(?:\.|$)"
 )
 # any msprobe tensor name, module or API (`Functional.conv2d.0.forward.input.0`), or a parameter gradient
 _ANY_TENSOR_RE = re.compile(r"\.(?:forward|backward)(?:\.\d+)?\.(?:input|output|parameters|kwargs)(?:\.|$)")
@@ -31,17 +30,13 @@ _SLOT_STATES = {"input_args": "input", "input_kwargs": "input", "output": "outpu
 class TensorName(NamedTuple):
     module_key: str  # `Module.<path>.<Class>.forward.<n>`
     direction: str  # forward | backward
-    state: str  # input | output | parameters (msprobe writes keyword arguments under input too)
-    rest: str | None  # `0`, `hidden_states`, `weight`, `0.1`, ...
 
 
 def parse_tensor_name(name: str) -> TensorName | None:
-    """A module tensor's name split into its module key and the part below it; None for other names."""
+    """The module a module tensor's name is below (the part below it: `input.0`, `parameters.weight`, ...);
+    None for other names."""
     found = _MODULE_TENSOR_RE.match(name)
-    if found is None:
-        return None
-    state = found["state"]
-    return TensorName(found["module"], found["direction"], "input" if state == "kwargs" else state, found["rest"])
+    return None if found is None else TensorName(found["module"], found["direction"])
 
 
 def is_tensor_name(name: str) -> bool:
@@ -53,14 +48,6 @@ def cell_name(key: str) -> str | None:
     """`Module.<path>.<Class>.forward.<n>` -> `<path>.<Class>`."""
     parsed = parse_module_key(key)
     return None if parsed is None else f"{parsed.path}.{parsed.class_name}"
-
-
-def module_key(prefix: str, cell: str, call: int | str) -> str:
-    return f"{prefix}.{cell}.forward.{call}"
-
-
-def key_prefix(key: str) -> str:
-    return next(p for p in MODULE_PREFIXES if key.startswith(p))[:-1]
 
 
 class CellRename(NamedTuple):

@@ -69,9 +69,7 @@ def read_existing(path: str, train: Dump, rollout: Dump) -> dict[str, MappingVal
     """The entries of a mapping-key file (msprobe's YAML mappings resolved against the dumps)."""
     parsed = read_mapping_file(path)
     raise_if_unusable(parsed)
-    resolved = parsed.for_dumps(train, rollout)
-    raise_if_unusable(resolved)
-    return resolved.as_dict()
+    return parsed.for_dumps(train, rollout).as_dict()
 
 
 def write_mapping(path: Path, mapping: dict[str, MappingValue]) -> None:
