@@ -178,6 +178,8 @@ def export_cells(entries: Sequence[MappingEntry], train: Dump, rollout: Dump) ->
             continue
         keys = [e.train_key for e in by_cell[left]]
         exported.comments.append(f"{reason}: {_many(keys)} -> {_many(sorted(rights))}")
+    rollout_keys = [k for keys in intended.values() for k in _concrete(keys, rollout)]
+    exported.local_names = _renamed(train, intended) or _renamed(rollout, rollout_keys)
     exported.read_back = _read_back(exported, train, rollout, intended)
     return exported
 
