@@ -236,6 +236,8 @@ class RcaServer(LanguageServer):
             laps.lap("analysis")
         except InputError as error:
             doc.problems.append(f"{error} — showing the last good analysis" if doc.last_good else str(error))
+            if doc.last_good is not None:  # drawn on this text (msprobe's YAML mappings: resolved against its dumps)
+                doc.parsed = parsed.for_dumps(doc.last_good.train, doc.last_good.rollout)
             self.notify_status("error", doc.uri, str(error))
         else:
             if generation != doc.generation:

@@ -600,3 +600,12 @@ async def test_a_pair_whose_mapping_key_is_an_msprobe_cell_mapping_analyses_and_
     )
     report = json.loads((Path(result["outDir"]) / "output_5_root_cause_report.json").read_text())
     assert report["mapping_key_path"] == str(path) and "missing an activation" in report["top_hypothesis"]
+    dump = root / "missing_activation" / "train" / "step0" / "rank0" / "dump.json"
+    dump.write_bytes(dump.read_bytes()[:1000])  # being rewritten: the last good findings stay on their line
+    client.workspace_did_change_watched_files(
+        types.DidChangeWatchedFilesParams(
+            changes=[types.FileEvent(uri=dump.as_uri(), type=types.FileChangeType.Changed)]
+        )
+    )
+    during = await wait_for(client, uri, lambda ds: any(d.code == "dump-problem" for d in ds))
+    assert [d.range.start.line for d in during if d.code == "missing-op"] == [missing.range.start.line]
