@@ -11,6 +11,7 @@ from typing import Sequence
 
 from rca_lsp.core.dumpsource import DumpSource, parse_layout, resolve_dump_source
 from rca_lsp.core.errors import InputError
+from rca_lsp.core.mapping import MSPROBE_SUFFIXES
 from rca_lsp.server.settings import PairSetting
 
 CONFIG_NAME = "rca-lsp.toml"
@@ -18,7 +19,7 @@ CONFIG_NAME = "rca-lsp.toml"
 MAPPING_GLOBS = (
     "*mapping_key*.json",
     "output_0_key_mapping.json",
-    *(f"{name}*.{ext}" for name in ("data_mapping", "cell_mapping") for ext in ("yaml", "yml")),
+    *(f"{name}*{suffix}" for name in ("data_mapping", "cell_mapping") for suffix in MSPROBE_SUFFIXES),
 )
 CONFIG_SKELETON = """# rca-lsp: which dumps belong to which mapping-key file (paths relative to this file).
 [[pair]]
