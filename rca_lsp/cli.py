@@ -16,6 +16,7 @@ from rca_lsp.core.msprobe_columns import COLUMN_STYLES
 from rca_lsp.core.outputs import write_outputs
 from rca_lsp.core.report_md import NOTHING_COMPARED
 from rca_lsp.core.run import analyze_paths, raise_if_unusable
+from rca_lsp.core.stepjoin import steps_joined
 from rca_lsp.core.tolerance import Tolerances, checked_tolerance
 from rca_lsp.source_args import add_source_arguments, side_options
 from rca_lsp.suggest import cli as suggest_cli
@@ -95,6 +96,8 @@ def _summary(analysis: Analysis, out_dir: Path) -> str:
             f"- confidence: the first divergence is {first['confidence']['above_noise']:.3g}x the noise floor"
             + (f"; {len(alternatives)} other credible origin(s)" if alternatives else "; no other credible origin")
         )
+    for side, joined in report["joined_steps"].items():
+        lines.append(f"- {side}: {steps_joined(joined['steps'])}")
     for side, summary in report["parallel"].items():
         lines.append(f"- {side}: merged {len(summary['ranks'])} ranks ({summary['layout']})")
         lines += [f"  - {note}" for note in summary["notes"][:5]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rca_lsp.core.dumpsource import parse_layout
+from rca_lsp.core.dumpsource import parse_layout, parse_step
 from rca_lsp.core.run import SideOptions
 
 
@@ -19,10 +19,11 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--rollout-step",
-        type=int,
         default=None,
-        metavar="N",
-        help="the rollout's step (default: --step, when the rollout holds several)",
+        metavar="N|all|A-B",
+        help="the rollout's step (default: --step, when the rollout holds several); `all` or a span such as `0-4` "
+        "joins the steps as successive calls (a decoding engine dumped one step per engine step, as msprobe's vLLM "
+        "integration does)",
     )
     parser.add_argument(
         "--parallel",
@@ -37,5 +38,9 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
 
 def side_options(args: argparse.Namespace) -> tuple[SideOptions, SideOptions]:
     train = SideOptions(args.step, parse_layout(args.parallel, "--parallel"))
-    rollout = SideOptions(args.rollout_step, parse_layout(args.rollout_parallel, "--rollout-parallel"), args.step)
+    rollout = SideOptions(
+        parse_step(args.rollout_step, "--rollout-step"),
+        parse_layout(args.rollout_parallel, "--rollout-parallel"),
+        args.step,
+    )
     return train, rollout

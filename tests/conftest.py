@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import json
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
 
+from rca_lsp.core.dumpsource import parse_step
+from rca_lsp.core.run import SideOptions
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def rollout_options(variant: str) -> SideOptions:
+    """How a fixture's rollout is read: the `rollout_step` of its rca-lsp.toml (the file the server pairs by), e.g.
+    "all" for a rollout dumped one msprobe step per engine step; else the defaults."""
+    config = FIXTURES / variant / "rca-lsp.toml"
+    if not config.is_file():
+        return SideOptions()
+    (pair,) = tomllib.loads(config.read_text())["pair"]
+    return SideOptions(parse_step(pair.get("rollout_step")))
 
 
 def variants() -> list[str]:

@@ -12,8 +12,7 @@ from typing import Iterator
 import pytest
 from conftest import FIXTURES
 
-from rca_lsp.core import atomicfile
-from rca_lsp.core.atomicfile import create_temporary, is_stale_temporary, write_atomically
+from rca_lsp.core.atomicfile import create_temporary, host_label, is_stale_temporary, write_atomically
 from rca_lsp.core.outputs import write_outputs
 from rca_lsp.core.run import analyze_paths
 
@@ -95,13 +94,13 @@ def test_temporary_names_say_whose_they_are(tmp_path: Path) -> None:
     assert not is_stale_temporary(temporary.name)  # its writer (this process) is running
     dead = temporary.name.replace(f".{os.getpid()}.", f".{finished_pid()}.")
     assert is_stale_temporary(dead)
-    assert not is_stale_temporary(dead.replace(atomicfile._host(), "another-host"))
+    assert not is_stale_temporary(dead.replace(host_label(), "another-host"))
 
 
 def test_a_later_run_removes_the_temporaries_of_a_killed_one_and_nothing_else(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    host, dead, alive = atomicfile._host(), finished_pid(), os.getpid()
+    host, dead, alive = host_label(), finished_pid(), os.getpid()
     stale = [
         f".rca-tmp.{host}.{dead}.output_3_value_compare.json.0123abcd.tmp",
         f".rca-tmp.{host}.{dead}.output_1_key_mapping.csv.deadbeef.tmp",
@@ -124,7 +123,7 @@ def test_a_later_run_removes_the_temporaries_of_a_killed_one_and_nothing_else(tm
 
 
 def test_suggest_mapping_removes_its_own_stale_temporaries(tmp_path: Path) -> None:
-    stale = tmp_path / f".rca-tmp.{atomicfile._host()}.{finished_pid()}.mapping.json.0123abcd.tmp"
+    stale = tmp_path / f".rca-tmp.{host_label()}.{finished_pid()}.mapping.json.0123abcd.tmp"
     stale.write_bytes(b"{")
     (tmp_path / ".mapping.json.abcdefgh.tmp").write_bytes(b"{")  # not recognisably ours: kept
     result = rca(

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from conftest import FIXTURES, expected, variants
+from conftest import FIXTURES, expected, rollout_options, variants
 
 from rca_lsp.core.run import analyze_paths
 
 
 def analyse(variant: str):
     folder = FIXTURES / variant
-    return analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
+    return analyze_paths(
+        folder / "train", folder / "rollout", folder / "mapping_key.json", rollout_options=rollout_options(variant)
+    )
 
 
 def test_fixture_set_covers_every_kind_of_cause() -> None:
@@ -48,7 +50,12 @@ def test_variant_is_diagnosed(variant: str) -> None:
 def test_explicit_call_lists_mean_the_same_as_forward_star(variant: str) -> None:
     folder = FIXTURES / variant
     compact = analyse(variant)
-    explicit = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key_explicit.json")
+    explicit = analyze_paths(
+        folder / "train",
+        folder / "rollout",
+        folder / "mapping_key_explicit.json",
+        rollout_options=rollout_options(variant),
+    )
     assert "forward.*" in (folder / "mapping_key.json").read_text()
     assert explicit.issues == [] and len(explicit.records) == len(compact.records) > 0
     assert [(s.train_key, s.classification, s.credible_origin) for s in explicit.suspects] == [

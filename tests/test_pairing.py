@@ -106,3 +106,28 @@ def test_msprobe_mapping_files_are_mapping_files_paired_as_any_other(tmp_path: P
     )
     pair = find_pair(root / "exp" / "ours.yml", (), [root])
     assert isinstance(pair, Pair) and pair.source.endswith("rca-lsp.toml") and len(pair.train.files) == 2
+
+
+def test_rollout_step_from_settings_and_config_joins_the_steps(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    shutil.copytree(FIXTURES / "decode_steps_healthy", root / "exp")
+    (root / "exp" / "rca-lsp.toml").unlink()
+    mapping = root / "exp" / "mapping_key.json"
+    unpaired = find_pair(mapping, (), [root])  # by convention: five steps and no choice
+    assert isinstance(unpaired, Unpaired) and "--rollout-step all" in (unpaired.problem or "")
+    settings, problems = Settings.from_client(
+        {"pairs": [{"mappingKey": str(mapping), "train": "t", "rollout": "r", "rolloutStep": "1-3"}]}
+    )
+    assert problems == [] and settings.pairs[0].rollout_step == "1-3"
+    setting = PairSetting(str(mapping), str(root / "exp/train"), str(root / "exp/rollout"), rollout_step="1-3")
+    pair = find_pair(mapping, (setting,), [root])
+    assert isinstance(pair, Pair) and pair.rollout.joined_steps == (1, 2, 3)
+    _, problems = Settings.from_client(
+        {"pairs": [{"mappingKey": "m", "train": "t", "rollout": "r", "rolloutStep": -1}]}
+    )
+    assert problems == ['rcaLsp.pairs[0].rolloutStep must be a step number, "all" or a span "0-4"']
+    (root / "exp" / "rca-lsp.toml").write_text(
+        '[[pair]]\nmapping_key = "mapping_key.json"\ntrain = "train"\nrollout = "rollout"\nrollout_step = "9-"\n'
+    )
+    bad = find_pair(mapping, (), [root])
+    assert isinstance(bad, Unpaired) and "no step in 9- here" in (bad.problem or "")

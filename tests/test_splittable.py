@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, variants
+from conftest import FIXTURES, rollout_options, variants
 
 from rca_lsp.core import outputs
 from rca_lsp.core.run import analyze_paths
@@ -52,7 +52,9 @@ def test_failing_parent_work_leaves_no_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize("variant", variants())
 def test_target_count_matches_the_targets(variant: str) -> None:
     folder = FIXTURES / variant
-    analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
+    analysis = analyze_paths(
+        folder / "train", folder / "rollout", folder / "mapping_key.json", rollout_options=rollout_options(variant)
+    )
     for record in analysis.records:
         assert record.comparison.target_count() == len(record.comparison.target_specs())
 
@@ -77,3 +79,28 @@ def test_a_full_disk_in_the_writing_child_is_one_error_in_the_parent(tmp_path: P
     assert raised.value.errno == errno.ENOSPC and "No space left on device" in str(raised.value)
     assert "Traceback" not in capfd.readouterr().err
     assert list(out.iterdir()) == []
+
+
+def test_a_ctrl_c_while_the_writer_child_is_forked_stops_the_run(tmp_path: Path) -> None:
+    """Issue 14, item 5: a SIGINT arriving while the child is being forked used to be raised inside fork's
+    after-in-parent callbacks, where Python ignores exceptions ("Exception ignored ... KeyboardInterrupt"): the run
+    went on and exited 0. The signal is now held back during the fork and interrupts the parent right after it.
+    Made deterministic by sending the SIGINT from such a callback, the one point the real race lands on."""
+    import multiprocessing
+    import os
+    import signal
+
+    armed = [True]
+
+    def interrupt_once() -> None:
+        if armed and os.getpid() == parent:
+            armed.clear()
+            os.kill(parent, signal.SIGINT)
+
+    parent = os.getpid()
+    os.register_at_fork(after_in_parent=interrupt_once)  # cannot be unregistered: disarmed after one use
+    with pytest.raises(KeyboardInterrupt):
+        _split_write(tmp_path / "out", lambda: threading.Event().wait(5))
+    assert not armed
+    assert list((tmp_path / "out").iterdir()) == []  # no table, no temporary
+    assert multiprocessing.active_children() == []  # the child was killed and reaped

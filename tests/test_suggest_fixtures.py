@@ -6,6 +6,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import rollout_options
 
 from rca_lsp.core.dump import DumpCache
 from rca_lsp.suggest import suggest_mapping
@@ -24,7 +25,9 @@ MAX_EXTRA_SHARE = 0.10
 def test_suggestions_agree_with_the_hand_written_mapping(variant: str) -> None:
     folder = FIXTURES / variant
     reference = orjson.loads((folder / "mapping_key.json").read_bytes())
-    result = suggest_mapping(CACHE.get(folder / "train"), CACHE.get(folder / "rollout"))
+    result = suggest_mapping(
+        CACHE.get(folder / "train"), CACHE.get(rollout_options(variant).resolve(folder / "rollout"))
+    )
     agreement = compare_mappings(result.mapping, reference)
     details = f"{variant}: {agreement.summary()}; wrong {agreement.wrong}; missed {agreement.missed}"
     assert agreement.recall >= MIN_RECALL, details
@@ -35,7 +38,7 @@ def test_suggestions_agree_with_the_hand_written_mapping(variant: str) -> None:
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_existing_entries_leave_the_rest_unchanged(variant: str) -> None:
     folder = FIXTURES / variant
-    train, rollout = CACHE.get(folder / "train"), CACHE.get(folder / "rollout")
+    train, rollout = CACHE.get(folder / "train"), CACHE.get(rollout_options(variant).resolve(folder / "rollout"))
     full = suggest_mapping(train, rollout)
     half = dict(list(full.mapping.items())[::2])
     resumed = suggest_mapping(train, rollout, existing=half)
@@ -50,7 +53,11 @@ def test_the_suggested_mapping_of_a_clean_pair_analyses_clean(variant: str, tmp_
     from rca_lsp.suggest.cli import write_mapping
 
     folder = FIXTURES / variant
-    result = suggest_mapping(CACHE.get(folder / "train"), CACHE.get(folder / "rollout"))
+    result = suggest_mapping(
+        CACHE.get(folder / "train"), CACHE.get(rollout_options(variant).resolve(folder / "rollout"))
+    )
     write_mapping(tmp_path / "mapping_key.json", result.mapping)
-    analysis = analyze_paths(folder / "train", folder / "rollout", tmp_path / "mapping_key.json")
+    analysis = analyze_paths(
+        folder / "train", folder / "rollout", tmp_path / "mapping_key.json", rollout_options=rollout_options(variant)
+    )
     assert analysis.issues == [] and analysis.suspects == [] and len(analysis.records) >= len(result.mapping) // 2

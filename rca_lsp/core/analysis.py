@@ -8,7 +8,7 @@ are examined again, so a one-line edit of a 10^5-entry mapping costs little more
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from operator import attrgetter
 from typing import Any
@@ -244,24 +244,8 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
     flagged = _flagged_after_edit(mapping, previous)
     issues = _issues(mapping, flagged, comparator)
     usable, changed = _usable_after_edit(mapping, previous)
-    if not changed:
-        return Analysis(
-            comparator,
-            mapping,
-            flagged,
-            issues,
-            usable,
-            previous.owners,
-            previous.records,
-            previous.by_train_key,
-            previous.matched_train,
-            previous.matched_rollout,
-            previous.calls,
-            previous.unmapped_by_call,
-            previous.suspects,
-            previous.calibration,
-            previous.judge,
-        )
+    if not changed:  # no entry pairs other keys than before: the same comparisons
+        return replace(previous, mapping=mapping, flagged=flagged, issues=issues, usable=usable)
     owners = updated_owners(previous.owners, previous.usable, usable, changed)
     dirty, groups = regroup(changed, usable, owners, previous.by_train_key, train, rollout)
     old = {id(r): r for k in dirty if (r := previous.by_train_key.get(k)) is not None}
@@ -304,22 +288,21 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
     calibration, judge = _calibrated(comparator, records)
     if judge is not previous.judge:  # the edit moved the noise floor: every verdict may change
         return _analyze(mapping, comparator)
-    return Analysis(
-        comparator,
-        mapping,
-        flagged,
-        issues,
-        usable,
-        owners,
-        records,
-        by_train_key,
-        matched_train,
-        matched_rollout,
-        calls,
-        unmapped,
-        ranked_suspects(calls.values()),
-        calibration,
-        judge,
+    return replace(
+        previous,
+        mapping=mapping,
+        flagged=flagged,
+        issues=issues,
+        usable=usable,
+        owners=owners,
+        records=records,
+        by_train_key=by_train_key,
+        matched_train=matched_train,
+        matched_rollout=matched_rollout,
+        calls=calls,
+        unmapped_by_call=unmapped,
+        suspects=ranked_suspects(calls.values()),
+        calibration=calibration,
     )
 
 

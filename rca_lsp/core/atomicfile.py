@@ -21,14 +21,15 @@ _TEMPORARY_RE = re.compile(r"\.rca-tmp\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>\d+)\..
 _MKSTEMP_SUFFIX_RE = re.compile(r"[a-z0-9_]{8}\Z")
 
 
-def _host() -> str:
+def host_label() -> str:
+    """This machine in the names of our temporary files (a killed run's are removed only by a run on the same host)."""
     return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
 
 
 def create_temporary(path: Path) -> tuple[int, Path]:
     """A new temporary file beside `path`, open for writing: its descriptor and name. Created with mode 0o666 so
     the umask applies as for `open(path, "w")` (tempfile.mkstemp makes every file 0o600)."""
-    stem = f"{_PREFIX}{_host()}.{os.getpid()}.{path.name}"
+    stem = f"{_PREFIX}{host_label()}.{os.getpid()}.{path.name}"
     while True:
         temporary = path.with_name(f"{stem}.{secrets.token_hex(4)}.tmp")
         try:
@@ -76,7 +77,7 @@ def is_stale_temporary(name: str, legacy_targets: Iterable[str] = ()) -> bool:
     process no longer running, or one of the earlier mkstemp naming for one of `legacy_targets`."""
     match = _TEMPORARY_RE.match(name)
     if match is not None:
-        return match["host"] == _host() and not _is_running(int(match["pid"]))
+        return match["host"] == host_label() and not _is_running(int(match["pid"]))
     return any(
         name.startswith(f".{target}.")
         and len(name) == len(target) + 10

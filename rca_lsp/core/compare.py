@@ -115,6 +115,16 @@ def sum_of(a: TensorStats | None, b: TensorStats | None) -> TensorStats | None:
     return TensorStats(a.dtype if a.dtype == b.dtype else None, a.shape, None, None, a.mean + b.mean, None)
 
 
+def statistic_pairs(train: TensorStats, rollout: TensorStats) -> tuple[tuple[str, float | None, float | None], ...]:
+    """(statistic name, train value, rollout value) for Max, Min, Mean and Norm, in the seed's order."""
+    return (
+        ("Max", train.max, rollout.max),
+        ("Min", train.min, rollout.min),
+        ("Mean", train.mean, rollout.mean),
+        ("Norm", train.norm, rollout.norm),
+    )
+
+
 def relative_error(train: TensorStats | None, rollout: TensorStats | None) -> float | None:
     """The largest relative error of a statistic between the two sides, judged as quick_verdict judges them (Mean,
     Max and Min against the tensor's scale); None when nothing is comparable, inf when only one side is finite."""
@@ -130,12 +140,7 @@ def relative_error(train: TensorStats | None, rollout: TensorStats | None) -> fl
         return None if t_max is None and t_min is None and t_mean is None and t_norm is None else 0.0  # the common case
     scale = _comparison_scale(train, rollout, dtype_match)
     worst: float | None = None
-    for name, t, r in (
-        ("Max", train.max, rollout.max),
-        ("Min", train.min, rollout.min),
-        ("Mean", train.mean, rollout.mean),
-        ("Norm", train.norm, rollout.norm),
-    ):
+    for name, t, r in statistic_pairs(train, rollout):
         if t is None or r is None:
             continue
         if not (isfinite(t) and isfinite(r)):
@@ -212,12 +217,7 @@ def quick_verdict(
     scale = -1.0  # computed once a statistic differs: identical statistics need neither scale nor tolerance
     compared = bad = beyond_mean = False
     flags = 0
-    for name, t, r in (
-        ("Max", train.max, rollout.max),
-        ("Min", train.min, rollout.min),
-        ("Mean", train.mean, rollout.mean),
-        ("Norm", train.norm, rollout.norm),
-    ):
+    for name, t, r in statistic_pairs(train, rollout):
         if t is None or r is None:
             continue
         compared = True
@@ -309,13 +309,13 @@ def assess(target: str, train: TensorStats | None, rollout: TensorStats | None, 
 def _stat_comparisons(
     train: TensorStats | None, rollout: TensorStats | None, errors: tuple[Any, ...]
 ) -> tuple[StatComparison, ...]:
-    if not errors:
+    if not errors or train is None or rollout is None:  # errors are measured only when both sides have stats
         return ()
     return (
-        _new(StatComparison, ("Max", train.max, rollout.max, errors[0], errors[1])),  # type: ignore[union-attr]
-        _new(StatComparison, ("Min", train.min, rollout.min, errors[2], errors[3])),  # type: ignore[union-attr]
-        _new(StatComparison, ("Mean", train.mean, rollout.mean, errors[4], errors[5])),  # type: ignore[union-attr]
-        _new(StatComparison, ("Norm", train.norm, rollout.norm, errors[6], errors[7])),  # type: ignore[union-attr]
+        _new(StatComparison, ("Max", train.max, rollout.max, errors[0], errors[1])),
+        _new(StatComparison, ("Min", train.min, rollout.min, errors[2], errors[3])),
+        _new(StatComparison, ("Mean", train.mean, rollout.mean, errors[4], errors[5])),
+        _new(StatComparison, ("Norm", train.norm, rollout.norm, errors[6], errors[7])),
     )
 
 

@@ -171,6 +171,14 @@ class ParallelInfo(msgspec.Struct, gc=False):
     dropped: dict[str, str]  # keys left out of the logical dump -> why (e.g. a rank lacks them)
 
 
+class JoinedSteps(msgspec.Struct, gc=False):
+    """How a logical dump was joined from several steps of one dump directory, as successive calls (stepjoin)."""
+
+    steps: tuple[int, ...]
+    files: tuple[str, ...]  # one per step, in step order
+    origins: dict[str, tuple[int, str]]  # logical key -> (index into files, key in that file)
+
+
 @dataclass
 class Dump:
     path: str
@@ -182,6 +190,7 @@ class Dump:
     skipped_keys: int  # API-level, backward and parameters_grad keys
     parallel: ParallelInfo | None = None  # set when merged from several ranks
     null_keys: frozenset[str] = frozenset()  # forward keys whose entry is null: no data, so not in `entries`
+    joined_steps: JoinedSteps | None = None  # set when joined from several steps
     _line_cache: dict[str, tuple[str, int] | None] = field(default_factory=dict, repr=False)
     # entries read back from the rank files on demand (rankview), by logical key: a hover asks again and again
     rank_entry_cache: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -246,10 +255,16 @@ class Dump:
 
     @property
     def files(self) -> tuple[str, ...]:
+        if self.joined_steps is not None:
+            return self.joined_steps.files
         return self.parallel.files if self.parallel is not None else (self.path,)
 
     def file_key(self, key: str) -> tuple[str, str]:
-        """The file that holds a logical key and its name there (renamed for pipeline stages and experts)."""
+        """The file that holds a logical key and its name there (renamed for pipeline stages, experts and calls of
+        joined steps)."""
+        if self.joined_steps is not None:
+            index, original = self.joined_steps.origins.get(key, (0, key))
+            return self.joined_steps.files[index], original
         if self.parallel is None:
             return self.path, key
         index, original = self.parallel.origins.get(key, (0, key))
@@ -537,7 +552,11 @@ def _identity(source: "DumpSource") -> tuple[object, ...]:
 
 
 def load_source(source: "DumpSource") -> Dump:
-    """The logical dump of a source: its one file, or its ranks merged."""
+    """The logical dump of a source: its one file, its ranks merged, or its steps joined."""
+    if source.joined_steps:
+        from rca_lsp.core.stepjoin import join_steps  # the join imports this module
+
+        return join_steps([load_dump_file(path) for path in source.files], source)
     if len(source.files) == 1:
         return load_dump_file(source.files[0])
     from rca_lsp.core.rankmerge import load_ranks  # the merge imports this module

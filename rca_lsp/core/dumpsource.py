@@ -1,7 +1,9 @@
 """Which files make up one logical dump: a dump.json, or the rank folders of one step of an msprobe dump directory.
 
 msprobe writes `<dump_path>/step<N>/rank<R>/dump.json` per rank (`proc<pid>/` without a rank). A directory with
-several ranks of one step is one logical dump (the ranks are merged, see rankmerge); several steps need a choice.
+several ranks of one step is one logical dump (the ranks are merged, see rankmerge); several steps need a choice:
+one step, or a span of steps joined as successive calls (see stepjoin) when each step is one engine step of a
+decoding rollout (msprobe's vLLM integration dumps every `execute_model` as its own step).
 """
 
 from __future__ import annotations
@@ -35,6 +37,45 @@ class ParallelLayout:
         return ",".join(f"{name}={value}" for name in _LAYOUT_DIMS if (value := getattr(self, name)) is not None)
 
 
+@dataclass(frozen=True)
+class StepSpan:
+    """Steps `first`..`last` (both included; None: from the first, to the last) joined as successive calls."""
+
+    first: int | None = None
+    last: int | None = None
+
+    def __str__(self) -> str:
+        if self.first is None and self.last is None:
+            return "all"
+        return f"{'' if self.first is None else self.first}-{'' if self.last is None else self.last}"
+
+    def holds(self, step: int) -> bool:
+        return (self.first is None or step >= self.first) and (self.last is None or step <= self.last)
+
+
+StepChoice = int | StepSpan | None
+
+
+def parse_step(text: str | int | None, where: str = "--step") -> StepChoice:
+    """`3` -> 3; `all` -> every step; `2-6`, `2-`, `-6` -> a span of steps joined as calls; None or "" -> None."""
+    if text is None or isinstance(text, int):
+        return text
+    cleaned = text.strip().lower()
+    if not cleaned:
+        return None
+    if cleaned.isdigit():
+        return int(cleaned)
+    if cleaned == "all":
+        return StepSpan()
+    first, dash, last = cleaned.partition("-")
+    if dash and (first.strip().isdigit() or not first.strip()) and (last.strip().isdigit() or not last.strip()):
+        span = StepSpan(int(first) if first.strip() else None, int(last) if last.strip() else None)
+        if span.first is not None and span.last is not None and span.first > span.last:
+            raise InputError(where, f"the step span {text!r} ends before it starts")
+        return span
+    raise InputError(where, f"expected a step number, `all`, or a span such as `0-4`; got {text!r}")
+
+
 def parse_layout(text: str | None, where: str = "--parallel") -> ParallelLayout | None:
     """`tp=2,pp=2,ep=1,dp=1` (any subset, any order) -> ParallelLayout; None or "" -> None."""
     if not text or not text.strip():
@@ -62,10 +103,13 @@ class DumpSource:
     ranks: tuple[int, ...]  # one per file; (0,) for a lone dump.json
     step: int | None
     layout: ParallelLayout | None = None
+    joined_steps: tuple[int, ...] = ()  # steps joined as successive calls, one file each (files in step order)
 
     @property
     def label(self) -> str:
-        """The name messages use: the file, or the directory with its step."""
+        """The name messages use: the file, or the directory with its step or steps."""
+        if self.joined_steps:
+            return f"{self.root} steps {self.joined_steps[0]}-{self.joined_steps[-1]} ({len(self.files)} steps joined)"
         if len(self.files) == 1:
             return str(self.files[0])
         step = f" step{self.step}" if self.step is not None else ""
@@ -124,12 +168,13 @@ def _ranks_in(folder: Path, label: str) -> tuple[list[tuple[int, Path]], str | N
 
 def resolve_dump_source(
     path: str | os.PathLike[str],
-    step: int | None = None,
+    step: StepChoice = None,
     layout: ParallelLayout | None = None,
-    step_if_several: int | None = None,
+    step_if_several: StepChoice = None,
 ) -> DumpSource:
     """A dump.json, an msprobe dump directory (`step*/rank*/dump.json`), a step folder or a rank folder.
-    `step` must exist; `step_if_several` chooses only among several steps (`--step` given for the other side)."""
+    `step` must exist (a span: hold at least one step); `step_if_several` chooses only among several steps
+    (`--step` given for the other side)."""
     candidate = Path(path)
     if candidate.is_file():
         return DumpSource(candidate.resolve(), (candidate.resolve(),), (0,), None, layout)
@@ -144,13 +189,22 @@ def resolve_dump_source(
         return DumpSource(root, (root / "dump.json",), (0,), None, layout)
     steps = _steps(root)
     if steps:
-        if step is None and len(steps) > 1 and step_if_several in steps:
+        if step is None and len(steps) > 1 and (step_if_several in steps or isinstance(step_if_several, StepSpan)):
             step = step_if_several
+        if isinstance(step, StepSpan):
+            chosen = [n for n in steps if step.holds(n)]
+            if not chosen:
+                raise InputError(str(root), f"no step in {step} here (steps: {', '.join(f'step{n}' for n in steps)})")
+            if len(chosen) > 1:
+                return _joined_steps(root, {n: steps[n] for n in chosen}, layout)
+            step = chosen[0]
         if step is None:
             if len(steps) > 1:
                 listed = "; ".join(f"step{n} ({_describe_ranks(folder)})" for n, folder in steps.items())
                 raise InputError(
-                    str(root), f"{len(steps)} steps found: {listed}; choose one with --step N (setting `step`)"
+                    str(root),
+                    f"{len(steps)} steps found: {listed}; choose one with --step N (setting `step`), or join "
+                    "a decoding rollout's engine steps as successive calls with --rollout-step all",
                 )
             step = next(iter(steps))
         if step not in steps:
@@ -165,7 +219,25 @@ def resolve_dump_source(
             str(root),
             "no dump.json found (looked for dump.json, step*/rank*/dump.json, step*/proc*/dump.json, rank*/dump.json)",
         )
-    return DumpSource(root, tuple(p for _, p in ranks), tuple(r for r, _ in ranks), step, layout)
+    return DumpSource(
+        root, tuple(p for _, p in ranks), tuple(r for r, _ in ranks), step if isinstance(step, int) else None, layout
+    )
+
+
+def _joined_steps(root: Path, steps: dict[int, Path], layout: ParallelLayout | None) -> DumpSource:
+    files = []
+    for n in steps:
+        ranks, problem = _ranks_in(steps[n], f"{root}/step{n}")
+        if problem:
+            raise InputError(f"{root}/step{n}", f"{problem} (looked for rank*/dump.json, proc*/dump.json)")
+        if len(ranks) > 1:
+            raise InputError(
+                f"{root}/step{n}",
+                f"step{n} holds {len(ranks)} ranks: joining steps of several ranks each is not supported yet; "
+                "choose one step with --step N",
+            )
+        files.append(ranks[0][1])
+    return DumpSource(root, tuple(files), (0,) * len(files), None, layout, tuple(steps))
 
 
 def _describe_ranks(folder: Path) -> str:

@@ -18,7 +18,16 @@ from typing import Any, Sequence
 
 import msgspec
 
-from rca_lsp.core.dump import Dump, ModuleEntry, ParallelInfo, check_unchanged, load_dump_file, load_source, signatures
+from rca_lsp.core.dump import (
+    Dump,
+    JoinedSteps,
+    ModuleEntry,
+    ParallelInfo,
+    check_unchanged,
+    load_dump_file,
+    load_source,
+    signatures,
+)
 from rca_lsp.core.dumpsource import DumpSource
 from rca_lsp.core.gcpause import paused_gc
 
@@ -32,6 +41,7 @@ class _Transfer(msgspec.Struct, array_like=True, gc=False):
     entries: list[ModuleEntry]
     parallel: ParallelInfo | None
     null_keys: list[str]
+    joined_steps: JoinedSteps | None
 
 
 def _plain_mapping(value: Any) -> Any:
@@ -155,6 +165,7 @@ def _pack(dump: Dump) -> bytes:
             list(dump.entries.values()),
             dump.parallel,
             sorted(dump.null_keys),
+            dump.joined_steps,
         )
     )
 
@@ -172,6 +183,7 @@ def _unpack(data: bytes) -> Dump:
         sent.skipped_keys,
         sent.parallel,
         frozenset(sent.null_keys),
+        sent.joined_steps,
     )
 
 

@@ -209,6 +209,11 @@ def root_cause_report(analysis: Analysis) -> dict[str, Any]:
             for side, dump in (("train", analysis.train), ("rollout", analysis.rollout))
             if dump.parallel is not None
         },
+        "joined_steps": {
+            side: {"steps": list(dump.joined_steps.steps), "files": list(dump.joined_steps.files)}
+            for side, dump in (("train", analysis.train), ("rollout", analysis.rollout))
+            if dump.joined_steps is not None
+        },
         "disagreements": disagreement_rows(analysis),
     }
 

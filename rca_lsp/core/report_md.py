@@ -15,6 +15,7 @@ from rca_lsp.core.rootcause import (
     UPSTREAM,
     Suspect,
 )
+from rca_lsp.core.stepjoin import steps_joined
 
 if TYPE_CHECKING:
     from rca_lsp.core.analysis import Analysis
@@ -221,6 +222,8 @@ def _provenance(analysis: "Analysis") -> list[str]:
             f"- Confidence: the first divergence is {first['confidence']['above_noise']:.3g}x the noise floor; "
             f"other credible origins: {', '.join(map(_code, first['confidence']['alternatives'])) or 'none'}"
         )
+    for side, joined in report["joined_steps"].items():
+        lines.append(f"- {side.capitalize()}: {steps_joined(joined['steps'])}")
     for side, summary in report["parallel"].items():
         lines.append(f"- {side.capitalize()}: {len(summary['ranks'])} ranks merged, {summary['layout']}")
         lines += [f"  - {note}" for note in summary["notes"]]

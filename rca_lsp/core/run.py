@@ -10,7 +10,7 @@ from typing import ContextManager
 
 from rca_lsp.core.analysis import Analysis, analyze
 from rca_lsp.core.dump import Dump, DumpCache
-from rca_lsp.core.dumpsource import DumpSource, ParallelLayout, resolve_dump_source
+from rca_lsp.core.dumpsource import DumpSource, ParallelLayout, StepChoice, resolve_dump_source
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.forkload import BackgroundDump, load_files_forked
 from rca_lsp.core.inputfile import read_regular_file
@@ -48,9 +48,9 @@ def read_mapping_file(path: str | os.PathLike[str]) -> ParsedMapping:
 class SideOptions:
     """What selects one side's logical dump in a directory of several steps or ranks."""
 
-    step: int | None = None
+    step: StepChoice = None  # one step, or a span of steps joined as successive calls
     layout: ParallelLayout | None = None
-    step_if_several: int | None = None  # the other side's step, used when this side holds several
+    step_if_several: StepChoice = None  # the other side's step, used when this side holds several
 
     def resolve(self, path: str | os.PathLike[str]) -> DumpSource:
         return resolve_dump_source(path, self.step, self.layout, self.step_if_several)

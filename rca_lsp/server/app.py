@@ -22,23 +22,20 @@ from pygls.uris import to_fs_path
 from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.cancel import Cancelled, ShouldStop
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.inputfile import read_regular_file
 from rca_lsp.core.mapping import MappingEntry, ParsedMapping, parse_mapping
 from rca_lsp.core.outputs import write_outputs
 from rca_lsp.server.actions import ActionContext, code_actions
 from rca_lsp.server.cancellation import CancellingProtocol
 from rca_lsp.server.completion import complete
-from rca_lsp.server.diagnostics import document_diagnostics
 from rca_lsp.server.documents import MappingDocument
 from rca_lsp.server.engine import Engine
 from rca_lsp.server.hover import hover_markdown
 from rca_lsp.server.navigation import definition, document_symbols
-from rca_lsp.server.pairing import CONFIG_NAME, MAPPING_GLOBS, Pair, Unpaired, find_pair, is_mapping_name
+from rca_lsp.server.pairing import CONFIG_NAME, MAPPING_GLOBS, Pair, Unpaired, is_mapping_name
+from rca_lsp.server.pipeline import Pipeline
 from rca_lsp.server.positions import Positions
 from rca_lsp.server.protocol import CommandError, RcaProtocol, ResyncingReader
 from rca_lsp.server.settings import Settings
-from rca_lsp.server.timing import Laps
 from rca_lsp.server.watcher import DumpWatcher
 from rca_lsp.suggest.coverage import render_coverage
 
@@ -66,6 +63,7 @@ class RcaServer(LanguageServer):
         self.background: set[asyncio.Task[None]] = set()
         self.client_watches_files = False  # the client reports workspace file changes (didChangeWatchedFiles)
         self.shut_down = False  # a shutdown request came
+        self.pipeline = Pipeline(self)
 
     def _start_io_async(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
         """pygls' stdio loop, reading through ResyncingReader (pygls' reader never recovers from a wrong
@@ -163,164 +161,7 @@ class RcaServer(LanguageServer):
             for pattern in MAPPING_GLOBS:
                 for path in folder.rglob(pattern):
                     if not SKIP_DIRS.intersection(path.relative_to(folder).parts):
-                        self.schedule(path.resolve().as_uri(), 0.0)
-
-    # --- scheduling ---------------------------------------------------------------------------------------------
-    def schedule(self, uri: str, delay: float) -> None:
-        doc = self.document(uri)
-        if doc is None:
-            return
-        generation = doc.next_generation()
-        doc.pending = self.debounce(doc.pending, delay, lambda: self.run_analysis(doc, generation), uri)
-
-    def schedule_parse(self, uri: str, delay: float) -> None:
-        """Large files are analysed on save only; parse their edits meanwhile so a save only has to analyse."""
-        doc = self.document(uri)
-        if doc is None:
-            return
-        doc.pending_parse = self.debounce(doc.pending_parse, delay, lambda: self.parse_unsaved(doc), uri)
-
-    async def parse_unsaved(self, doc: MappingDocument) -> None:
-        opened = self.workspace.text_documents.get(doc.uri)
-        if opened is None:
-            return
-        text = opened.source
-        parsed = await asyncio.get_running_loop().run_in_executor(
-            self.executor, parse_mapping, str(doc.path), text, doc.latest_parse()
-        )
-        current = self.workspace.text_documents.get(doc.uri)
-        doc.remember(parsed)
-        if current is not None and current.source == text:
-            doc.unsaved_view = parsed
-
-    def schedule_all(self, delay: float = 0.0) -> None:
-        for uri in list(self.documents):
-            self.schedule(uri, delay)
-
-    def _text(self, doc: MappingDocument) -> tuple[str, int | None] | None:
-        opened = self.workspace.text_documents.get(doc.uri)
-        if opened is not None:
-            return opened.source, opened.version
-        try:
-            return read_regular_file(doc.path, "mapping-key file").decode("utf-8-sig"), None
-        except (InputError, UnicodeDecodeError):
-            return None
-
-    async def run_analysis(self, doc: MappingDocument, generation: int) -> None:
-        laps = Laps()
-        current = self._text(doc)
-        if current is None:
-            self.clear(doc)
-            return
-        text, version = current
-        pair = find_pair(doc.path, self.settings.pairs, self.folders())
-        doc.pair = pair
-        loop = asyncio.get_running_loop()
-        parsed = await loop.run_in_executor(self.executor, parse_mapping, str(doc.path), text, doc.latest_parse())
-        laps.lap("parse")
-        if generation != doc.generation:
-            return
-        doc.parsed, doc.problems = parsed, []
-        doc.remember(parsed)
-        if doc.unsaved_view is not None and doc.unsaved_view.text == text:
-            doc.unsaved_view = None
-        if isinstance(pair, Unpaired):
-            if pair.problem:
-                doc.problems.append(pair.problem)
-            self.publish(doc, version)
-            return
-        # dumps the client reports on are left to it; without its watcher the server watches them all
-        self.watcher.watch(pair.files(), self.folders() if self.client_watches_files else [])
-        try:
-            analysis = await self._analyse(pair, parsed, doc.uri, doc.analysis)
-            laps.lap("analysis")
-        except InputError as error:
-            doc.problems.append(f"{error} — showing the last good analysis" if doc.last_good else str(error))
-            if doc.last_good is not None:  # drawn on this text (msprobe's YAML mappings: resolved against its dumps)
-                doc.parsed = parsed.for_dumps(doc.last_good.train, doc.last_good.rollout)
-            self.notify_status("error", doc.uri, str(error))
-        else:
-            if generation != doc.generation:
-                return  # a newer edit or save superseded this run
-            doc.parsed = analysis.mapping  # msprobe's YAML mappings: the parse resolved against the dumps
-            doc.analysis = analysis
-            later_counterparts = False
-            if parsed.syntax_ok:
-                doc.last_good = analysis
-                await loop.run_in_executor(self.executor, self.engine.prefetch_locations, analysis)
-                # Building the matcher takes seconds on large dumps: the first findings do not wait for it.
-                later_counterparts = not self.engine.has_matcher(analysis)
-                if not later_counterparts:
-                    doc.counterparts = await loop.run_in_executor(self.executor, self.engine.counterparts, analysis)
-                laps.lap("counterparts")
-                if generation != doc.generation:
-                    return
-            top = analysis.top_hypothesis
-            self.notify_status(
-                "analysed", doc.uri, top or "no divergence found", top=top, suspects=len(analysis.suspects)
-            )
-            if later_counterparts:
-                self.loop_task(self.publish_counterparts(doc, generation, analysis, version), doc.uri)
-        if generation == doc.generation:
-            self.publish(doc, version)
-            laps.lap("publish")
-            log.info("analysed %s (version %s): %s", doc.path.name, version, laps)
-
-    async def publish_counterparts(
-        self, doc: MappingDocument, generation: int, analysis: Analysis, version: int | None
-    ) -> None:
-        """The unmapped-train-module hints, published once the matcher is built (after the first findings)."""
-        counterparts = await asyncio.get_running_loop().run_in_executor(
-            self.executor, self.engine.counterparts, analysis
-        )
-        if generation == doc.generation and counterparts:
-            doc.counterparts = counterparts
-            self.publish(doc, version)
-
-    async def _analyse(self, pair: Pair, parsed: ParsedMapping, uri: str, previous: Analysis | None) -> Analysis:
-        loop = asyncio.get_running_loop()
-        if not self.engine.needs_loading(pair):
-            return await loop.run_in_executor(
-                self.executor, self.engine.analyse, pair, parsed, self.settings.tolerances, previous
-            )
-        token = str(uuid.uuid4())
-        self.notify_status(
-            "loading", uri, f"loading dumps {pair.train.root.name}, {pair.rollout.root.name} (paired by {pair.source})"
-        )
-        progress = await self._begin_progress(token, f"rca-lsp: loading {pair.train.label} and {pair.rollout.label}")
-        try:
-            await loop.run_in_executor(self.executor, self.engine.load, pair)
-            if progress:
-                self.work_done_progress.report(token, types.WorkDoneProgressReport(message="comparing", percentage=70))
-            return await loop.run_in_executor(
-                self.executor, self.engine.analyse, pair, parsed, self.settings.tolerances
-            )
-        finally:
-            if progress:
-                self.work_done_progress.end(token, types.WorkDoneProgressEnd(message="done"))
-
-    async def _begin_progress(self, token: str, title: str) -> bool:
-        window = self.client_capabilities.window
-        if window is None or not window.work_done_progress:
-            return False
-        try:
-            await self.work_done_progress.create_async(token)
-        except Exception:  # the client refused the token: go on without progress
-            return False
-        self.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title, percentage=0))
-        return True
-
-    # --- publishing ---------------------------------------------------------------------------------------------
-    def publish(self, doc: MappingDocument, version: int | None) -> None:
-        diagnostics = document_diagnostics(
-            doc, self.settings, Positions(doc.parsed, self.workspace.position_codec) if doc.parsed is not None else None
-        )
-        self.text_document_publish_diagnostics(
-            types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=diagnostics, version=version)
-        )
-
-    def clear(self, doc: MappingDocument) -> None:
-        self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=[]))
+                        self.pipeline.schedule(path.resolve().as_uri(), 0.0)
 
     def notify_status(
         self, state: str, uri: str, message: str, top: str | None = None, suspects: int | None = None
@@ -345,9 +186,9 @@ class RcaServer(LanguageServer):
             if isinstance(doc.pair, Pair) and any(
                 f == resolved or f.is_relative_to(resolved) for f in doc.pair.files()
             ):
-                self.schedule(doc.uri, DUMP_DELAY)  # one of its dump files, or a folder holding one
+                self.pipeline.schedule(doc.uri, DUMP_DELAY)  # one of its dump files, or a folder holding one
             elif isinstance(doc.pair, Unpaired) and resolved.is_relative_to(doc.path.parent):
-                self.schedule(doc.uri, DUMP_DELAY)
+                self.pipeline.schedule(doc.uri, DUMP_DELAY)
 
     def analysis_at(self, uri: str) -> tuple[MappingDocument, ParsedMapping, Analysis | None] | None:
         doc = self.documents.get(uri)
@@ -443,12 +284,12 @@ async def on_configuration(ls: RcaServer, params: types.DidChangeConfigurationPa
         ls.settings, _ = Settings.from_client(params.settings)
     else:
         await pull_configuration(ls)
-    ls.schedule_all()
+    ls.pipeline.schedule_all()
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
 def on_open(ls: RcaServer, params: types.DidOpenTextDocumentParams) -> None:
-    ls.schedule(params.text_document.uri, 0.0)
+    ls.pipeline.schedule(params.text_document.uri, 0.0)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
@@ -457,21 +298,23 @@ def on_change(ls: RcaServer, params: types.DidChangeTextDocumentParams) -> None:
     if opened is None:
         return
     if len(opened.source) <= LIVE_EDIT_LIMIT:
-        ls.schedule(params.text_document.uri, CHANGE_DELAY)
+        ls.pipeline.schedule(params.text_document.uri, CHANGE_DELAY)
     else:
-        ls.schedule_parse(params.text_document.uri, CHANGE_DELAY)
+        ls.pipeline.schedule_parse(params.text_document.uri, CHANGE_DELAY)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
 def on_save(ls: RcaServer, params: types.DidSaveTextDocumentParams) -> None:
     if Path(to_fs_path(params.text_document.uri) or "").name == CONFIG_NAME:
-        ls.schedule_all()
-    ls.schedule(params.text_document.uri, SAVE_DELAY)
+        ls.pipeline.schedule_all()
+    ls.pipeline.schedule(params.text_document.uri, SAVE_DELAY)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def on_close(ls: RcaServer, params: types.DidCloseTextDocumentParams) -> None:
-    ls.schedule(params.text_document.uri, 0.0)  # analysed from disk from now on (the file may have unsaved edits)
+    ls.pipeline.schedule(
+        params.text_document.uri, 0.0
+    )  # analysed from disk from now on (the file may have unsaved edits)
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
@@ -479,14 +322,14 @@ def on_watched(ls: RcaServer, params: types.DidChangeWatchedFilesParams) -> None
     for change in params.changes:
         path = Path(to_fs_path(change.uri) or "")
         if path.name == CONFIG_NAME:
-            ls.schedule_all(DUMP_DELAY)
+            ls.pipeline.schedule_all(DUMP_DELAY)
         elif ls.is_mapping(path):
             doc = ls.document(change.uri)
             if change.type == types.FileChangeType.Deleted and doc is not None:
                 ls.documents.pop(change.uri, None)
-                ls.clear(doc)
+                ls.pipeline.clear(doc)
             elif change.uri not in ls.workspace.text_documents:
-                ls.schedule(change.uri, DUMP_DELAY)
+                ls.pipeline.schedule(change.uri, DUMP_DELAY)
         else:
             ls.dump_changed(path)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from rca_lsp.core.dumpsource import DumpSource, parse_layout, resolve_dump_source
+from rca_lsp.core.dumpsource import DumpSource, parse_layout, parse_step, resolve_dump_source
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.mapping import MSPROBE_SUFFIXES
 from rca_lsp.server.settings import PairSetting
@@ -73,6 +73,7 @@ class SourceOptions:
     step: int | None = None
     parallel: str | None = None  # train layout text
     rollout_parallel: str | None = None
+    rollout_step: int | str | None = None  # a step, `all` or a span `A-B` (joined as calls); default: step
 
 
 def _dump_pair(
@@ -86,9 +87,11 @@ def _dump_pair(
             parse_layout(options.parallel, f"{source}: parallel"),
             parse_layout(options.rollout_parallel, f"{source}: rollout_parallel"),
         )
+        rollout_step = options.step if options.rollout_step is None else options.rollout_step
+        steps = (options.step, parse_step(rollout_step, f"{source}: rollout_step"))
         resolved = [
-            resolve_dump_source(p, options.step, layout)  # type: ignore[arg-type]
-            for p, layout in zip(found, layouts)
+            resolve_dump_source(p, step, layout)  # type: ignore[arg-type]
+            for p, step, layout in zip(found, steps, layouts)
         ]
     except InputError as error:
         return Unpaired(mapping, (source,), f"{source}: {error}")
@@ -106,7 +109,7 @@ def _from_settings(mapping: Path, pairs: Sequence[PairSetting], folders: Sequenc
                     _expand(pair.train, folder, base),
                     _expand(pair.rollout, folder, base),
                     "settings rcaLsp.pairs",
-                    SourceOptions(pair.step, pair.parallel, pair.rollout_parallel),
+                    SourceOptions(pair.step, pair.parallel, pair.rollout_parallel, pair.rollout_step),
                 )
     return None
 
@@ -144,13 +147,18 @@ def _from_config(mapping: Path, stop_at: Path | None) -> Pair | Unpaired | None:
 
 
 def _config_options(item: dict[str, object]) -> SourceOptions | str:
-    """A [[pair]]'s step / parallel / rollout_parallel, or what is wrong with them."""
+    """A [[pair]]'s step / parallel / rollout_parallel / rollout_step, or what is wrong with them."""
     step, parallel, rollout_parallel = item.get("step"), item.get("parallel"), item.get("rollout_parallel")
+    rollout_step = item.get("rollout_step")
     if step is not None and not (isinstance(step, int) and step >= 0):
         return "step must be a step number (0, 1, ...)"
+    if rollout_step is not None and not (
+        isinstance(rollout_step, str) or (isinstance(rollout_step, int) and rollout_step >= 0)
+    ):
+        return 'rollout_step must be a step number, "all" or a span such as "0-4"'
     if any(value is not None and not isinstance(value, str) for value in (parallel, rollout_parallel)):
         return 'parallel must be text such as "tp=2,pp=2"'
-    return SourceOptions(step, parallel, rollout_parallel)  # type: ignore[arg-type]
+    return SourceOptions(step, parallel, rollout_parallel, rollout_step)  # type: ignore[arg-type]
 
 
 def _by_convention(mapping: Path) -> Pair | Unpaired | None:

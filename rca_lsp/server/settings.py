@@ -19,6 +19,7 @@ class PairSetting:
     step: int | None = None  # the step<N> folder, when a dump directory holds several
     parallel: str | None = None  # the train run's rank layout, e.g. "tp=2,pp=2" (default: inferred)
     rollout_parallel: str | None = None
+    rollout_step: int | str | None = None  # a step, "all" or a span "A-B" of the rollout's steps joined as calls
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,11 @@ class Settings:
                 problems.append(f"rcaLsp.pairs[{index}] needs string fields mappingKey, train and rollout")
             elif item.get("step") is not None and not (isinstance(item["step"], int) and item["step"] >= 0):
                 problems.append(f"rcaLsp.pairs[{index}].step must be a step number (0, 1, ...)")
+            elif item.get("rolloutStep") is not None and not (
+                isinstance(item["rolloutStep"], str)
+                or (isinstance(item["rolloutStep"], int) and item["rolloutStep"] >= 0)
+            ):
+                problems.append(f'rcaLsp.pairs[{index}].rolloutStep must be a step number, "all" or a span "0-4"')
             elif any(item.get(k) is not None and not isinstance(item[k], str) for k in ("parallel", "rolloutParallel")):
                 problems.append(f'rcaLsp.pairs[{index}].parallel must be text such as "tp=2,pp=2"')
             else:
@@ -56,6 +62,7 @@ class Settings:
                         item.get("step"),
                         item.get("parallel"),
                         item.get("rolloutParallel"),
+                        item.get("rolloutStep"),
                     )
                 )
         tolerances: dict[str, float] = {}

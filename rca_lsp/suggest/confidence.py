@@ -83,22 +83,7 @@ def _last_names(names: tuple[NameTemplate, ...]) -> str:
 def assess(name: NameEvidence, evidence: Evidence) -> Assessment:
     if evidence.conflict is not None:
         return Assessment(0.0, f"{name.text}; not paired: {evidence.conflict}")
-    if evidence.output_shape == "different":
-        assessment = _assess(
-            name,
-            evidence.output_shape,
-            evidence.input_shape,
-            evidence.weight_shape,
-            evidence.output_stats,
-            evidence.input_stats,
-            evidence.same_kind,
-        )
-        train_shape, rollout_shape = evidence.output_shapes
-        return Assessment(
-            assessment.confidence,
-            f"{assessment.reason}; output shapes differ ({_dims(train_shape)} vs {_dims(rollout_shape)})",
-        )
-    return _assess(
+    assessment = _assess(
         name,
         evidence.output_shape,
         evidence.input_shape,
@@ -106,6 +91,13 @@ def assess(name: NameEvidence, evidence: Evidence) -> Assessment:
         evidence.output_stats,
         evidence.input_stats,
         evidence.same_kind,
+    )
+    if evidence.output_shape != "different":
+        return assessment
+    train_shape, rollout_shape = evidence.output_shapes
+    return Assessment(
+        assessment.confidence,
+        f"{assessment.reason}; output shapes differ ({_dims(train_shape)} vs {_dims(rollout_shape)})",
     )
 
 

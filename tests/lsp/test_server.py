@@ -340,6 +340,8 @@ async def test_unmapped_train_module_hint_and_its_quick_fix(client: LanguageClie
         "decode_healthy",
         "decode_norm_eps",
         "decode_missing_activation",
+        "decode_steps_healthy",
+        "decode_steps_norm_eps",
         "microbatch_fault",
         "moe_ep2_healthy",
         "moe_ep2_expert_desync",
@@ -422,6 +424,28 @@ async def test_all_calls_notation_in_hover_completion_and_definition(client: Lan
     )
     stars = [item for item in values.items if item.label.endswith(".forward.*")]
     assert stars and "every call of this rollout module (5 calls)" == stars[0].detail
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_call_of_joined_steps_opens_in_its_own_step_file(client: LanguageClient) -> None:
+    """decode_steps_*: the rollout dumped one msprobe step per engine step, paired with rollout_step = "all" by the
+    fixture's rca-lsp.toml; an explicit forward.3 is the fourth step's forward.0."""
+    mapping = copy_variant(client, "decode_steps_norm_eps").with_name("mapping_key_explicit.json")
+    uri = open_document(client, mapping)
+    await wait_for(client, uri, lambda ds: any(d.code == "in-module-diff" for d in ds))
+    lines = mapping.read_text().split("\n")
+    line = next(i for i, text in enumerate(lines) if ".forward.3" in text)
+    location = await client.text_document_definition_async(
+        types.DefinitionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=lines[line].index(".forward.3") - 3),
+        )
+    )
+    target = location if isinstance(location, types.Location) else location[0]
+    assert "/rollout/step3/rank0/dump.json" in target.uri
+    called = lines[line][: lines[line].index(".forward.3")].rsplit('"', 1)[1]
+    dump_line = Path(target.uri.removeprefix("file://")).read_text().split("\n")[target.range.start.line]
+    assert f'"{called}.forward.0"' in dump_line
 
 
 @pytest.mark.asyncio(loop_scope="function")

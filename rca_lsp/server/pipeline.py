@@ -1,0 +1,221 @@
+"""The run pipeline of one mapping file: schedule (debounced), parse, analyse, publish.
+
+Every step that waits (a parse or an analysis in a worker thread) is followed by the one "still current?" check of
+`Run.step`: a run that a newer edit, save or dump change superseded stops there, publishing nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import TYPE_CHECKING, Callable, TypeVar
+
+from lsprotocol import types
+
+from rca_lsp.core.analysis import Analysis
+from rca_lsp.core.errors import InputError
+from rca_lsp.core.inputfile import read_regular_file
+from rca_lsp.core.mapping import ParsedMapping, parse_mapping
+from rca_lsp.server.diagnostics import document_diagnostics
+from rca_lsp.server.documents import MappingDocument
+from rca_lsp.server.pairing import Pair, Unpaired, find_pair
+from rca_lsp.server.positions import Positions
+from rca_lsp.server.timing import Laps
+
+if TYPE_CHECKING:
+    from rca_lsp.server.app import RcaServer
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Superseded(Exception):
+    """A newer run of the same document was scheduled: this one stops without publishing."""
+
+
+class Run:
+    """One scheduled analysis of a document, current as long as no newer one was scheduled."""
+
+    def __init__(self, server: RcaServer, doc: MappingDocument, generation: int) -> None:
+        self.server = server
+        self.doc = doc
+        self.generation = generation
+
+    def check(self) -> None:
+        """The one "still current?" check: raises Superseded once a newer run of the document was scheduled."""
+        if self.generation != self.doc.generation:
+            raise Superseded
+
+    async def step(self, work: Callable[..., T], *args: object) -> T:
+        """`work(*args)` in a worker thread, then the check (also when it failed: a stale error is not shown)."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.server.executor, work, *args)
+        finally:
+            self.check()
+
+
+class Pipeline:
+    def __init__(self, server: RcaServer) -> None:
+        self.server = server
+
+    # --- scheduling ---------------------------------------------------------------------------------------------
+    def schedule(self, uri: str, delay: float) -> None:
+        doc = self.server.document(uri)
+        if doc is None:
+            return
+        run = Run(self.server, doc, doc.next_generation())
+        doc.pending = self.server.debounce(doc.pending, delay, lambda: self.run(run), uri)
+
+    def schedule_parse(self, uri: str, delay: float) -> None:
+        """Large files are analysed on save only; parse their edits meanwhile so a save only has to analyse."""
+        doc = self.server.document(uri)
+        if doc is None:
+            return
+        doc.pending_parse = self.server.debounce(doc.pending_parse, delay, lambda: self.parse_unsaved(doc), uri)
+
+    def schedule_all(self, delay: float = 0.0) -> None:
+        for uri in list(self.server.documents):
+            self.schedule(uri, delay)
+
+    async def parse_unsaved(self, doc: MappingDocument) -> None:
+        opened = self.server.workspace.text_documents.get(doc.uri)
+        if opened is None:
+            return
+        text = opened.source
+        parsed = await asyncio.get_running_loop().run_in_executor(
+            self.server.executor, parse_mapping, str(doc.path), text, doc.latest_parse()
+        )
+        current = self.server.workspace.text_documents.get(doc.uri)
+        doc.remember(parsed)
+        if current is not None and current.source == text:
+            doc.unsaved_view = parsed
+
+    # --- one run ------------------------------------------------------------------------------------------------
+    async def run(self, run: Run) -> None:
+        try:
+            await self._run(run)
+        except Superseded:
+            log.debug("run %d of %s superseded", run.generation, run.doc.path.name)
+
+    async def _run(self, run: Run) -> None:
+        doc, laps = run.doc, Laps()
+        current = self._text(doc)
+        if current is None:
+            self.clear(doc)
+            return
+        text, version = current
+        pair = find_pair(doc.path, self.server.settings.pairs, self.server.folders())
+        doc.pair = pair
+        parsed = await run.step(parse_mapping, str(doc.path), text, doc.latest_parse())
+        laps.lap("parse")
+        doc.parsed, doc.problems = parsed, []
+        doc.remember(parsed)
+        if doc.unsaved_view is not None and doc.unsaved_view.text == text:
+            doc.unsaved_view = None
+        if isinstance(pair, Unpaired):
+            if pair.problem:
+                doc.problems.append(pair.problem)
+            self.publish(doc, version)
+            return
+        # dumps the client reports on are left to it; without its watcher the server watches them all
+        self.server.watcher.watch(pair.files(), self.server.folders() if self.server.client_watches_files else [])
+        try:
+            analysis = await self._analyse(run, pair, parsed)
+            laps.lap("analysis")
+        except InputError as error:
+            doc.problems.append(f"{error} — showing the last good analysis" if doc.last_good else str(error))
+            if doc.last_good is not None:  # drawn on this text (msprobe's YAML mappings: resolved against its dumps)
+                doc.parsed = parsed.for_dumps(doc.last_good.train, doc.last_good.rollout)
+            self.server.notify_status("error", doc.uri, str(error))
+        else:
+            await self._accept(run, parsed, analysis, version)
+            laps.lap("counterparts")
+        self.publish(doc, version)
+        laps.lap("publish")
+        log.info("analysed %s (version %s): %s", doc.path.name, version, laps)
+
+    def _text(self, doc: MappingDocument) -> tuple[str, int | None] | None:
+        """The text to analyse: the editor's if the file is open, else the file's; None if it cannot be read."""
+        opened = self.server.workspace.text_documents.get(doc.uri)
+        if opened is not None:
+            return opened.source, opened.version
+        try:
+            return read_regular_file(doc.path, "mapping-key file").decode("utf-8-sig"), None
+        except (InputError, UnicodeDecodeError):
+            return None
+
+    async def _analyse(self, run: Run, pair: Pair, parsed: ParsedMapping) -> Analysis:
+        engine, settings = self.server.engine, self.server.settings
+        if not engine.needs_loading(pair):
+            return await run.step(engine.analyse, pair, parsed, settings.tolerances, run.doc.analysis)
+        token = str(uuid.uuid4())
+        self.server.notify_status(
+            "loading",
+            run.doc.uri,
+            f"loading dumps {pair.train.root.name}, {pair.rollout.root.name} (paired by {pair.source})",
+        )
+        progress = await self._begin_progress(token, f"rca-lsp: loading {pair.train.label} and {pair.rollout.label}")
+        try:
+            await run.step(engine.load, pair)
+            if progress:
+                self.server.work_done_progress.report(
+                    token, types.WorkDoneProgressReport(message="comparing", percentage=70)
+                )
+            return await run.step(engine.analyse, pair, parsed, settings.tolerances)
+        finally:
+            if progress:
+                self.server.work_done_progress.end(token, types.WorkDoneProgressEnd(message="done"))
+
+    async def _accept(self, run: Run, parsed: ParsedMapping, analysis: Analysis, version: int | None) -> None:
+        """Keep a current run's analysis and its hints, and report its outcome."""
+        doc, engine = run.doc, self.server.engine
+        doc.parsed = analysis.mapping  # msprobe's YAML mappings: the parse resolved against the dumps
+        doc.analysis = analysis
+        later_counterparts = False
+        if parsed.syntax_ok:
+            doc.last_good = analysis
+            await run.step(engine.prefetch_locations, analysis)
+            # Building the matcher takes seconds on large dumps: the first findings do not wait for it.
+            later_counterparts = not engine.has_matcher(analysis)
+            if not later_counterparts:
+                doc.counterparts = await run.step(engine.counterparts, analysis)
+        top = analysis.top_hypothesis
+        self.server.notify_status(
+            "analysed", doc.uri, top or "no divergence found", top=top, suspects=len(analysis.suspects)
+        )
+        if later_counterparts:
+            self.server.loop_task(self.publish_counterparts(run, analysis, version), doc.uri)
+
+    async def publish_counterparts(self, run: Run, analysis: Analysis, version: int | None) -> None:
+        """The unmapped-train-module hints, published once the matcher is built (after the first findings)."""
+        try:
+            counterparts = await run.step(self.server.engine.counterparts, analysis)
+        except Superseded:
+            return
+        if counterparts:
+            run.doc.counterparts = counterparts
+            self.publish(run.doc, version)
+
+    async def _begin_progress(self, token: str, title: str) -> bool:
+        window = self.server.client_capabilities.window
+        if window is None or not window.work_done_progress:
+            return False
+        try:
+            await self.server.work_done_progress.create_async(token)
+        except Exception:  # the client refused the token: go on without progress
+            return False
+        self.server.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title, percentage=0))
+        return True
+
+    # --- publishing ---------------------------------------------------------------------------------------------
+    def publish(self, doc: MappingDocument, version: int | None) -> None:
+        positions = Positions(doc.parsed, self.server.workspace.position_codec) if doc.parsed is not None else None
+        self.server.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(
+                uri=doc.uri, diagnostics=document_diagnostics(doc, self.server.settings, positions), version=version
+            )
+        )
+
+    def clear(self, doc: MappingDocument) -> None:
+        self.server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=[]))
