@@ -111,3 +111,14 @@ def test_an_unknown_column_style_is_refused(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit):
         main(["analyze", "--columns", "excel"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_the_columns_setting_of_the_server() -> None:
+    from rca_lsp.server.settings import Settings
+
+    assert Settings.from_client({"columns": "msprobe"}) == (Settings(columns="msprobe"), [])
+    assert Settings.from_client({}) == (Settings(columns="rca"), [])
+    assert Settings.from_client({"columns": ["msprobe"]}) == (
+        Settings(),
+        ["rcaLsp.columns must be one of rca, msprobe; using rca"],
+    )

@@ -64,6 +64,7 @@ class RcaServer(LanguageServer):
         self.client_watches_files = False  # the client reports workspace file changes (didChangeWatchedFiles)
         self.shut_down = False  # a shutdown request came
         self.pipeline = Pipeline(self)
+        self.pending_settings_problems: list[str] = []  # from initialize: shown once the client is initialized
 
     def _start_io_async(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
         """pygls' stdio loop, reading through ResyncingReader (pygls' reader never recovers from a wrong
@@ -126,6 +127,12 @@ class RcaServer(LanguageServer):
             task.cancel()
         self.watcher.stop()
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def apply_settings(self, raw: object) -> None:
+        """New client settings; each part that had to be ignored is shown to the user (the rules: settings.py)."""
+        self.settings, problems = Settings.from_client(raw)
+        for problem in problems:
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=problem))
 
     def cancellable(self) -> ContextManager[ShouldStop]:
         """The should-stop check of the request being handled: true once the client cancels it."""
@@ -211,8 +218,8 @@ server = RcaServer()
 
 @server.feature(types.INITIALIZE)
 def on_initialize(ls: RcaServer, params: types.InitializeParams) -> None:
-    ls.settings, problems = Settings.from_client(params.initialization_options)
-    for problem in problems:
+    ls.settings, ls.pending_settings_problems = Settings.from_client(params.initialization_options)
+    for problem in ls.pending_settings_problems:
         log.warning(problem)
 
 
@@ -236,7 +243,10 @@ def on_exit(ls: RcaServer, params: None) -> None:
 @server.feature(types.INITIALIZED)
 async def on_initialized(ls: RcaServer, params: types.InitializedParams) -> None:
     ls.loop = asyncio.get_running_loop()
-    await pull_configuration(ls)
+    if not await pull_configuration(ls):  # the initializationOptions stay: say what in them was ignored
+        for problem in ls.pending_settings_problems:
+            ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=problem))
+    ls.pending_settings_problems = []
     watched = ls.client_capabilities.workspace
     if watched and watched.did_change_watched_files and watched.did_change_watched_files.dynamic_registration:
         watchers = [
@@ -261,27 +271,28 @@ async def on_initialized(ls: RcaServer, params: types.InitializedParams) -> None
     ls.scan_workspace()
 
 
-async def pull_configuration(ls: RcaServer) -> None:
+async def pull_configuration(ls: RcaServer) -> bool:
+    """The settings the client holds, if it answers workspace/configuration; whether it did."""
     workspace = ls.client_capabilities.workspace
     if not (workspace and workspace.configuration):
-        return
+        return False
     try:
         result = await ls.workspace_configuration_async(
             types.ConfigurationParams(items=[types.ConfigurationItem(section="rcaLsp")])
         )
     except Exception as error:  # a client that advertises configuration but fails it: keep current settings
         log.warning("workspace/configuration failed: %s", error)
-        return
-    if result and isinstance(result[0], dict):
-        ls.settings, problems = Settings.from_client(result[0])
-        for problem in problems:
-            ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=problem))
+        return False
+    if not (result and isinstance(result[0], dict)):
+        return False
+    ls.apply_settings(result[0])
+    return True
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
 async def on_configuration(ls: RcaServer, params: types.DidChangeConfigurationParams) -> None:
     if isinstance(params.settings, dict) and params.settings.get("rcaLsp") is not None:
-        ls.settings, _ = Settings.from_client(params.settings)
+        ls.apply_settings(params.settings)
     else:
         await pull_configuration(ls)
     ls.pipeline.schedule_all()

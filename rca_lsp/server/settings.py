@@ -1,14 +1,22 @@
-"""Client settings (`rcaLsp` section / initializationOptions) as a typed dataclass."""
+"""Client settings (`rcaLsp` section / initializationOptions) as a typed dataclass.
+
+The rules are those of `rca_lsp/data/settings_rules.json`, which the VS Code client applies too (the same
+messages for the same values: `tests/settings_cases.json` is run on both sides)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
 from rca_lsp.core.msprobe_columns import COLUMN_STYLES
 from rca_lsp.core.tolerance import Tolerances, checked_tolerance
+from rca_lsp.server.codes import DEFAULT_SEVERITY
 
-SEVERITY_NAMES = ("error", "warning", "information", "hint", "off")
+RULES: dict[str, Any] = json.loads(resources.files("rca_lsp").joinpath("data", "settings_rules.json").read_text())
+SEVERITY_NAMES: tuple[str, ...] = tuple(RULES["severities"])
+DEFAULT_OUT_DIR: str = RULES["defaultOutDir"]
 
 
 @dataclass(frozen=True)
@@ -27,68 +35,120 @@ class Settings:
     pairs: tuple[PairSetting, ...] = ()
     tolerances: Tolerances = field(default_factory=Tolerances)
     severity: dict[str, str] = field(default_factory=dict)  # diagnostic code -> error|warning|information|hint|off
-    out_dir: str = "rca_out"
-    columns: str = "rca"  # output_3's column names: rca | msprobe (msprobe compare's)
+    out_dir: str = DEFAULT_OUT_DIR
+    columns: str = COLUMN_STYLES[0]  # output_3's column names in writeOutputs: rca | msprobe (msprobe compare's)
     max_findings: int = 500  # findings published per file; credible origins are always included
 
     @classmethod
     def from_client(cls, raw: Any) -> tuple["Settings", list[str]]:
-        """Settings from the client's object, and a message for each part that had to be ignored."""
-        problems: list[str] = []
+        """Settings from the client's object (the `rcaLsp` section, or an object holding it), and a message for
+        each part that had to be ignored."""
         if not isinstance(raw, dict):
             return cls(), ([] if raw is None else [f"rcaLsp settings must be an object, got {type(raw).__name__}"])
-        raw = raw.get("rcaLsp", raw) if isinstance(raw.get("rcaLsp"), dict) else raw
-        pairs = []
-        for index, item in enumerate(raw.get("pairs") or []):
-            if not (
-                isinstance(item, dict) and all(isinstance(item.get(k), str) for k in ("mappingKey", "train", "rollout"))
-            ):
-                problems.append(f"rcaLsp.pairs[{index}] needs string fields mappingKey, train and rollout")
-            elif item.get("step") is not None and not (isinstance(item["step"], int) and item["step"] >= 0):
-                problems.append(f"rcaLsp.pairs[{index}].step must be a step number (0, 1, ...)")
-            elif item.get("rolloutStep") is not None and not (
-                isinstance(item["rolloutStep"], str)
-                or (isinstance(item["rolloutStep"], int) and item["rolloutStep"] >= 0)
-            ):
-                problems.append(f'rcaLsp.pairs[{index}].rolloutStep must be a step number, "all" or a span "0-4"')
-            elif any(item.get(k) is not None and not isinstance(item[k], str) for k in ("parallel", "rolloutParallel")):
-                problems.append(f'rcaLsp.pairs[{index}].parallel must be text such as "tp=2,pp=2"')
-            else:
-                pairs.append(
-                    PairSetting(
-                        item["mappingKey"],
-                        item["train"],
-                        item["rollout"],
-                        item.get("step"),
-                        item.get("parallel"),
-                        item.get("rolloutParallel"),
-                        item.get("rolloutStep"),
-                    )
-                )
-        tolerances: dict[str, float] = {}
-        raw_tolerances = raw.get("tolerances") or {}
-        if not isinstance(raw_tolerances, dict):
-            problems.append('rcaLsp.tolerances must be an object such as {"bfloat16": 0.03}')
-            raw_tolerances = {}
-        for name, value in raw_tolerances.items():
-            if value is None:
-                continue  # the default
-            try:
-                dtype, tolerance = checked_tolerance(str(name), value)
-            except ValueError as error:
-                problems.append(f"rcaLsp.tolerances.{name}: {error}; ignored")
-            else:
-                tolerances[dtype] = tolerance
-        severity = {}
-        for code, level in (raw.get("severity") or {}).items():
-            if level in SEVERITY_NAMES:
-                severity[code] = level
-            else:
-                problems.append(f"rcaLsp.severity.{code} must be one of {', '.join(SEVERITY_NAMES)}")
-        out_dir = raw.get("outDir") if isinstance(raw.get("outDir"), str) and raw.get("outDir") else "rca_out"
-        columns = raw.get("columns") or "rca"
-        if columns not in COLUMN_STYLES:
-            problems.append(f"rcaLsp.columns must be one of {', '.join(COLUMN_STYLES)}; using rca")
-            columns = "rca"
-        settings = cls(tuple(pairs), Tolerances.with_overrides(tolerances), severity, out_dir, columns)
-        return settings, problems
+        raw = raw["rcaLsp"] if isinstance(raw.get("rcaLsp"), dict) else raw
+        problems: list[str] = []
+        pairs = _pairs(raw.get("pairs"), problems)
+        tolerances = _tolerances(raw.get("tolerances"), problems)
+        severity = _severity(raw.get("severity"), problems)
+        out_dir = _out_dir(raw.get("outDir"), problems)
+        columns = _columns(raw.get("columns"), problems)
+        return cls(pairs, Tolerances.with_overrides(tolerances), severity, out_dir, columns), problems
+
+
+def _json_kind(value: object) -> str:
+    """What a JSON value is, in the words of the messages (the client words them the same)."""
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "a list" if isinstance(value, list) else "an object" if isinstance(value, dict) else "text"
+
+
+def _text(value: object) -> str | None:
+    """A non-blank string, trimmed; None otherwise."""
+    return (value.strip() or None) if isinstance(value, str) else None
+
+
+def _step_number(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _pairs(raw: object, problems: list[str]) -> tuple[PairSetting, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.append("rcaLsp.pairs must be a list of {mappingKey, train, rollout} objects")
+        return ()
+    pairs = []
+    for index, item in enumerate(raw):
+        required = [_text(item.get(k)) for k in RULES["pairRequired"]] if isinstance(item, dict) else [None]
+        if not all(required):
+            problems.append(f"rcaLsp.pairs[{index}] needs string fields mappingKey, train and rollout")
+            continue
+        step = item.get("step")
+        if step is not None and not _step_number(step):
+            problems.append(f"rcaLsp.pairs[{index}].step must be a step number (0, 1, ...)")
+            continue
+        rollout_step = item.get("rolloutStep")
+        if rollout_step is not None and not (isinstance(rollout_step, str) or _step_number(rollout_step)):
+            problems.append(f'rcaLsp.pairs[{index}].rolloutStep must be a step number, "all" or a span "0-4"')
+            continue
+        layouts = [item.get(k) for k in RULES["pairOptionalText"]]
+        if any(value is not None and not isinstance(value, str) for value in layouts):
+            problems.append(f'rcaLsp.pairs[{index}].parallel must be text such as "tp=2,pp=2"')
+            continue
+        mapping_key, train, rollout = required
+        parallel, rollout_parallel = (_text(value) for value in layouts)
+        pairs.append(
+            PairSetting(str(mapping_key), str(train), str(rollout), step, parallel, rollout_parallel, rollout_step)
+        )
+    return tuple(pairs)
+
+
+def _tolerances(raw: object, problems: list[str]) -> dict[str, float]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        problems.append('rcaLsp.tolerances must be an object such as {"bfloat16": 0.03}')
+        return {}
+    tolerances: dict[str, float] = {}
+    for name, value in raw.items():
+        if value is None:
+            continue  # the default
+        try:
+            dtype, tolerance = checked_tolerance(str(name), value)
+        except ValueError as error:
+            problems.append(f"rcaLsp.tolerances.{name}: {error}; ignored")
+        else:
+            tolerances[dtype] = tolerance
+    return tolerances
+
+
+def _severity(raw: object, problems: list[str]) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        problems.append('rcaLsp.severity must be an object such as {"missing-op": "error"}')
+        return {}
+    severity = {}
+    for code, level in raw.items():
+        if level not in SEVERITY_NAMES:
+            problems.append(f"rcaLsp.severity.{code} must be one of {', '.join(SEVERITY_NAMES)}")
+            continue
+        if code not in DEFAULT_SEVERITY:
+            problems.append(f"rcaLsp.severity.{code}: unknown diagnostic code")
+        severity[code] = level
+    return severity
+
+
+def _out_dir(raw: object, problems: list[str]) -> str:
+    if raw is not None and not isinstance(raw, str):
+        problems.append(f"rcaLsp.outDir must be a folder path, got {_json_kind(raw)}; using {DEFAULT_OUT_DIR}")
+    return _text(raw) or DEFAULT_OUT_DIR
+
+
+def _columns(raw: object, problems: list[str]) -> str:
+    if raw is None or raw in COLUMN_STYLES:
+        return str(raw or COLUMN_STYLES[0])
+    problems.append(f"rcaLsp.columns must be one of {', '.join(COLUMN_STYLES)}; using {COLUMN_STYLES[0]}")
+    return COLUMN_STYLES[0]

@@ -1,22 +1,17 @@
--- Headless Neovim as an LSP client: open a mapping file, wait for rca-lsp diagnostics, hover the first finding.
--- Arguments come from environment variables so the test decides the server command, file and output.
-local server = vim.split(os.getenv("RCA_SERVER_CMD"), "\t")
+-- Headless Neovim with the README's configuration (loaded with -u): open a mapping file, wait for rca-lsp's
+-- diagnostics, hover the first finding with the wanted code. Arguments come from environment variables.
 local file = os.getenv("RCA_FILE")
 local out = os.getenv("RCA_OUT")
 local wanted = os.getenv("RCA_WANTED_CODE")
 
-local client_id = vim.lsp.start_client({
-  name = "rca-lsp",
-  cmd = server,
-  root_dir = vim.fn.fnamemodify(file, ":h:h"),
-})
 vim.cmd("edit " .. file)
-vim.lsp.buf_attach_client(0, client_id)
 
+local function code_of(d)
+  return d.code or (d.user_data and d.user_data.lsp and d.user_data.lsp.code)
+end
 local function has_wanted()
   for _, d in ipairs(vim.diagnostic.get(0)) do
-    local code = d.code or (d.user_data and d.user_data.lsp and d.user_data.lsp.code)
-    if code == wanted then return true end
+    if code_of(d) == wanted then return true end
   end
   return false
 end
@@ -25,9 +20,8 @@ vim.wait(30000, has_wanted, 50)
 local rows = {}
 local target = nil
 for _, d in ipairs(vim.diagnostic.get(0)) do
-  local code = d.code or (d.user_data and d.user_data.lsp and d.user_data.lsp.code)
-  table.insert(rows, { lnum = d.lnum, col = d.col, severity = d.severity, code = code, message = d.message })
-  if code == wanted and target == nil then target = d end
+  table.insert(rows, { lnum = d.lnum, col = d.col, severity = d.severity, code = code_of(d), message = d.message })
+  if code_of(d) == wanted and target == nil then target = d end
 end
 
 local hover = nil
@@ -42,8 +36,13 @@ if target ~= nil then
   end
 end
 
+local clients = {}
+for _, client in pairs(vim.lsp.buf_get_clients(0)) do
+  table.insert(clients, { name = client.name })
+end
+
 local handle = io.open(out, "w")
-handle:write(vim.fn.json_encode({ diagnostics = rows, hover = hover }))
+handle:write(vim.fn.json_encode({ diagnostics = rows, hover = hover, clients = clients }))
 handle:close()
-vim.lsp.stop_client(client_id)
+vim.lsp.stop_client(vim.lsp.get_active_clients())
 vim.cmd("qa!")

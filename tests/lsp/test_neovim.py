@@ -1,4 +1,5 @@
-"""Neovim's built-in LSP client (headless) against `rca-lsp serve` on a real fixture."""
+"""Neovim's built-in LSP client (headless), configured with the README's Neovim 0.7 configuration, against
+`rca-lsp serve` on real fixtures."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import expected
+from readme_config import editor_config
 
 PROBE = Path(__file__).with_name("probe.lua")
 NVIM = shutil.which("nvim")
@@ -31,10 +33,12 @@ NVIM = shutil.which("nvim")
 def test_neovim_sees_diagnostics_and_hover(workspace, tmp_path: Path, variant: str, code: str) -> None:
     assert NVIM is not None, "CI_REQUIRE_NVIM is set but nvim is missing"
     mapping = workspace(variant)
+    init = tmp_path / "init.lua"
+    init.write_text(editor_config("neovim"))
     out = tmp_path / "nvim.json"
     env = dict(
         os.environ,
-        RCA_SERVER_CMD="\t".join([sys.executable, "-m", "rca_lsp", "serve"]),
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),  # the README's rca-lsp
         RCA_FILE=str(mapping),
         RCA_OUT=str(out),
         RCA_WANTED_CODE=code,
@@ -43,13 +47,14 @@ def test_neovim_sees_diagnostics_and_hover(workspace, tmp_path: Path, variant: s
         XDG_STATE_HOME=str(tmp_path),
     )
     subprocess.run(
-        [NVIM, "--headless", "-u", "NONE", "-c", f"luafile {PROBE}"],
+        [NVIM, "--headless", "-u", str(init), "-c", f"luafile {PROBE}"],
         env=env,
         timeout=90,
         check=True,
         capture_output=True,
     )
     result = json.loads(out.read_text())
+    assert [c["name"] for c in result["clients"]] == ["rca-lsp"], "the README configuration attached no client"
     rows = [r for r in result["diagnostics"] if r["code"] == code]
     assert rows, result["diagnostics"]
     truth = expected(variant)["root_cause"]["train_key"]

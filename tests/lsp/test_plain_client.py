@@ -59,3 +59,35 @@ async def test_a_dump_changed_in_the_workspace_is_seen_without_the_clients_watch
     while "parameter-sync" not in codes_of(plain, uri) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert "parameter-sync" in codes_of(plain, uri)
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def misconfigured(lsp_client: LanguageClient, tmp_path: Path):
+    await lsp_client.initialize_session(
+        types.InitializeParams(
+            capabilities=types.ClientCapabilities(),
+            root_uri=tmp_path.as_uri(),
+            initialization_options={"rcaLsp": {"severity": {"missing-op": "loud"}}},
+        )
+    )
+    yield
+    await lsp_client.shutdown_session()
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_ignored_settings_are_shown_from_initialize_and_from_a_pushed_change(
+    misconfigured: LanguageClient,
+) -> None:
+    async def warnings(count: int) -> list[str]:
+        deadline = time.monotonic() + 10
+        while len(misconfigured.messages) < count and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return [m.message for m in misconfigured.messages if m.type == types.MessageType.Warning]
+
+    shown = await warnings(1)
+    assert len(shown) == 1 and "rcaLsp.severity.missing-op must be one of" in shown[0]
+    misconfigured.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"rcaLsp": {"tolerances": {"float32": -1}}})
+    )
+    shown = await warnings(2)
+    assert len(shown) == 2 and "rcaLsp.tolerances.float32" in shown[1]

@@ -1,49 +1,27 @@
 /**
- * VS Code glue: starts `python -m rca_lsp serve`, forwards settings, drives the status bar and wraps the
- * server's commands. The decisions live in pure modules (interpreter.ts, settings.ts, status.ts, files.ts).
+ * VS Code glue: when to start `python -m rca_lsp serve` and with what, the status bar, and the commands. How the
+ * interpreter is found (python.ts, interpreter.ts), what may be wrong with its server (install.ts), the client
+ * (client.ts), the server's commands (serverCommands.ts) and the settings (settings.ts) live in their own modules.
  */
-import * as os from 'node:os';
 import * as vscode from 'vscode';
-import {
-  DidChangeConfigurationNotification,
-  ExecuteCommandRequest,
-  LanguageClient,
-  LanguageClientOptions,
-  RevealOutputChannelOn,
-  ServerOptions,
-  State,
-  TransportKind,
-} from 'vscode-languageclient/node';
-import { documentSelector, isMappingFileName, MAPPING_FIND_GLOB } from './files';
+import { DidChangeConfigurationNotification, LanguageClient, State } from 'vscode-languageclient/node';
+import { createClient } from './client';
+import { isMappingDocument, suggestMapping, targetMappingUri, writeReport } from './commands';
+import { MAPPING_FIND_GLOB } from './files';
 import { checkImport } from './importCheck';
-import {
-  ignoredUntrustedSetting,
-  installCommand,
-  installFromSourceCommand,
-  notImportableMessage,
-  OnceGate,
-  ResolvedInterpreter,
-  resolveInterpreter,
-  whichOnPath,
-} from './interpreter';
-import { onPythonInterpreterChange, pythonExtensionInterpreter } from './pythonExtension';
-import { buildServerSettings, classifyConfigChange, SECTION, ServerSettings, VariableContext } from './settings';
-import { isStatusParams, StatusBook, StatusView, viewForClientState, viewForServerStatus } from './status';
+import { bundledWheel, commandLine, ServerProblem, serverProblem } from './install';
+import { installWithConsentGiven } from './installer';
+import { OnceGate, ResolvedInterpreter } from './interpreter';
+import { resolvePython, serverCwd, trustChangesInterpreter, variablesFor, watchPythonEnvironment } from './python';
+import { SERVER_COMMAND_SUGGEST_MAPPING, SERVER_COMMAND_WRITE_OUTPUTS, serverOffers } from './serverCommands';
+import { buildServerSettings, classifyConfigChange, SECTION, ServerSettings } from './settings';
+import { describeServer, ServerDescription, StatusBook, StatusView, viewForClientState, viewForServerStatus, withServer } from './status';
+import { StatusBar } from './statusBar';
 
-export const SERVER_COMMAND_WRITE_OUTPUTS = 'rcaLsp.server.writeOutputs';
-export const SERVER_COMMAND_SUGGEST_MAPPING = 'rcaLsp.server.suggestMapping';
+export { SERVER_COMMAND_SUGGEST_MAPPING, SERVER_COMMAND_WRITE_OUTPUTS };
+const INSTALL = 'Install';
 const OPEN_SETTINGS = 'Open Settings';
 const SHOW_OUTPUT = 'Show Output';
-
-interface WriteOutputsResult {
-  outDir?: string;
-  reportMarkdown?: string;
-}
-
-interface SuggestMappingResult {
-  content?: string;
-  coverage?: string;
-}
 
 /** What `activate` returns; used by tests and by other extensions. */
 export interface RcaLspApi {
@@ -54,13 +32,14 @@ export interface RcaLspApi {
 
 class Controller implements vscode.Disposable, RcaLspApi {
   private readonly output: vscode.LogOutputChannel;
-  private readonly statusItem: vscode.StatusBarItem;
+  private readonly statusBar = new StatusBar();
   private readonly disposables: vscode.Disposable[] = [];
   private readonly gate = new OnceGate();
   private readonly book = new StatusBook();
   private clientState: StatusView | undefined;
   private queue: Promise<void> = Promise.resolve();
   private pythonWatch: vscode.Disposable | undefined;
+  private server: ServerDescription | undefined;
   client: LanguageClient | undefined;
   interpreter: ResolvedInterpreter | undefined;
   /** True once a mapping file was seen (or the user asked for the server): from then on the server is wanted. */
@@ -68,9 +47,7 @@ class Controller implements vscode.Disposable, RcaLspApi {
 
   constructor(private readonly context: vscode.ExtensionContext) {
     this.output = vscode.window.createOutputChannel('rca-lsp', { log: true });
-    this.statusItem = vscode.window.createStatusBarItem('rcaLsp.status', vscode.StatusBarAlignment.Left, 10);
-    this.statusItem.name = 'rca-lsp';
-    this.disposables.push(this.output, this.statusItem);
+    this.disposables.push(this.output, this.statusBar);
   }
 
   register(): void {
@@ -90,8 +67,7 @@ class Controller implements vscode.Disposable, RcaLspApi {
       }),
       vscode.workspace.onDidChangeConfiguration((e) => this.onConfigChange(e)),
       vscode.workspace.onDidGrantWorkspaceTrust(() => {
-        const inspect = vscode.workspace.getConfiguration(SECTION, this.scope()).inspect<string>('interpreter');
-        if (this.wanted && ignoredUntrustedSetting(inspect, false)) {
+        if (this.wanted && trustChangesInterpreter(this.scope())) {
           this.output.info('Workspace trusted: restarting to use the workspace value of rcaLsp.interpreter.');
           void this.restart();
         }
@@ -156,23 +132,13 @@ class Controller implements vscode.Disposable, RcaLspApi {
     return vscode.workspace.workspaceFolders?.[0]?.uri;
   }
 
-  private varsFor(resource?: vscode.Uri): VariableContext {
-    const folder =
-      (resource && vscode.workspace.getWorkspaceFolder(resource)) ?? vscode.workspace.workspaceFolders?.[0];
-    return { workspaceFolder: folder?.uri.fsPath, userHome: os.homedir() };
-  }
-
   /** The translated settings for the server (section rcaLsp). */
   serverSettings(resource?: vscode.Uri): ServerSettings {
-    const raw = vscode.workspace.getConfiguration(SECTION, resource ?? this.scope());
+    const scope = resource ?? this.scope();
+    const raw = vscode.workspace.getConfiguration(SECTION, scope);
     const { settings, problems } = buildServerSettings(
-      {
-        pairs: raw.get('pairs'),
-        tolerances: raw.get('tolerances'),
-        severity: raw.get('severity'),
-        outDir: raw.get('outDir'),
-      },
-      this.varsFor(resource),
+      { pairs: raw.get('pairs'), tolerances: raw.get('tolerances'), severity: raw.get('severity'), outDir: raw.get('outDir') },
+      variablesFor(scope),
     );
     for (const p of problems) {
       this.output.warn(`Settings: ${p}`);
@@ -186,122 +152,53 @@ class Controller implements vscode.Disposable, RcaLspApi {
   }
 
   private render(): void {
-    let view = this.clientState;
-    if (!view && this.client) {
-      const active = vscode.window.activeTextEditor?.document.uri.toString();
-      const current = this.book.current(active);
-      view = current ? viewForServerStatus(current) : viewForServerStatus({ state: 'idle', message: '' });
-    }
-    if (!view) {
-      this.statusItem.hide();
+    if (this.clientState || !this.client) {
+      this.statusBar.show(this.clientState);
       return;
     }
-    this.statusItem.text = view.text;
-    this.statusItem.tooltip = view.tooltip;
-    this.statusItem.command = view.command
-      ? { title: 'rca-lsp', command: view.command.id, arguments: view.command.args }
-      : undefined;
-    this.statusItem.backgroundColor =
-      view.background === 'error'
-        ? new vscode.ThemeColor('statusBarItem.errorBackground')
-        : view.background === 'warning'
-          ? new vscode.ThemeColor('statusBarItem.warningBackground')
-          : undefined;
-    this.statusItem.show();
+    const current = this.book.current(vscode.window.activeTextEditor?.document.uri.toString());
+    const view = viewForServerStatus(current ?? { state: 'idle', message: '' });
+    this.statusBar.show(this.server ? withServer(view, this.server) : view);
   }
 
+  /** Finds the interpreter, checks its server, then starts the client. */
   private async doStart(): Promise<void> {
     if (this.client) {
       return;
     }
     this.setClientState(viewForClientState('starting'));
-    const resource = this.scope();
-    const config = vscode.workspace.getConfiguration(SECTION, resource);
-    const inspect = config.inspect<string>('interpreter');
-    const trusted = vscode.workspace.isTrusted;
-    if (ignoredUntrustedSetting(inspect, trusted)) {
-      this.output.warn(
-        'The workspace sets rcaLsp.interpreter, which is ignored because the workspace is not trusted. ' +
-          'Trust the workspace or set the interpreter in your user settings.',
-      );
-    }
-    const interpreter = await resolveInterpreter({
-      setting: inspect,
-      trusted,
-      vars: this.varsFor(resource),
-      pythonExtension: () => pythonExtensionInterpreter(resource),
-      which: (name) => whichOnPath(name),
-    });
+    const interpreter = await resolvePython(this.scope(), this.output);
     this.interpreter = interpreter;
     if (!interpreter) {
       const msg = 'rca-lsp: no Python interpreter found (no rcaLsp.interpreter setting, no Python extension environment, no python3 on PATH).';
-      this.output.error(msg);
-      this.setClientState(viewForClientState('noInterpreter', msg));
-      if (this.gate.shouldShow('<none>')) {
-        void this.showError(msg);
-      }
+      this.refuse({ kind: 'noInterpreter', message: msg }, '<none>');
       return;
     }
-    this.output.info(`Interpreter: ${interpreter.python} (from ${interpreter.detail})`);
     await this.watchPythonExtension(interpreter);
-
-    const cwd = this.serverCwd(trusted);
+    const cwd = serverCwd(this.context.extensionUri.fsPath);
     const check = await checkImport(interpreter.python, 'rca_lsp', 30000, cwd);
-    if (!check.ok) {
-      const reason = check.reason ?? 'unknown error';
-      const msg = notImportableMessage(interpreter.python, reason);
-      this.output.error(msg);
-      this.output.error(`From a source checkout instead: ${installFromSourceCommand(interpreter.python)}`);
+    const problem = serverProblem(interpreter.python, check, bundledWheel(this.context.extensionUri.fsPath));
+    if (problem) {
       if (check.output) {
         this.output.error(check.output);
       }
-      this.setClientState(viewForClientState('notInstalled', `${msg}`));
-      if (this.gate.shouldShow(`import:${interpreter.python}`)) {
-        void this.showError(msg);
-      }
+      this.refuse(problem, interpreter.python);
       return;
     }
     this.output.info(`rca_lsp ${check.version ?? ''} is importable; starting "${interpreter.python} -m rca_lsp serve"`);
+    await this.startClient(interpreter.python, cwd);
+  }
 
-    const serverOptions: ServerOptions = {
-      command: interpreter.python,
-      args: ['-m', 'rca_lsp', 'serve'],
-      transport: TransportKind.stdio,
-      options: { cwd, env: { ...process.env, PYTHONUNBUFFERED: '1', PYTHONIOENCODING: 'utf-8' } },
-    };
-    const clientOptions: LanguageClientOptions = {
-      documentSelector: documentSelector(),
-      diagnosticCollectionName: 'rca-lsp',
-      outputChannel: this.output,
-      traceOutputChannel: this.output,
-      revealOutputChannelOn: RevealOutputChannelOn.Never,
-      initializationOptions: () => this.serverSettings(),
-      middleware: {
-        workspace: {
-          configuration: async (params, token, next) => {
-            const answer = await next(params, token);
-            if (!Array.isArray(answer)) {
-              return answer;
-            }
-            return params.items.map((item, i) => {
-              if (item.section === SECTION) {
-                return this.serverSettings(item.scopeUri ? vscode.Uri.parse(item.scopeUri) : undefined);
-              }
-              return answer[i];
-            });
-          },
-        },
+  private async startClient(python: string, cwd: string): Promise<void> {
+    const client = createClient({
+      python,
+      cwd,
+      output: this.output,
+      settings: (resource) => this.serverSettings(resource),
+      onStatus: (params) => {
+        this.book.update(params);
+        this.render();
       },
-    };
-    const client = new LanguageClient('rcaLsp', 'rca-lsp', serverOptions, clientOptions);
-    client.onNotification('rcaLsp/status', (params: unknown) => {
-      if (!isStatusParams(params)) {
-        this.output.warn(`Ignoring malformed rcaLsp/status: ${JSON.stringify(params)}`);
-        return;
-      }
-      const uri = params.uri ? normaliseUri(params.uri) : undefined;
-      this.book.update({ ...params, uri });
-      this.render();
     });
     client.onDidChangeState((e) => {
       const running = e.newState === State.Running;
@@ -319,19 +216,31 @@ class Controller implements vscode.Disposable, RcaLspApi {
       const msg = `rca-lsp: the server failed to start: ${e instanceof Error ? e.message : String(e)}`;
       this.output.error(msg);
       this.setClientState(viewForClientState('stopped', msg));
-      if (this.gate.shouldShow(`start:${interpreter.python}`)) {
+      if (this.gate.shouldShow(`start:${python}`)) {
         void this.showError(msg);
       }
       return;
     }
-    const canSuggest = this.serverOffers(SERVER_COMMAND_SUGGEST_MAPPING);
-    void vscode.commands.executeCommand('setContext', 'rcaLsp.canSuggestMapping', canSuggest);
+    const info = client.initializeResult?.serverInfo;
+    this.server = { name: info?.name, version: info?.version, python };
+    this.output.info(describeServer(this.server));
+    void vscode.commands.executeCommand('setContext', 'rcaLsp.canSuggestMapping', serverOffers(client, SERVER_COMMAND_SUGGEST_MAPPING));
     this.setClientState(undefined);
+  }
+
+  /** Says why the server cannot start: in the output and the status bar always, as a message once per interpreter. */
+  private refuse(problem: ServerProblem, key: string): void {
+    this.output.error(problem.message);
+    this.setClientState(viewForClientState(problem.kind, problem.message));
+    if (this.gate.shouldShow(`${problem.kind}:${key}`)) {
+      void this.showError(problem.message, problem.install && this.interpreter ? { python: this.interpreter.python, args: problem.install } : undefined);
+    }
   }
 
   private async doStop(): Promise<void> {
     const client = this.client;
     this.client = undefined;
+    this.server = undefined;
     this.book.clear();
     void vscode.commands.executeCommand('setContext', 'rcaLsp.canSuggestMapping', false);
     if (!client) {
@@ -349,38 +258,33 @@ class Controller implements vscode.Disposable, RcaLspApi {
     }
   }
 
-  private serverCwd(trusted: boolean): string {
-    // In an untrusted workspace never run Python with the workspace as working directory: `python -m` puts the
-    // working directory first on sys.path, so a workspace could shadow rca_lsp with its own code.
-    const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
-    if (trusted && folder?.scheme === 'file') {
-      return folder.fsPath;
-    }
-    return this.context.extensionUri.fsPath;
-  }
-
   private async watchPythonExtension(interpreter: ResolvedInterpreter): Promise<void> {
     if (interpreter.source !== 'python-extension' || this.pythonWatch) {
       return;
     }
-    try {
-      this.pythonWatch = await onPythonInterpreterChange(() => {
-        if (this.interpreter?.source === 'python-extension') {
-          this.output.info("The Python extension's active environment changed: restarting.");
-          void this.restart();
-        }
-      });
-      if (this.pythonWatch) {
-        this.disposables.push(this.pythonWatch);
+    this.pythonWatch = await watchPythonEnvironment(() => {
+      if (this.interpreter?.source === 'python-extension') {
+        this.output.info("The Python extension's active environment changed: restarting.");
+        void this.restart();
       }
-    } catch (e) {
-      this.output.warn(`Cannot watch the Python extension's environment: ${String(e)}`);
+    }, this.output);
+    if (this.pythonWatch) {
+      this.disposables.push(this.pythonWatch);
     }
   }
 
-  private async showError(msg: string): Promise<void> {
-    const choice = await vscode.window.showErrorMessage(msg, OPEN_SETTINGS, SHOW_OUTPUT);
-    if (choice === OPEN_SETTINGS) {
+  /**
+   * An error message; with `install` it offers to run that exact command (shown in the message): only a click on
+   * Install runs it, and the server starts once it succeeded.
+   */
+  private async showError(msg: string, install?: { python: string; args: string[] }): Promise<void> {
+    const choice = await vscode.window.showErrorMessage(msg, ...(install ? [INSTALL, OPEN_SETTINGS] : [OPEN_SETTINGS, SHOW_OUTPUT]));
+    if (choice === INSTALL && install) {
+      this.output.info(`Install accepted: ${commandLine(install.python, install.args)}`);
+      if (await installWithConsentGiven(install.python, install.args, this.context.extensionUri.fsPath, this.output)) {
+        await this.restart();
+      }
+    } else if (choice === OPEN_SETTINGS) {
       await vscode.commands.executeCommand('workbench.action.openSettings', 'rcaLsp.interpreter');
     } else if (choice === SHOW_OUTPUT) {
       this.output.show(true);
@@ -410,45 +314,6 @@ class Controller implements vscode.Disposable, RcaLspApi {
     }
   }
 
-  private serverOffers(command: string): boolean {
-    const cmds = this.client?.initializeResult?.capabilities.executeCommandProvider?.commands ?? [];
-    return cmds.includes(command);
-  }
-
-  /** The mapping file a command applies to: the argument, the active editor, a visible one, or a pick. */
-  private async targetMappingUri(arg: unknown): Promise<vscode.Uri | undefined> {
-    if (arg instanceof vscode.Uri) {
-      return arg;
-    }
-    if (typeof arg === 'string' && arg) {
-      return vscode.Uri.parse(arg);
-    }
-    const active = vscode.window.activeTextEditor?.document;
-    if (active && isMappingDocument(active)) {
-      return active.uri;
-    }
-    const visible = vscode.window.visibleTextEditors.map((e) => e.document).filter(isMappingDocument);
-    if (visible.length === 1) {
-      return visible[0].uri;
-    }
-    const candidates = new Map<string, vscode.Uri>();
-    for (const d of vscode.workspace.textDocuments.filter(isMappingDocument)) {
-      candidates.set(d.uri.toString(), d.uri);
-    }
-    for (const u of await vscode.workspace.findFiles(MAPPING_FIND_GLOB, '**/{node_modules,.git,.venv}/**', 50)) {
-      candidates.set(u.toString(), u);
-    }
-    const all = [...candidates.values()];
-    if (all.length <= 1) {
-      return all[0];
-    }
-    const pick = await vscode.window.showQuickPick(
-      all.map((u) => ({ label: vscode.workspace.asRelativePath(u), uri: u })),
-      { placeHolder: 'Mapping-key file to analyse' },
-    );
-    return pick?.uri;
-  }
-
   private async readyClient(): Promise<LanguageClient | undefined> {
     this.wanted = true;
     if (!this.client) {
@@ -468,41 +333,15 @@ class Controller implements vscode.Disposable, RcaLspApi {
   }
 
   async writeReport(arg: unknown): Promise<void> {
-    const uri = await this.targetMappingUri(arg);
+    const uri = await targetMappingUri(arg);
     if (!uri) {
       void vscode.window.showWarningMessage('rca-lsp: open a mapping-key file first.');
       return;
     }
     const client = await this.readyClient();
-    if (!client) {
-      return;
+    if (client) {
+      await writeReport(client, this.output, uri);
     }
-    await vscode.workspace.openTextDocument(uri); // make sure the server has the document
-    let result: WriteOutputsResult | undefined;
-    try {
-      result = await vscode.window.withProgress(
-        { location: vscode.ProgressLocation.Notification, title: 'rca-lsp: writing the analysis outputs…' },
-        () =>
-          client.sendRequest(ExecuteCommandRequest.type, {
-            command: SERVER_COMMAND_WRITE_OUTPUTS,
-            arguments: [uri.toString()],
-          }) as Promise<WriteOutputsResult | undefined>,
-      );
-    } catch (e) {
-      const msg = `rca-lsp: writing the outputs failed: ${e instanceof Error ? e.message : String(e)}`;
-      this.output.error(msg);
-      void vscode.window.showErrorMessage(msg);
-      return;
-    }
-    if (!result || typeof result.reportMarkdown !== 'string') {
-      this.output.error(`writeOutputs returned no report: ${JSON.stringify(result)}`);
-      void vscode.window.showErrorMessage('rca-lsp: the server wrote no report.');
-      return;
-    }
-    this.output.info(`Wrote the analysis outputs to ${result.outDir ?? '?'}; report ${result.reportMarkdown}`);
-    const report = vscode.Uri.file(result.reportMarkdown);
-    await vscode.commands.executeCommand('markdown.showPreview', report);
-    void vscode.window.showInformationMessage(`rca-lsp: wrote the analysis outputs to ${result.outDir ?? result.reportMarkdown}`);
   }
 
   async suggestMapping(arg: unknown): Promise<void> {
@@ -510,58 +349,22 @@ class Controller implements vscode.Disposable, RcaLspApi {
     if (!client) {
       return;
     }
-    if (!this.serverOffers(SERVER_COMMAND_SUGGEST_MAPPING)) {
+    if (!serverOffers(client, SERVER_COMMAND_SUGGEST_MAPPING)) {
       void vscode.window.showInformationMessage('rca-lsp: this server version does not offer mapping suggestions.');
       return;
     }
-    const uri = await this.targetMappingUri(arg);
+    const uri = await targetMappingUri(arg);
     if (!uri) {
       void vscode.window.showWarningMessage('rca-lsp: open a mapping-key file first.');
       return;
     }
-    let result: SuggestMappingResult | undefined;
-    try {
-      result = await vscode.window.withProgress(
-        { location: vscode.ProgressLocation.Notification, title: 'rca-lsp: suggesting a mapping…' },
-        () =>
-          client.sendRequest(ExecuteCommandRequest.type, {
-            command: SERVER_COMMAND_SUGGEST_MAPPING,
-            arguments: [uri.toString()],
-          }) as Promise<SuggestMappingResult | undefined>,
-      );
-    } catch (e) {
-      const msg = `rca-lsp: suggesting a mapping failed: ${e instanceof Error ? e.message : String(e)}`;
-      this.output.error(msg);
-      void vscode.window.showErrorMessage(msg);
-      return;
-    }
-    if (!result || typeof result.content !== 'string') {
-      void vscode.window.showErrorMessage('rca-lsp: the server returned no suggestion.');
-      return;
-    }
-    const doc = await vscode.workspace.openTextDocument({ language: 'json', content: result.content });
-    await vscode.window.showTextDocument(doc, { preview: false });
-    if (result.coverage) {
-      void vscode.window.showInformationMessage(`rca-lsp: suggested mapping (coverage: ${result.coverage})`);
-    }
+    await suggestMapping(client, this.output, uri);
   }
 
   dispose(): void {
     for (const d of this.disposables) {
       d.dispose();
     }
-  }
-}
-
-function isMappingDocument(doc: vscode.TextDocument): boolean {
-  return doc.uri.scheme === 'file' && (doc.languageId === 'json' || doc.languageId === 'jsonc') && isMappingFileName(doc.uri.path);
-}
-
-function normaliseUri(uri: string): string {
-  try {
-    return vscode.Uri.parse(uri).toString();
-  } catch {
-    return uri;
   }
 }
 
@@ -579,6 +382,3 @@ export async function deactivate(): Promise<void> {
   await controller?.stop();
   controller = undefined;
 }
-
-// Re-exported for the README's "exact install command" and for tests.
-export { installCommand };

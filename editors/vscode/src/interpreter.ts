@@ -150,30 +150,6 @@ export function shellQuote(arg: string): string {
   return `'${arg.replace(/'/g, `'\\''`)}'`;
 }
 
-/** The exact command that installs the server for this interpreter. */
-export function installCommand(python: string): string {
-  return `${shellQuote(python)} -m pip install rca-lsp`;
-}
-
-/** The same for a source checkout of the rca-lsp repository. */
-export function installFromSourceCommand(python: string, repo = '<path to the rca-lsp checkout>'): string {
-  return `${shellQuote(python)} -m pip install -e ${repo.startsWith('<') ? repo : shellQuote(repo)}`;
-}
-
-export function notImportableMessage(python: string, reason: string): string {
-  if (reason === 'interpreter not found' || reason === 'interpreter not executable') {
-    return (
-      `rca-lsp: the Python interpreter ${python} was ${reason === 'interpreter not found' ? 'not found' : 'not executable'}. ` +
-      'Set rcaLsp.interpreter to a Python with rca-lsp installed (python -m pip install rca-lsp).'
-    );
-  }
-  return (
-    `rca-lsp: the Python package "rca_lsp" is not importable with ${python} (${reason}). ` +
-    `Install it with: ${installCommand(python)} and run "rca-lsp: Restart Server", ` +
-    `or choose another interpreter in the setting rcaLsp.interpreter.`
-  );
-}
-
 /**
  * Remembers which interpreters the "not importable" message was already shown for, so it is shown once
  * (per interpreter) and never in a loop. `reset()` on an explicit user restart.

@@ -1,10 +1,12 @@
 /**
  * Translation of the VS Code settings (section `rcaLsp`) into the object the server receives as
  * initializationOptions, as the answer to `workspace/configuration` and in `workspace/didChangeConfiguration`.
- * Pure: no `vscode` import.
+ * Validated by the rules the server applies (rca_lsp/data/settings_rules.json, bundled), with the server's
+ * messages: tests/settings_cases.json is run against both. Pure: no `vscode` import.
  */
 import * as os from 'node:os';
 import * as path from 'node:path';
+import RULES from '../../../rca_lsp/data/settings_rules.json';
 
 export const SECTION = 'rcaLsp';
 
@@ -29,26 +31,25 @@ export const DIAGNOSTIC_CODES = [
   'dump-problem',
 ] as const;
 
-export const SEVERITIES = ['error', 'warning', 'information', 'hint', 'off'] as const;
-export type SeverityName = (typeof SEVERITIES)[number];
-
-export const DTYPES = ['float32', 'bfloat16', 'float16'] as const;
-export type DtypeName = (typeof DTYPES)[number];
+export const SEVERITIES: readonly string[] = RULES.severities;
+export type SeverityName = 'error' | 'warning' | 'information' | 'hint' | 'off';
+export const DEFAULT_OUT_DIR: string = RULES.defaultOutDir;
 
 export interface Pair {
   mappingKey: string;
   train: string;
   rollout: string;
-  /** Passed through to the server, which validates them: which step, and the rank layouts. */
+  /** Passed through to the server, which parses them: which step, the rank layouts, the rollout's step(s). */
   step?: number;
   parallel?: string;
   rolloutParallel?: string;
+  rolloutStep?: number | string;
 }
 
 /** What the server receives. Keys are only present when they carry a value. */
 export interface ServerSettings {
   pairs: Pair[];
-  tolerances: Partial<Record<DtypeName, number>>;
+  tolerances: Record<string, number>;
   severity: Record<string, SeverityName>;
   outDir: string;
 }
@@ -84,9 +85,150 @@ function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
+/** A non-blank string, trimmed; undefined otherwise. */
+function text(v: unknown): string | undefined {
+  return typeof v === 'string' && v.trim() ? v.trim() : undefined;
+}
+
+/** What a JSON value is, worded as the server words it. */
+function jsonKind(v: unknown): string {
+  if (typeof v === 'boolean') {
+    return 'true or false';
+  }
+  if (typeof v === 'number') {
+    return 'a number';
+  }
+  return Array.isArray(v) ? 'a list' : isRecord(v) ? 'an object' : 'text';
+}
+
+/** A value as Python's repr() shows it in the server's messages. */
+function pyRepr(v: unknown): string {
+  if (typeof v === 'string') {
+    return `'${v}'`;
+  }
+  if (typeof v === 'boolean') {
+    return v ? 'True' : 'False';
+  }
+  return typeof v === 'number' ? String(v) : JSON.stringify(v);
+}
+
+/** The server's dtype name for a tolerance key (`bf16`, `torch.float16` -> `bfloat16`, `float16`), as core does. */
+function normaliseDtype(name: string): string {
+  const last = (name.trim().split('.').pop() ?? '').toLowerCase();
+  return (RULES.dtypeAliases as Record<string, string>)[last] ?? last;
+}
+
+function isStepNumber(v: unknown): v is number {
+  return typeof v === 'number' && Number.isInteger(v) && v >= 0;
+}
+
+function buildPairs(raw: unknown, expand: (s: string) => string, problems: string[]): Pair[] {
+  if (raw === undefined || raw === null) {
+    return [];
+  }
+  if (!Array.isArray(raw)) {
+    problems.push('rcaLsp.pairs must be a list of {mappingKey, train, rollout} objects');
+    return [];
+  }
+  const pairs: Pair[] = [];
+  raw.forEach((p: unknown, i) => {
+    const required = isRecord(p) ? RULES.pairRequired.map((k) => text(p[k])) : [undefined];
+    if (!isRecord(p) || !required.every((v) => v !== undefined)) {
+      problems.push(`rcaLsp.pairs[${i}] needs string fields mappingKey, train and rollout`);
+      return;
+    }
+    const step = p.step;
+    if (step !== undefined && step !== null && !isStepNumber(step)) {
+      problems.push(`rcaLsp.pairs[${i}].step must be a step number (0, 1, ...)`);
+      return;
+    }
+    const rolloutStep = p.rolloutStep;
+    if (rolloutStep !== undefined && rolloutStep !== null && !(typeof rolloutStep === 'string' || isStepNumber(rolloutStep))) {
+      problems.push(`rcaLsp.pairs[${i}].rolloutStep must be a step number, "all" or a span "0-4"`);
+      return;
+    }
+    const layouts = RULES.pairOptionalText.map((k) => p[k]);
+    if (layouts.some((v) => v !== undefined && v !== null && typeof v !== 'string')) {
+      problems.push(`rcaLsp.pairs[${i}].parallel must be text such as "tp=2,pp=2"`);
+      return;
+    }
+    const [mappingKey, train, rollout] = required as string[];
+    const pair: Pair = { mappingKey: expand(mappingKey), train: expand(train), rollout: expand(rollout) };
+    if (typeof step === 'number') {
+      pair.step = step;
+    }
+    const [parallel, rolloutParallel] = layouts.map(text);
+    if (parallel) {
+      pair.parallel = parallel;
+    }
+    if (rolloutParallel) {
+      pair.rolloutParallel = rolloutParallel;
+    }
+    if (typeof rolloutStep === 'number' || typeof rolloutStep === 'string') {
+      pair.rolloutStep = rolloutStep;
+    }
+    pairs.push(pair);
+  });
+  return pairs;
+}
+
+function buildTolerances(raw: unknown, problems: string[]): Record<string, number> {
+  if (raw === undefined || raw === null) {
+    return {};
+  }
+  if (!isRecord(raw)) {
+    problems.push('rcaLsp.tolerances must be an object such as {"bfloat16": 0.03}');
+    return {};
+  }
+  const tolerances: Record<string, number> = {};
+  for (const [name, v] of Object.entries(raw)) {
+    if (v === null || v === undefined) {
+      continue; // "use the server's default"
+    }
+    const dtype = normaliseDtype(name);
+    if (!RULES.dtypes.includes(dtype)) {
+      problems.push(`rcaLsp.tolerances.${name}: unknown dtype ${pyRepr(name)} (expected ${RULES.dtypes.join(', ')}); ignored`);
+    } else if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) {
+      problems.push(`rcaLsp.tolerances.${name}: the tolerance for ${dtype} must be a positive number, got ${pyRepr(v)}; ignored`);
+    } else {
+      tolerances[dtype] = v;
+    }
+  }
+  return tolerances;
+}
+
+function buildSeverity(raw: unknown, problems: string[]): Record<string, SeverityName> {
+  if (raw === undefined || raw === null) {
+    return {};
+  }
+  if (!isRecord(raw)) {
+    problems.push('rcaLsp.severity must be an object such as {"missing-op": "error"}');
+    return {};
+  }
+  const severity: Record<string, SeverityName> = {};
+  for (const [code, level] of Object.entries(raw)) {
+    if (typeof level !== 'string' || !SEVERITIES.includes(level)) {
+      problems.push(`rcaLsp.severity.${code} must be one of ${SEVERITIES.join(', ')}`);
+      continue;
+    }
+    if (!(DIAGNOSTIC_CODES as readonly string[]).includes(code)) {
+      problems.push(`rcaLsp.severity.${code}: unknown diagnostic code`); // still passed on, as the server keeps it
+    }
+    severity[code] = level as SeverityName;
+  }
+  return severity;
+}
+
+function buildOutDir(raw: unknown, problems: string[]): string {
+  if (raw !== undefined && raw !== null && typeof raw !== 'string') {
+    problems.push(`rcaLsp.outDir must be a folder path, got ${jsonKind(raw)}; using ${DEFAULT_OUT_DIR}`);
+  }
+  return text(raw) ?? DEFAULT_OUT_DIR;
+}
+
 /**
- * Builds the server settings from the raw `rcaLsp` configuration object. Invalid entries are dropped
- * and described in `problems` (shown in the output channel), never thrown.
+ * Builds the server settings from the raw `rcaLsp` configuration object. Invalid entries are dropped and described
+ * in `problems` (shown in the output channel), never thrown.
  */
 export function buildServerSettings(
   raw: unknown,
@@ -96,79 +238,13 @@ export function buildServerSettings(
   const problems: string[] = [];
   const cfg = isRecord(raw) ? raw : {};
   const expand = (s: string): string => expandVariables(s, vars, env);
-
-  const pairs: Pair[] = [];
-  const rawPairs = cfg.pairs;
-  if (rawPairs !== undefined && rawPairs !== null && !Array.isArray(rawPairs)) {
-    problems.push('rcaLsp.pairs must be an array; ignored');
-  }
-  if (Array.isArray(rawPairs)) {
-    rawPairs.forEach((p, i) => {
-      if (
-        isRecord(p) &&
-        typeof p.mappingKey === 'string' &&
-        typeof p.train === 'string' &&
-        typeof p.rollout === 'string' &&
-        p.mappingKey.trim() &&
-        p.train.trim() &&
-        p.rollout.trim()
-      ) {
-        const pair: Pair = { mappingKey: expand(p.mappingKey.trim()), train: expand(p.train.trim()), rollout: expand(p.rollout.trim()) };
-        if (typeof p.step === 'number') {
-          pair.step = p.step;
-        }
-        if (typeof p.parallel === 'string' && p.parallel.trim()) {
-          pair.parallel = p.parallel.trim();
-        }
-        if (typeof p.rolloutParallel === 'string' && p.rolloutParallel.trim()) {
-          pair.rolloutParallel = p.rolloutParallel.trim();
-        }
-        pairs.push(pair);
-      } else {
-        problems.push(`rcaLsp.pairs[${i}] needs non-empty strings mappingKey, train and rollout; ignored`);
-      }
-    });
-  }
-
-  const tolerances: Partial<Record<DtypeName, number>> = {};
-  const rawTol = cfg.tolerances;
-  if (isRecord(rawTol)) {
-    for (const [k, v] of Object.entries(rawTol)) {
-      if (v === null || v === undefined) {
-        continue; // "use the server's default"
-      }
-      if (!(DTYPES as readonly string[]).includes(k)) {
-        problems.push(`rcaLsp.tolerances.${k}: unknown dtype (expected ${DTYPES.join(', ')}); ignored`);
-        continue;
-      }
-      if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) {
-        problems.push(`rcaLsp.tolerances.${k} must be a positive number; ignored`);
-        continue;
-      }
-      tolerances[k as DtypeName] = v;
-    }
-  }
-
-  const severity: Record<string, SeverityName> = {};
-  const rawSev = cfg.severity;
-  if (isRecord(rawSev)) {
-    for (const [code, v] of Object.entries(rawSev)) {
-      const s = typeof v === 'string' ? v.trim().toLowerCase() : v;
-      const normalised = s === 'info' ? 'information' : s === 'none' ? 'off' : s;
-      if (typeof normalised !== 'string' || !(SEVERITIES as readonly string[]).includes(normalised)) {
-        problems.push(`rcaLsp.severity["${code}"] must be one of ${SEVERITIES.join(', ')}; ignored`);
-        continue;
-      }
-      if (!(DIAGNOSTIC_CODES as readonly string[]).includes(code)) {
-        // Still forwarded: a newer server may know more codes than this client.
-        problems.push(`rcaLsp.severity["${code}"]: code not known to this client version; forwarded anyway`);
-      }
-      severity[code] = normalised as SeverityName;
-    }
-  }
-
-  const outDirRaw = typeof cfg.outDir === 'string' && cfg.outDir.trim() ? cfg.outDir.trim() : 'rca_out';
-  return { settings: { pairs, tolerances, severity, outDir: expand(outDirRaw) }, problems };
+  const settings: ServerSettings = {
+    pairs: buildPairs(cfg.pairs, expand, problems),
+    tolerances: buildTolerances(cfg.tolerances, problems),
+    severity: buildSeverity(cfg.severity, problems),
+    outDir: expand(buildOutDir(cfg.outDir, problems)),
+  };
+  return { settings, problems };
 }
 
 export type ConfigChangeAction = 'restart' | 'notify' | 'none';

@@ -14,7 +14,7 @@ export interface StatusParams {
   suspects?: number;
 }
 
-export type ClientState = 'starting' | 'stopped' | 'notInstalled' | 'noInterpreter';
+export type ClientState = 'starting' | 'stopped' | 'notInstalled' | 'tooOld' | 'noInterpreter';
 
 export interface StatusView {
   text: string;
@@ -105,8 +105,15 @@ export function viewForClientState(state: ClientState, detail = ''): StatusView 
     case 'notInstalled':
       return {
         text: '$(error) rca-lsp: not installed',
-        tooltip: detail || 'The Python package rca_lsp is not importable with the selected interpreter.',
-        command: { id: 'workbench.action.openSettings', args: ['rcaLsp.interpreter'] },
+        tooltip: `${detail || 'The Python package rca_lsp is not importable with the selected interpreter.'}\nClick to check again.`,
+        command: { id: 'rcaLsp.restartServer', args: [] },
+        background: 'error',
+      };
+    case 'tooOld':
+      return {
+        text: '$(error) rca-lsp: server too old',
+        tooltip: `${detail || 'The rca_lsp of the selected interpreter is older than this extension needs.'}\nClick to check again.`,
+        command: { id: 'rcaLsp.restartServer', args: [] },
         background: 'error',
       };
     case 'noInterpreter':
@@ -125,6 +132,24 @@ export function viewForClientState(state: ClientState, detail = ''): StatusView 
         background: 'warning',
       };
   }
+}
+
+/** Which server the client talks to, from its initialize result and the interpreter running it. */
+export interface ServerDescription {
+  name?: string;
+  version?: string;
+  python: string;
+}
+
+/** One line naming the server: `Server: rca-lsp 0.1.0 (/venv/bin/python)`. */
+export function describeServer(server: ServerDescription): string {
+  const name = [server.name ?? 'rca-lsp', server.version ?? '(no version given)'].join(' ');
+  return `Server: ${name} (${server.python})`;
+}
+
+/** A view of the running server with the server's name and version added to its tooltip. */
+export function withServer(view: StatusView, server: ServerDescription): StatusView {
+  return { ...view, tooltip: `${view.tooltip}\n${describeServer(server)}` };
 }
 
 /**

@@ -5,9 +5,6 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import {
   ignoredUntrustedSetting,
-  installCommand,
-  installFromSourceCommand,
-  notImportableMessage,
   OnceGate,
   pickInterpreterSetting,
   resolveInterpreter,
@@ -115,17 +112,10 @@ test('whichOnPath finds the first executable and skips non-executables', () => {
   }
 });
 
-test('install command is exact and shell-quoted', () => {
-  assert.equal(installCommand('/usr/bin/python3'), '/usr/bin/python3 -m pip install rca-lsp');
-  assert.equal(installCommand('/opt/my env/bin/python'), "'/opt/my env/bin/python' -m pip install rca-lsp");
+test('shellQuote quotes what a shell would split or expand', () => {
+  assert.equal(shellQuote('/usr/bin/python3'), '/usr/bin/python3');
+  assert.equal(shellQuote('/opt/my env/bin/python'), "'/opt/my env/bin/python'");
   assert.equal(shellQuote("it's"), `'it'\\''s'`);
-  assert.equal(installFromSourceCommand('/p/python', '/src/rca-lsp'), '/p/python -m pip install -e /src/rca-lsp');
-  const msg = notImportableMessage('/p/python', "ModuleNotFoundError: No module named 'rca_lsp'");
-  assert.match(msg, /not importable with \/p\/python/);
-  assert.ok(msg.includes('/p/python -m pip install rca-lsp'));
-  const missing = notImportableMessage('/nope/python', 'interpreter not found');
-  assert.match(missing, /interpreter \/nope\/python was not found/);
-  assert.match(missing, /rcaLsp\.interpreter/);
 });
 
 test('the not-importable message is shown once per interpreter until reset', () => {

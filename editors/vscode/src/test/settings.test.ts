@@ -1,56 +1,63 @@
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
-import { buildServerSettings, classifyConfigChange, expandVariables } from '../settings';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { buildServerSettings, classifyConfigChange, DEFAULT_OUT_DIR, DIAGNOSTIC_CODES, expandVariables, SEVERITIES } from '../settings';
+import RULES from '../../../../rca_lsp/data/settings_rules.json';
 
 const vars = { workspaceFolder: '/ws', userHome: '/home/u' };
+// out/editors/vscode/src/test -> the repository (tsc keeps the layout from the repository root, see tsconfig.json)
+const repo = path.resolve(__dirname, '..', '..', '..', '..', '..', '..', '..');
+const manifest = JSON.parse(fs.readFileSync(path.join(repo, 'editors', 'vscode', 'package.json'), 'utf8'));
+const properties = manifest.contributes.configuration.properties;
 
-test('defaults: empty pairs, tolerances, severity; outDir rca_out', () => {
-  const { settings, problems } = buildServerSettings(undefined, vars);
-  assert.deepEqual(settings, { pairs: [], tolerances: {}, severity: {}, outDir: 'rca_out' });
-  assert.deepEqual(problems, []);
+interface Case {
+  name: string;
+  raw: unknown;
+  settings: unknown;
+  problems: string[];
+}
+const cases: Case[] = JSON.parse(fs.readFileSync(path.join(repo, 'tests', 'settings_cases.json'), 'utf8'));
+
+for (const c of cases) {
+  test(`shared with the server (tests/settings_cases.json): ${c.name}`, () => {
+    const { settings, problems } = buildServerSettings(c.raw, vars);
+    assert.deepEqual(problems, c.problems);
+    assert.deepEqual(settings, c.settings);
+  });
+}
+
+test('the settings schema in package.json offers what the rules accept', () => {
+  const severity = properties['rcaLsp.severity'];
+  assert.deepEqual(severity.additionalProperties.enum, RULES.severities);
+  assert.deepEqual([...severity.propertyNames.enum].sort(), [...DIAGNOSTIC_CODES].sort());
+  const tolerances = Object.keys(properties).filter((k) => k.startsWith('rcaLsp.tolerances.')).map((k) => k.split('.')[2]);
+  assert.ok(tolerances.length > 0 && tolerances.every((d) => RULES.dtypes.includes(d)), tolerances.join(', '));
+  const pair = properties['rcaLsp.pairs'].items;
+  assert.deepEqual(pair.required, RULES.pairRequired);
+  for (const k of RULES.pairOptionalText) {
+    assert.equal(pair.properties[k].type, 'string', k);
+  }
+  assert.equal(properties['rcaLsp.outDir'].default, RULES.defaultOutDir);
+  assert.equal(DEFAULT_OUT_DIR, RULES.defaultOutDir);
+  assert.deepEqual(SEVERITIES, RULES.severities);
 });
 
-test('a full configuration is translated and variables expanded', () => {
+test('variables are expanded in the pairs and the output folder', () => {
   const { settings, problems } = buildServerSettings(
     {
       pairs: [{ mappingKey: '${workspaceFolder}/a/mapping_key.json', train: '${workspaceFolder}/a/train/**/dump.json', rollout: '~/r' }],
-      tolerances: { float32: 1e-4, bfloat16: 0.02, float16: null },
-      severity: { 'missing-op': 'error', 'nan-inf': 'off', 'in-module-diff': 'Info' },
       outDir: '${workspaceFolder}/out',
-      interpreter: '/ignored/here',
     },
     vars,
   );
   assert.deepEqual(problems, []);
-  assert.deepEqual(settings, {
-    pairs: [{ mappingKey: '/ws/a/mapping_key.json', train: '/ws/a/train/**/dump.json', rollout: '/home/u/r' }],
-    tolerances: { float32: 1e-4, bfloat16: 0.02 },
-    severity: { 'missing-op': 'error', 'nan-inf': 'off', 'in-module-diff': 'information' },
-    outDir: '/ws/out',
-  });
+  assert.deepEqual(settings.pairs, [{ mappingKey: '/ws/a/mapping_key.json', train: '/ws/a/train/**/dump.json', rollout: '/home/u/r' }]);
+  assert.equal(settings.outDir, '/ws/out');
 });
 
-test('invalid entries are dropped with a problem each', () => {
-  const { settings, problems } = buildServerSettings(
-    {
-      pairs: [{ mappingKey: 'm.json', train: 't' }, 'x', { mappingKey: 'm', train: 't', rollout: 'r' }],
-      tolerances: { float32: -1, int8: 0.1, float16: 'big', bfloat16: 0 },
-      severity: { 'missing-op': 'fatal', 'future-code': 'hint' },
-      outDir: '   ',
-    },
-    vars,
-  );
-  assert.deepEqual(settings.pairs, [{ mappingKey: 'm', train: 't', rollout: 'r' }]);
-  assert.deepEqual(settings.tolerances, {});
-  assert.deepEqual(settings.severity, { 'future-code': 'hint' });
-  assert.equal(settings.outDir, 'rca_out');
-  assert.equal(problems.length, 8, problems.join('\n'));
-});
-
-test('non-array pairs is reported', () => {
-  const { settings, problems } = buildServerSettings({ pairs: { a: 1 } }, vars);
-  assert.deepEqual(settings.pairs, []);
-  assert.equal(problems.length, 1);
+test('not an object: the defaults', () => {
+  assert.deepEqual(buildServerSettings(undefined, vars), { settings: { pairs: [], tolerances: {}, severity: {}, outDir: 'rca_out' }, problems: [] });
 });
 
 test('expandVariables', () => {
@@ -73,15 +80,4 @@ test('config changes: interpreter restarts, data settings notify, trace and othe
   assert.equal(classifyConfigChange(affects(['rcaLsp.outDir'])), 'notify');
   assert.equal(classifyConfigChange(affects(['rcaLsp.trace.server'])), 'none');
   assert.equal(classifyConfigChange(affects(['editor.fontSize'])), 'none');
-});
-
-test('a pair passes its step and rank layouts through to the server, which validates them', () => {
-  const { settings, problems } = buildServerSettings(
-    { pairs: [{ mappingKey: 'm.json', train: 't', rollout: 'r', step: 2, parallel: ' tp=2,pp=2 ', rolloutParallel: 'tp=4' }] },
-    vars,
-  );
-  assert.deepEqual(problems, []);
-  assert.deepEqual(settings.pairs, [
-    { mappingKey: 'm.json', train: 't', rollout: 'r', step: 2, parallel: 'tp=2,pp=2', rolloutParallel: 'tp=4' },
-  ]);
 });

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
-import { escapeLabel, isStatusParams, StatusBook, truncate, viewForClientState, viewForServerStatus } from '../status';
+import { describeServer, escapeLabel, isStatusParams, StatusBook, truncate, viewForClientState, viewForServerStatus, withServer } from '../status';
 import { documentSelector, isMappingFileName } from '../files';
 
 test('loading shows a spinner and opens the output on click', () => {
@@ -35,8 +35,13 @@ test('error state is red and opens the output', () => {
 });
 
 test('client states', () => {
-  assert.equal(viewForClientState('notInstalled').command?.id, 'workbench.action.openSettings');
-  assert.deepEqual(viewForClientState('notInstalled').command?.args, ['rcaLsp.interpreter']);
+  for (const state of ['notInstalled', 'tooOld'] as const) {
+    // A click checks again, which offers the install again.
+    assert.equal(viewForClientState(state).command?.id, 'rcaLsp.restartServer');
+    assert.equal(viewForClientState(state).background, 'error');
+    assert.match(viewForClientState(state, 'the reason').tooltip, /^the reason\nClick to check again\.$/);
+  }
+  assert.match(viewForClientState('tooOld').text, /server too old/);
   assert.equal(viewForClientState('stopped').command?.id, 'rcaLsp.restartServer');
   assert.match(viewForClientState('starting').text, /starting/);
 });
@@ -78,4 +83,11 @@ test('mapping file names', () => {
   assert.equal(isMappingFileName('/x/package.json'), false);
   assert.equal(documentSelector().length, 4);
   assert.ok(documentSelector().every((s) => s.scheme === 'file'));
+});
+
+test('the running server is named in the tooltip with its version and interpreter', () => {
+  const view = withServer(viewForServerStatus({ state: 'idle', message: '' }), { name: 'rca-lsp', version: '0.1.0', python: '/v/bin/python' });
+  assert.match(view.tooltip, /\nServer: rca-lsp 0\.1\.0 \(\/v\/bin\/python\)$/);
+  assert.equal(view.text, '$(pulse) rca-lsp');
+  assert.equal(describeServer({ python: '/p' }), 'Server: rca-lsp (no version given) (/p)');
 });

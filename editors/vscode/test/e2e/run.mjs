@@ -5,11 +5,15 @@
 //
 // Scenarios:
 //   untrusted-not-importable  always runs: workspace trust on, the folder untrusted, a workspace-level
-//                             rcaLsp.interpreter that must be ignored, a user-level interpreter without rca_lsp.
-//                             Asserts the one-time error with the exact install command + "Open Settings",
-//                             the status bar, that the workspace interpreter never ran, and the JSON schema
-//                             validation of a malformed mapping file (no server needed).
-//   activation                always runs: a plain JSON file starts nothing; a mapping-key file opened later does.
+//                             rcaLsp.interpreter that must be ignored, a user-level interpreter (a fresh venv)
+//                             without rca_lsp. Asserts the one-time error with the exact install command of the
+//                             wheel bundled in the .vsix, "Install" and "Open Settings", the status bar, that the
+//                             workspace interpreter never ran, the JSON schema validation of a malformed mapping
+//                             file (no server needed), then accepts "Install": the command and pip's output in the
+//                             output channel, and the installed server starts and publishes.
+//   activation                runs when RCA_LSP_PYTHON exists: a plain JSON file starts nothing; a mapping-key file
+//                             opened later does, and the server found (the mock claiming version 0.0.1) is refused
+//                             as too old, with the versions, never started; "Open Settings" opens the setting.
 //   mock-server               runs when pygls is importable with RCA_LSP_PYTHON: test/e2e/mock-server speaks the
 //                             client contract with canned answers (diagnostics, hover, quick fix, status, report,
 //                             settings forwarding and changes, restart, suggest mapping).
@@ -460,10 +464,10 @@ async function scenarioNotImportable(browser, bin, base, vsix) {
   const cs = new CodeServer(bin, base, 'noimport');
   const ws = path.join(base, 'ws-noimport');
   fs.mkdirSync(path.join(ws, '.vscode'), { recursive: true });
-  // A Python that cannot see any site-packages: rca_lsp is not importable with it.
-  const bogus = path.join(base, 'bin', 'python-without-rca-lsp');
-  fs.mkdirSync(path.dirname(bogus), { recursive: true });
-  fs.writeFileSync(bogus, '#!/bin/sh\nexec python3 -I -S "$@"\n', { mode: 0o755 });
+  // A fresh virtual environment: rca_lsp is not importable with it, and pip can install into it.
+  const venv = path.join(base, 'venv-without-rca-lsp');
+  execFileSync('python3', ['-m', 'venv', venv], { stdio: 'pipe', timeout: 120000 });
+  const bogus = path.join(venv, 'bin', 'python');
   // A workspace-level interpreter that must never run in an untrusted workspace.
   const evil = path.join(ws, 'evil-python');
   const marker = path.join(ws, 'EVIL_PYTHON_RAN');
@@ -497,8 +501,14 @@ async function scenarioNotImportable(browser, bin, base, vsix) {
     sc.page = await sc.step('open the workbench (untrusted folder)', () => openWorkbench(browser, url), { critical: true });
     const page = sc.page;
 
-    await sc.step('one error message with the exact install command and "Open Settings"', async () => {
-      const expected = `${bogus} -m pip install rca-lsp`;
+    let wheel;
+    await sc.step('one error message with the exact install command, "Install" and "Open Settings"', async () => {
+      const installed = fs.readdirSync(cs.extensions).find((d) => /^rca-lsp\.rca-lsp-/.test(d));
+      assert(installed, `the extension folder is not in ${cs.extensions}`);
+      wheel = fs.readdirSync(path.join(cs.extensions, installed, 'server')).find((f) => /^rca_lsp-.*\.whl$/.test(f));
+      assert(wheel, 'no rca_lsp wheel in the installed extension');
+      wheel = path.join(cs.extensions, installed, 'server', wheel);
+      const expected = `${bogus} -m pip install --no-input ${wheel}`;
       const texts = await poll('the not-importable notification', async () => {
         const t = await notificationTexts(page);
         return t.some((x) => x.includes('not importable')) ? t : undefined;
@@ -510,8 +520,11 @@ async function scenarioNotImportable(browser, bin, base, vsix) {
       assert(hits[0].includes(expected), `message lacks "${expected}": ${hits[0]}`);
       assert(hits[0].includes(bogus), 'message names the user-level interpreter');
       assert(!hits[0].includes('evil-python'), 'message must not name the workspace interpreter');
-      const button = page.locator('.notifications-toasts .notification-toast .monaco-button', { hasText: 'Open Settings' });
-      assert((await button.count()) === 1, 'no "Open Settings" button');
+      for (const label of ['Install', 'Open Settings']) {
+        const button = page.locator('.notifications-toasts .notification-toast .monaco-button', { hasText: new RegExp(`^${label}$`) });
+        assert((await button.count()) === 1, `no "${label}" button`);
+      }
+      assert(!/Installing the server/.test(cs.outputChannelText()), 'something was installed without consent');
     });
 
     await sc.step('status bar says not installed', async () => {
@@ -540,17 +553,6 @@ async function scenarioNotImportable(browser, bin, base, vsix) {
       assert(!fs.existsSync(marker), 'workspace interpreter ran later');
     });
 
-    await sc.step('"Open Settings" opens the rcaLsp.interpreter setting', async () => {
-      await page.locator('.notifications-toasts .notification-toast .monaco-button', { hasText: 'Open Settings' }).first().click();
-      const editor = page.locator('.settings-editor');
-      await editor.waitFor({ state: 'visible', timeout: 15000 });
-      await poll('the interpreter setting in the Settings editor', async () => {
-        const t = await editor.innerText();
-        return /Interpreter/.test(t) && /rca_lsp serve/.test(t);
-      }, 15000);
-      await shot(page, 'noimport-2-open-settings');
-    });
-
     await sc.step('JSON schema flags malformed mapping values without the server', async () => {
       await openFromExplorer(page, 'bad_mapping_key.json');
       const rows = await waitProblem(page, /bad_mapping_key|Incorrect type|too few items/i, 30000);
@@ -560,6 +562,30 @@ async function scenarioNotImportable(browser, bin, base, vsix) {
       }, 30000);
       log(`schema problems: ${rows.map((r) => r.text).join(' || ')}`);
       await shot(page, 'noimport-3-schema-problems');
+    });
+
+    await sc.step('"Install" runs the shown command, its output in the output channel, then the server starts', async () => {
+      const command = `Installing the server: ${bogus} -m pip install --no-input ${wheel}`;
+      await page.locator('.notifications-toasts .notification-toast .monaco-button', { hasText: /^Install$/ }).first().click();
+      const out = await poll('pip to finish', () => {
+        const t = cs.outputChannelText();
+        if (/Installing the server failed/.test(t)) {
+          throw new FailFast(`pip failed: ${t.slice(t.indexOf('Installing the server')).slice(0, 3000)}`);
+        }
+        return /The server is installed\./.test(t) ? t : undefined;
+      }, 180000, 1000);
+      assert(out.includes(command), `the output channel lacks "${command}"`);
+      assert(/Successfully installed .*rca-lsp-/.test(out), "pip's own output is not in the output channel");
+      await poll('the installed server to answer', () => /Server: rca-lsp \d/.test(cs.outputChannelText()), 60000);
+      const status = await poll('the status bar of a running server', async () => {
+        const t = await statusBarText(page);
+        return t && !/not installed|starting/.test(t) ? t : undefined;
+      }, 30000);
+      log(`status bar after the install: ${status}`);
+      const rows = await waitProblem(page, /unpaired-mapping/, 60000, 'unpaired-mapping');
+      log(`after the install: ${rows.map((r) => r.text.slice(0, 160)).join(' || ')}`);
+      await shot(page, 'noimport-4-installed');
+      assert(!fs.existsSync(marker), 'the workspace interpreter ran');
     });
   } finally {
     await sc.page?.context().close().catch(() => {});
@@ -572,14 +598,18 @@ async function scenarioNotImportable(browser, bin, base, vsix) {
 /** No mapping file in the workspace: nothing starts; once one appears and is opened, the client starts. */
 async function scenarioActivation(browser, bin, base, vsix) {
   const sc = new Scenario('activation');
+  if (!fs.existsSync(serverPython)) {
+    record('activation', 'skip', `no ${serverPython} to run the mock server with`);
+    return;
+  }
   const cs = new CodeServer(bin, base, 'activation');
   const ws = path.join(base, 'ws-activation');
   fs.mkdirSync(ws, { recursive: true });
   fs.writeFileSync(path.join(ws, 'other.json'), '{ "a": 1 }\n');
-  const bogus = path.join(base, 'bin', 'python-without-rca-lsp');
-  fs.mkdirSync(path.dirname(bogus), { recursive: true });
-  fs.writeFileSync(bogus, '#!/bin/sh\nexec python3 -I -S "$@"\n', { mode: 0o755 });
-  cs.writeUserSettings({ 'rcaLsp.interpreter': bogus });
+  // The server found is the mock claiming a version older than the client's minimum.
+  const mockLog = path.join(base, 'activation-server-events.jsonl');
+  Object.assign(cs.env, { PYTHONPATH: mockDir, RCA_LSP_MOCK_VERSION: '0.0.1', RCA_LSP_MOCK_LOG: mockLog });
+  cs.writeUserSettings({ 'rcaLsp.interpreter': serverPython });
   try {
     await sc.step('install the .vsix into code-server', () => cs.installExtension(vsix), { critical: true });
     const url = await sc.step('start code-server', () => cs.start(ws), { critical: true });
@@ -613,10 +643,32 @@ async function scenarioActivation(browser, bin, base, vsix) {
       await openFromExplorer(page, 'late_mapping_key.json');
       const text = await poll('the rca-lsp status bar item', async () => {
         const t = await statusBarText(page);
-        return /not installed/.test(t) ? t : undefined;
+        return /server too old/.test(t) ? t : undefined;
       }, 30000);
       log(`status bar: ${text}`);
       await shot(page, 'activation-2-mapping-file');
+    });
+    await sc.step('a server older than the client needs is refused, with the versions, and never started', async () => {
+      const texts = await poll('the too-old notification', async () => {
+        const t = (await notificationTexts(page)).filter((x) => x.includes('cannot be used'));
+        return t.length > 0 ? t : undefined;
+      }, 20000);
+      await page.waitForTimeout(1000);
+      await shot(page, 'activation-3-too-old');
+      assert(texts.length === 1, `expected one message: ${JSON.stringify(texts)}`);
+      assert(/it is version 0\.0\.1, older than the \d+\.\d+\.\d+ this extension needs/.test(texts[0]), texts[0]);
+      assert(texts[0].includes(`${serverPython} -m pip install --no-input `), `no install command: ${texts[0]}`);
+      assert(!readMockLog(mockLog).some((e) => e.event === 'initialize'), 'the old server was started');
+    });
+    await sc.step('"Open Settings" opens the rcaLsp.interpreter setting', async () => {
+      await page.locator('.notifications-toasts .notification-toast .monaco-button', { hasText: 'Open Settings' }).first().click();
+      const editor = page.locator('.settings-editor');
+      await editor.waitFor({ state: 'visible', timeout: 15000 });
+      await poll('the interpreter setting in the Settings editor', async () => {
+        const t = await editor.innerText();
+        return /Interpreter/.test(t) && /rca_lsp serve/.test(t);
+      }, 15000);
+      await shot(page, 'activation-4-open-settings');
     });
   } finally {
     await sc.page?.context().close().catch(() => {});
@@ -678,6 +730,7 @@ const SERVER_STEPS = [
   'missing-op warning in the Problems panel',
   'hover on the suspect entry',
   'quick fix for a misspelt key',
+  'the output names the server and version it talks to',
   'status bar shows the analysis',
   'write the report and open the preview',
   'suggest mapping opens an untitled JSON editor',
@@ -829,6 +882,18 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
       await shot(page, p('4-quick-fix-applied'));
     });
 
+    await sc.step('the output names the server and version it talks to', async () => {
+      const name = mock ? 'rca-lsp-mock' : 'rca-lsp';
+      const want = new RegExp(`Server: ${name} (\\d+\\.\\d+\\.\\d+\\S*) \\(${escapeRe(serverPython)}\\)`);
+      const found = await poll('the server line', () => cs.outputChannelText().match(want), 10000);
+      const claimed = execFileSync(serverPython, ['-c', 'import rca_lsp; print(rca_lsp.__version__)'], {
+        env: mock ? { ...process.env, PYTHONPATH: mockDir } : process.env,
+        cwd: os.tmpdir(),
+        encoding: 'utf8',
+      }).trim();
+      assert(found[1] === claimed, `the output says ${found[1]}, the server is ${claimed}`);
+    });
+
     await sc.step('status bar shows the analysis', async () => {
       await openFromExplorer(page, 'mapping_key.json');
       const text = await poll('an analysed status', async () => {
@@ -935,6 +1000,9 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
       const expected = mock ? /Module\.mock\.train\.forward\.0/ : /"Module\.module\.module\.decoder\.layers\.0\./;
       await poll('the suggested mapping in the editor', async () => expected.test(await page.locator('.monaco-editor .view-lines').first().innerText()), 10000);
       await shot(page, p('8-suggest-mapping'));
+      await poll('the coverage in the output channel', () => /Suggested mapping for mapping_key\.json: coverage \S/.test(cs.outputChannelText()), 10000);
+      const toasts = (await notificationTexts(page)).filter((x) => /coverage/i.test(x));
+      assert(toasts.length === 0, `the coverage is a toast: ${toasts.join(' | ')}`);
     });
   } finally {
     await sc.page?.context().close().catch(() => {});

@@ -6,4 +6,8 @@ tested in a real VS Code independently of the analysis. Every message it gets th
 line to $RCA_LSP_MOCK_LOG.
 """
 
-__version__ = "0.0.0-mock"
+import os
+
+# The version it claims (the import check reads it, the initialize result carries it): RCA_LSP_MOCK_VERSION, by
+# default the oldest the client accepts; the e2e sets an older one to see the client refuse it.
+__version__ = os.environ.get("RCA_LSP_MOCK_VERSION", "0.1.0")

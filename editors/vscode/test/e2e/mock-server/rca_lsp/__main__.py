@@ -12,7 +12,9 @@ from urllib.parse import unquote, urlparse
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-server = LanguageServer("rca-lsp-mock", "0.0.0-mock")
+from rca_lsp import __version__
+
+server = LanguageServer("rca-lsp-mock", __version__)
 KEY_RE = re.compile(r'"((?:Module|Cell)\.[^"]+)"\s*:')
 
 
