@@ -1,4 +1,4 @@
-"""Command line: `rca-lsp analyze`, `rca-lsp serve`, `rca-lsp suggest-mapping`."""
+"""Command line: `rca-lsp analyze`, `rca-lsp serve`, `rca-lsp suggest-mapping`, `rca-lsp export-mapping`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from rca_lsp import __version__
+from rca_lsp import __version__, export_cli
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.errors import InputError
+from rca_lsp.core.msprobe_columns import COLUMN_STYLES
 from rca_lsp.core.outputs import write_outputs
 from rca_lsp.core.report_md import NOTHING_COMPARED
 from rca_lsp.core.run import analyze_paths, raise_if_unusable
@@ -32,9 +33,20 @@ def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--train", help="train dump.json or msprobe dump directory")
     parser.add_argument("--rollout", help="rollout dump.json or msprobe dump directory")
-    parser.add_argument("--mapping-key", "--mapping_key", dest="mapping_key", help="mapping-key JSON file")
+    parser.add_argument(
+        "--mapping-key",
+        "--mapping_key",
+        dest="mapping_key",
+        help="mapping-key JSON, or msprobe's data_mapping / cell_mapping YAML",
+    )
     parser.add_argument("--out-dir", default=None, help="output directory (default: ./rca_out)")
     parser.add_argument("--demo", action="store_true", help="run on the bundled demo fixture")
+    parser.add_argument(
+        "--columns",
+        choices=COLUMN_STYLES,
+        default="rca",
+        help="output_3's column names: ours (default) or msprobe compare's (NPU Name, Max diff, ...)",
+    )
     parser.add_argument(
         "--tolerance",
         action="append",
@@ -124,14 +136,16 @@ def run_analyze(args: argparse.Namespace) -> int:
     )
     raise_if_unusable(analysis.mapping)
     for issue in analysis.issues[:10]:
+        key = f" (key {issue.key!r})" if issue.key else ""
         print(
-            f"warning: {mapping}:{analysis.mapping.line_of(issue.span)}: {issue.code}: {issue.message}", file=sys.stderr
+            f"warning: {mapping}:{analysis.mapping.line_of(issue.span)}: {issue.code}: {issue.message}{key}",
+            file=sys.stderr,
         )
     if len(analysis.issues) > 10:
         print(f"warning: ... {len(analysis.issues) - 10} more mapping problems (see output_5)", file=sys.stderr)
     out_dir = Path(args.out_dir or "rca_out")
     try:
-        write_outputs(analysis, out_dir, fork=True)
+        write_outputs(analysis, out_dir, fork=True, columns=args.columns)
     except OSError as error:
         raise InputError(str(out_dir), f"cannot write the output files: {error.strerror or error}") from None
     print(_summary(analysis, out_dir))
@@ -183,10 +197,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(subparsers)
     suggest = subparsers.add_parser("suggest-mapping", help="draft a mapping-key file from two dumps")
     suggest_cli.add_arguments(suggest)
+    export = subparsers.add_parser("export-mapping", help="write the mapping as msprobe data/cell mapping YAML")
+    export_cli.add_arguments(export)
     return parser
 
 
-COMMANDS = {"analyze": run_analyze, "serve": run_serve, "suggest-mapping": suggest_cli.run}
+COMMANDS = {
+    "analyze": run_analyze,
+    "serve": run_serve,
+    "suggest-mapping": suggest_cli.run,
+    "export-mapping": export_cli.run,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

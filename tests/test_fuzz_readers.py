@@ -8,12 +8,14 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rca_lsp.core.dump import DumpCache, load_dump_file
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.mapping import parse_mapping
+from rca_lsp.core.run import raise_if_unusable
 
 keys = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30)
 values = st.one_of(keys, st.lists(keys, min_size=1, max_size=4))
@@ -86,3 +88,50 @@ def test_nonfinite_literals_load_like_pythons_json(tmp_path: Path, literal: str)
     )
     stats = DumpCache().get(path).entries["Module.m.Linear.forward.0"].output
     assert stats is not None and (math.isnan(stats.max) if literal == "NaN" else stats.max == node["Max"])
+
+
+# --- msprobe's YAML mappings (data_mapping / cell_mapping) ---------------------------------------------------------
+
+YAML_DUMPS = DumpCache()
+cell_names = st.from_regex(r"[a-z][a-z0-9_]{0,6}(\.[a-z0-9_]{1,6}){0,3}\.[A-Z][A-Za-z0-9]{0,8}", fullmatch=True)
+tensor_names = st.builds(
+    lambda cell, call, slot: f"Module.{cell}.forward.{call}.{slot}",
+    cell_names,
+    st.integers(0, 3),
+    st.sampled_from(["input.0", "output.0", "parameters.weight", "input.hidden_states", "output.0.1"]),
+)
+
+
+def _fixture_dumps() -> tuple:
+    from conftest import FIXTURES
+
+    return YAML_DUMPS.get(FIXTURES / "healthy_fp32" / "train"), YAML_DUMPS.get(FIXTURES / "healthy_fp32" / "rollout")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(
+        st.dictionaries(cell_names, cell_names, max_size=10), st.dictionaries(tensor_names, tensor_names, max_size=10)
+    )
+)
+def test_a_valid_msprobe_mapping_reads_as_yaml_safe_load_does(mapping: dict) -> None:
+    """Written as msagent writes cell mappings (yaml.safe_dump), read back rule for rule, of the right kind."""
+    text = yaml.safe_dump(mapping, sort_keys=False, default_flow_style=False) if mapping else ""
+    parsed = parse_mapping("cell_mapping.yaml", text)
+    assert [i.code for i in parsed.issues] == []
+    assert {r.left: r.right for r in parsed.rules} == (yaml.safe_load(text) or {})  # type: ignore[attr-defined]
+    kind = parsed.kind  # type: ignore[attr-defined]
+    assert kind == (None if not mapping else "data" if ".forward." in next(iter(mapping)) else "cell")
+    parsed.for_dumps(*_fixture_dumps())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200), st.sampled_from(["data_mapping.yaml", "cell_mapping.yml"]))
+def test_any_yaml_text_gives_issues_by_line_or_one_input_error_never_an_exception(text: str, name: str) -> None:
+    parsed = parse_mapping(name, text)
+    resolved = parsed.for_dumps(*_fixture_dumps())
+    assert all(0 <= i.span.start <= i.span.end <= len(text) for i in resolved.issues)
+    try:
+        raise_if_unusable(resolved)
+    except InputError as error:
+        assert str(error).startswith(f"{name}:") and error.line is not None and "\n" not in error.message

@@ -92,6 +92,22 @@ def test_settings_from_the_client() -> None:
     assert Settings.from_client("nonsense")[1] == ["rcaLsp settings must be an object, got str"]
 
 
+def test_msprobe_mapping_files_are_mapping_files_paired_as_any_other(tmp_path: Path) -> None:
+    """data_mapping*.yaml / cell_mapping*.yml by convention, any YAML file named by an rca-lsp.toml [[pair]]."""
+    from rca_lsp.server.pairing import is_mapping_name
+
+    root = workspace(tmp_path)
+    assert all(is_mapping_name(Path(n)) for n in ("data_mapping.yaml", "cell_mapping_0728.yml", "cell_mapping.yaml"))
+    assert not any(is_mapping_name(Path(n)) for n in ("layer_mapping.yaml", "config.yaml", "mapping.yaml"))
+    pair = find_pair(root / "exp" / "cell_mapping.yaml", (), [root])
+    assert isinstance(pair, Pair) and pair.source.startswith("convention")
+    (root / "exp" / "rca-lsp.toml").write_text(
+        '[[pair]]\nmapping_key = "ours.yml"\ntrain = "../ranks/train"\nrollout = "rollout"\n'
+    )
+    pair = find_pair(root / "exp" / "ours.yml", (), [root])
+    assert isinstance(pair, Pair) and pair.source.endswith("rca-lsp.toml") and len(pair.train.files) == 2
+
+
 def test_rollout_step_from_settings_and_config_joins_the_steps(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     shutil.copytree(FIXTURES / "decode_steps_healthy", root / "exp")

@@ -237,10 +237,24 @@ def test_an_explicit_layout_overrides_inference(tmp_path: Path) -> None:
     assert SideOptions(layout=ParallelLayout(tp=2)).resolve(train).layout == ParallelLayout(tp=2)
 
 
-@pytest.mark.parametrize("variant", ["tp2_healthy", "tp2_sp_healthy", "pp2_healthy"])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "tp2_healthy",
+        "tp2_sp_healthy",
+        "pp2_healthy",
+        "tp2_pp2_healthy",
+        "tp2_pp2_sp_healthy",
+        "tp2_dp2_healthy",
+        "tp2_dp2_same_data",
+        "tp2_dp2_shuffled_data",
+        "tp2_pp2_dp2_healthy",
+    ],
+)
 def test_real_merged_ranks_equal_the_unsharded_run(variant: str) -> None:
-    """Real Megatron-core TP=2 / TP=2+SP / PP=2 dumps, merged, against the TP=1 run of the same model and inputs."""
-    from conftest import FIXTURES
+    """Real Megatron-core TP=2 / TP=2+SP / PP=2 / TP=2 x PP=2 (+SP) / TP=2 x DP=2 / TP=2 x PP=2 x DP=2 dumps, merged
+    (DP: the first group, which read the TP=1 run's batch), against the TP=1 run of the same model and inputs."""
+    from conftest import FIXTURES, expected
 
     from rca_lsp.core.compare import copy_difference
     from rca_lsp.core.rankmerge import entry_slots
@@ -264,7 +278,8 @@ def test_real_merged_ranks_equal_the_unsharded_run(variant: str) -> None:
             ), (key, slot)
             compared += 1
     assert compared > 100
-    assert merged.parallel is not None and merged.parallel.sequence_parallel == (variant == "tp2_sp_healthy")
+    assert merged.parallel is not None
+    assert merged.parallel.sequence_parallel == expected(variant)["parallel"]["sequence_parallel"]
 
 
 def test_the_same_layout_on_both_sides_is_compared_rank_by_rank(tmp_path: Path) -> None:

@@ -154,6 +154,7 @@ def _unmapped_between(train: Dump, positions: list[int], matched: set[str]) -> d
 def analyze(mapping: ParsedMapping, comparator: Comparator, previous: Analysis | None = None) -> Analysis:
     """Validate the mapping against the dumps, compare every mapped group, and derive the root-cause evidence.
     `previous` (an analysis of an earlier version of the mapping) lets unchanged parts be reused."""
+    mapping = mapping.for_dumps(comparator.train, comparator.rollout)
     with paused_gc():
         if previous is not None and previous.comparator is comparator:
             return _update(mapping, previous)

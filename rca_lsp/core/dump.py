@@ -169,6 +169,9 @@ class ParallelInfo(msgspec.Struct, gc=False):
     merges: dict[str, str]  # logical key -> how its slots were merged, for keys with a sharded or disagreeing slot
     origins: dict[str, tuple[int, str]]  # logical key -> (file index, key in that file), when not (0, same key)
     dropped: dict[str, str]  # keys left out of the logical dump -> why (e.g. a rank lacks them)
+    # file index -> the file indexes whose copies of its keys were merged (its tensor-parallel peers in the analysed
+    # data-parallel group, itself included; pipeline stages and other data-parallel groups hold other tensors)
+    peers: dict[int, tuple[int, ...]] = {}
 
 
 class JoinedSteps(msgspec.Struct, gc=False):
@@ -431,6 +434,26 @@ def raw_entry(key: str, value: dict[str, Any]) -> ModuleEntry | None:
     except msgspec.ValidationError:
         return None
     return _entry(key, 0, raw)
+
+
+def entries_with_slots(path: str, keys: Iterable[str]) -> dict[str, tuple[ModuleEntry, dict[str, Any]]]:
+    """Some keys' entries of one dump file, each with its decoded slots (input_args, input_kwargs, output,
+    parameters) in which the entry's statistics are the very nodes: what names its tensors as msprobe does."""
+    data = read_regular_file(path, "dump")
+    with paused_gc():
+        document = decode_dump(data, path)
+        if type(document) is not _RawDump:
+            try:
+                document = msgspec.convert(document, _RawDump)
+            except msgspec.ValidationError:
+                raise InputError(path, _NOT_A_DUMP) from None
+    found: dict[str, tuple[ModuleEntry, dict[str, Any]]] = {}
+    for key in keys:
+        raw = document.data.get(key)
+        entry = _entry(key, 0, raw)
+        if entry is not None:
+            found[key] = (entry, {name: getattr(raw, name) for name in _RawEntry.__struct_fields__})
+    return found
 
 
 def build_dump(path: str, document: Any) -> Dump:

@@ -14,12 +14,16 @@ import re
 from array import array
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 import orjson
 
 from rca_lsp.core.gcpause import paused_gc
 
+if TYPE_CHECKING:
+    from rca_lsp.core.dump import Dump
+
+MSPROBE_SUFFIXES = (".yaml", ".yml")  # msprobe's mapping files (data_mapping.yaml, cell_mapping.yaml)
 _TOKEN_RE = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"?|[{}\[\]:,]|[^\s{}\[\]:,"]+')
 
 
@@ -237,6 +241,11 @@ class ParsedMapping:
 
     def line_of(self, span: Span) -> int:
         return self.lines.position(span.start)[0] + 1
+
+    def for_dumps(self, train: Dump, rollout: Dump) -> ParsedMapping:
+        """The mapping an analysis of these dumps reads: this one, whose entries name their keys (msprobe's YAML
+        mappings are resolved against the dumps, see msprobe_mapping)."""
+        return self
 
 
 def _unquote(token: str) -> str:
@@ -468,7 +477,12 @@ def _agrees(entries: list[MappingEntry], document: dict[str, str | list[str]]) -
 
 def parse_mapping(path: str, text: str, previous: ParsedMapping | None = None) -> ParsedMapping:
     """Entries with positions plus the issues visible without the dumps: syntax, value shape, duplicates.
-    With `previous` (a parse of an earlier version of the same file), entries outside the edited region are reused."""
+    With `previous` (a parse of an earlier version of the same file), entries outside the edited region are reused.
+    A .yaml/.yml file is one of msprobe's mapping files (see msprobe_mapping)."""
+    if path.lower().endswith(MSPROBE_SUFFIXES):
+        from rca_lsp.core.msprobe_mapping import parse_msprobe_mapping  # it builds on this module
+
+        return parse_msprobe_mapping(path, text)
     with paused_gc():
         reused = _reparse_edit(previous, path, text) if previous is not None else None
         return reused if reused is not None else _parse_mapping(path, text)

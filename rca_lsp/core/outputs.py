@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import functools
 import io
 import itertools
 import math
@@ -24,6 +25,7 @@ from rca_lsp.core.compare import STAT_NAMES, priority_for
 from rca_lsp.core.dump import TensorStats
 from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.manifest import forget_manifest, new_run_id, write_manifest
+from rca_lsp.core.msprobe_columns import MSPROBE_LIST_COLUMNS, msprobe_rows
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.report_html import render_html
 from rca_lsp.core.report_md import CHART_HTML, CHART_PNG, render_markdown
@@ -305,7 +307,8 @@ _ROW_ENCODER = msgspec.json.Encoder(enc_hook=_json_spelling)
 def _row_type(columns: tuple[str, ...]) -> type[msgspec.Struct]:
     """A row as a Struct whose fields are the columns: msgspec writes it as a JSON object in C, 2.5x faster than
     building a dict per row for orjson."""
-    return msgspec.defstruct("Row", [(name, Any) for name in columns], gc=False)
+    fields = [f"column_{index}" for index in range(len(columns))]  # identifiers; written under the column names
+    return msgspec.defstruct("Row", [(f, Any) for f in fields], rename=dict(zip(fields, columns)), gc=False)
 
 
 class _TargetChunks:
@@ -370,18 +373,23 @@ def _write_mapping(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: S
 
 _COMPARE_STEM = "output_3_value_compare"
 _TARGET_LIST_COLUMNS = (7, 8)
+_MSPROBE_COLUMNS, _to_msprobe = msprobe_rows(TARGET_COLUMNS)
 
 
-def _write_compare(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never) -> list[Path]:
-    return write_table(
-        out_dir,
-        _COMPARE_STEM,
-        meta,
-        "rows",
-        TARGET_COLUMNS,
-        _until_stopped(_target_rows(analysis.records), should_stop),
-        _TARGET_LIST_COLUMNS,
-    )
+def _compare_columns(style: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    return (_MSPROBE_COLUMNS, MSPROBE_LIST_COLUMNS) if style == "msprobe" else (TARGET_COLUMNS, _TARGET_LIST_COLUMNS)
+
+
+def _styled(rows: Iterable[tuple[Any, ...]], style: str) -> Iterable[tuple[Any, ...]]:
+    return map(_to_msprobe, rows) if style == "msprobe" else rows
+
+
+def _write_compare(
+    analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never, style: str = "rca"
+) -> list[Path]:
+    columns, list_columns = _compare_columns(style)
+    rows = _styled(_until_stopped(_target_rows(analysis.records), should_stop), style)
+    return write_table(out_dir, _COMPARE_STEM, meta, "rows", columns, rows, list_columns)
 
 
 def _until_stopped(items: Iterable[T], should_stop: ShouldStop) -> Iterator[T]:
@@ -434,9 +442,11 @@ def _write_part(
         return part(analysis, out_dir, meta, should_stop)
 
 
-def write_outputs(analysis: Analysis, out_dir: Path, fork: bool = False, should_stop: ShouldStop = never) -> list[Path]:
+def write_outputs(
+    analysis: Analysis, out_dir: Path, fork: bool = False, should_stop: ShouldStop = never, columns: str = "rca"
+) -> list[Path]:
     """Write every output file, then the manifest listing them (see manifest); the paths written, the manifest
-    last. With `fork` (single-threaded callers only: forking a threaded process can deadlock), the value-compare
+    last; `columns`: output_3's column names, one of COLUMN_STYLES. With `fork` (single-threaded callers only: forking a threaded process can deadlock), the value-compare
     tables, most of the work, are shared with a child process: it starts on them while this process writes the
     other files, which then takes value-compare chunks from the end.
     Without `fork`, raises Cancelled once `should_stop` says so: files written by then stay, the one being written
@@ -446,17 +456,19 @@ def write_outputs(analysis: Analysis, out_dir: Path, fork: bool = False, should_
     forget_manifest(out_dir)
     meta = _meta(analysis, new_run_id())
     if not fork or "fork" not in multiprocessing.get_all_start_methods():
-        written = [path for part in PARTS for path in _write_part(part, analysis, out_dir, meta, should_stop)]
+        parts = [functools.partial(_write_compare, style=columns) if p is _write_compare else p for p in PARTS]
+        written = [path for part in parts for path in _write_part(part, analysis, out_dir, meta, should_stop)]
     else:
-        written = _write_forked(analysis, out_dir, meta)
+        written = _write_forked(analysis, out_dir, meta, columns)
     return written + [write_manifest(out_dir, meta, written)]
 
 
-def _write_forked(analysis: Analysis, out_dir: Path, meta: Meta) -> list[Path]:
+def _write_forked(analysis: Analysis, out_dir: Path, meta: Meta, style: str) -> list[Path]:
     chunks = _TargetChunks(analysis.records)
+    columns, list_columns = _compare_columns(style)
 
     def encode(index: int) -> tuple[bytes, bytes]:
-        return _encode_chunk(index, chunks.rows(index), TARGET_COLUMNS, _TARGET_LIST_COLUMNS)
+        return _encode_chunk(index, list(_styled(chunks.rows(index), style)), columns, list_columns)
 
     def other_parts() -> list[Path]:
         return [
@@ -464,7 +476,5 @@ def _write_forked(analysis: Analysis, out_dir: Path, meta: Meta) -> list[Path]:
         ]
 
     paths = (out_dir / f"{_COMPARE_STEM}.json", out_dir / f"{_COMPARE_STEM}.csv")
-    written = write_split(
-        paths, _table_heads(meta, "rows", TARGET_COLUMNS), _JSON_TAIL, chunks.count, encode, other_parts
-    )
+    written = write_split(paths, _table_heads(meta, "rows", columns), _JSON_TAIL, chunks.count, encode, other_parts)
     return written + list(paths)

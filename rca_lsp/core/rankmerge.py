@@ -7,8 +7,9 @@ tensor, every pipeline stage names its layers by local index, every expert-paral
 1. pipeline stages: ranks with the same key set (or a prefix of it: a rank that died mid-dump) form a stage; a
    stage's layers are renamed to global indices (offset = distinct layers on the earlier stages); modules on every
    stage (model, block, rotary) take their input from the first stage and their output from the last;
-2. data parallel: ranks whose first module (the embedding) read other data are replicas of another batch: the
-   first data-parallel group is analysed, and the report says so;
+2. data parallel: ranks one data-parallel group apart that hold the same weights of the parallel layers, or whose
+   first module (the embedding) read other data, are replicas: the first data-parallel group is analysed, and the
+   report says so (when the dumps cannot tell, too);
 3. expert parallel: ranks identical outside their experts hold different experts: `local_experts.<j>` of EP rank
    e becomes `local_experts.<e * local + j>`;
 4. tensor parallel, per slot: identical copies are replicas; differing activations are shards (column-parallel
@@ -65,8 +66,12 @@ class _Plan:
 def merge_ranks(dumps: Sequence[Dump], source: DumpSource) -> Dump:
     plan = _plan(dumps, source)
     merger = _Merger(dumps, source)
-    stage_dumps = [merger.stage(ranks, plan) for ranks in plan.stages]
-    keys, entries, origins = _join_stages(stage_dumps, [ranks[0] for ranks in plan.stages])
+    stage_dumps, stage_merges = [], []
+    for ranks in plan.stages:
+        merger.merges = {}  # per stage: keys are the stage's local names until the stages are joined
+        stage_dumps.append(merger.stage(ranks, plan))
+        stage_merges.append(merger.merges)
+    keys, entries, origins, merger.merges = _join_stages(stage_dumps, [ranks[0] for ranks in plan.stages], stage_merges)
     _renumber(keys, entries)
     merger.origins.update(origins)
     layout = f"tp={plan.tp}, pp={len(plan.stages)}, ep={plan.ep}, dp={plan.dp}" + (
@@ -86,6 +91,7 @@ def merge_ranks(dumps: Sequence[Dump], source: DumpSource) -> Dump:
         merger.merges,
         merger.origins,
         merger.dropped,
+        _tensor_parallel_peers(plan),
     )
     first = dumps[0]
     return Dump(
@@ -99,6 +105,17 @@ def merge_ranks(dumps: Sequence[Dump], source: DumpSource) -> Dump:
         info,
         frozenset().union(*(d.null_keys for d in dumps)) - set(entries),
     )
+
+
+def _tensor_parallel_peers(plan: _Plan) -> dict[int, tuple[int, ...]]:
+    """Each merged rank's tensor-parallel peers (itself included): the ranks of its stage and expert-parallel rank
+    in the analysed data-parallel group, Megatron's rank order (tp fastest, then ep) within it."""
+    peers: dict[int, tuple[int, ...]] = {}
+    for ranks in plan.stages:
+        for e in range(plan.ep):
+            group = tuple(ranks[e * plan.tp : (e + 1) * plan.tp])
+            peers.update(dict.fromkeys(group, group))
+    return peers
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -141,14 +158,11 @@ def _plan(dumps: Sequence[Dump], source: DumpSource) -> _Plan:
                 f"modules than rank {source.ranks[stage[0]]}; pass --parallel pp=N",
             )
     stages = _in_pipeline_order(stages, dumps, source, notes)
-    group = _data_group_size(dumps, stages[0], given, source)
+    group = _data_group_size(dumps, stages[0], given, source, notes)
     dp = stage_size // group
     if dp > 1:
-        notes.append(
-            f"data parallel: dp={dp}; the ranks of other data-parallel groups saw other data and are not "
-            f"merged: analysed the first group (ranks {', '.join(str(source.ranks[i]) for i in stages[0][:group])}"
-            + (", and its peers on the other stages)" if len(stages) > 1 else ")")
-        )
+        notes.append(_data_parallel_note(dumps, stages, group, source))
+        notes += _replica_weight_differences(dumps, stages, group, source)
     tp, ep = _tp_ep(dumps, stages[0][:group], given, source)
     return _Plan(
         [stage[:group] for stage in stages],
@@ -187,29 +201,90 @@ def _in_pipeline_order(
     return ordered
 
 
-def _data_group_size(dumps: Sequence[Dump], stage: list[int], given: ParallelLayout, source: DumpSource) -> int:
-    """Ranks of the first data-parallel group of a stage: those that read the same data as its first rank."""
+def _data_group_size(
+    dumps: Sequence[Dump], stage: list[int], given: ParallelLayout, source: DumpSource, notes: list[str]
+) -> int:
+    """Ranks of the first data-parallel group of a stage. In Megatron's rank order (tp-cp-ep-dp-pp) a rank's
+    data-parallel peer is one group size further: the smallest distance at which every rank and the rank that far
+    on are data-parallel replicas (see `_replicas_of_other_data`) is the group size; none: one group."""
     if given.dp is not None:
         if len(stage) % given.dp:
             raise InputError(source.label, f"{len(stage)} ranks per stage cannot form dp={given.dp} groups")
         return len(stage) // given.dp
-    first = dumps[stage[0]]
-    probe_key = first.keys[0]  # the first module to run (the embedding) reads the batch
-    probe = first.entries[probe_key].input
-    size = 1
-    while size < len(stage):
-        other = dumps[stage[size]].entries.get(probe_key)
-        if other is None or other.input != probe:
-            break
-        size += 1
-    if len(stage) % size:
-        raise InputError(
-            source.label,
-            f"cannot tell the data-parallel groups: ranks 0-{size - 1} read the same "
-            f"data, but {len(stage)} ranks per stage do not divide into such groups; "
-            "pass --parallel dp=N",
+    undecided: tuple[int, int] | None = None
+    for size in range(1, len(stage)):
+        if len(stage) % size:
+            continue
+        pairs = [(stage[i], stage[i + size]) for i in range(len(stage) - size)]
+        verdicts = [_replicas_of_other_data(dumps[a], dumps[b]) for a, b in pairs]
+        if all(verdicts):
+            return size
+        if undecided is None and None in verdicts and False not in verdicts:
+            undecided = pairs[verdicts.index(None)]
+    if undecided is not None:
+        a, b = (source.ranks[i] for i in undecided)
+        notes.append(
+            f"cannot tell data-parallel replicas from tensor-parallel peers: ranks {a} and {b} read the same first "
+            "input and dump no weights to compare; all ranks of a stage were merged as tensor-parallel peers. If "
+            "some are data-parallel replicas, pass --parallel dp=N (setting `parallel`)"
         )
-    return size
+    return len(stage)
+
+
+def _replicas_of_other_data(a: Dump, b: Dump) -> bool | None:
+    """Are two ranks of one stage data-parallel replicas? Yes when they read other data (their first module, the
+    embedding, has another input: tensor-parallel peers always read the same batch) or hold the same weights
+    (tensor- and expert-parallel peers hold different shards of the parallel layers' weights, or different
+    experts); no when those weights differ; None when neither can be seen (no weights dumped)."""
+    first = a.keys[0]
+    other = b.entries.get(first)
+    if other is not None and a.entries[first].input is not None and other.input != a.entries[first].input:
+        return True
+    weighted = [(e, b.entries[k]) for k, e in a.entries.items() if e.parameters and k in b.entries]
+    sharded = [(e, o) for e, o in weighted if _parallel_kind(e.class_name)]
+    compared = sharded or weighted
+    if not compared:
+        return None
+    return all(e.parameters == o.parameters for e, o in compared)
+
+
+def _data_parallel_note(dumps: Sequence[Dump], stages: list[list[int]], group: int, source: DumpSource) -> str:
+    dp = len(stages[0]) // group
+    same = all(
+        dumps[stage[i]].entries == dumps[stage[i % group]].entries for stage in stages for i in range(group, len(stage))
+    )
+    seen = (
+        "read the same batch as the first (their dumps are copies of its ranks')"
+        if same
+        else "saw other data (other batches: their statistics are not those of the first group)"
+    )
+    ranks = ", ".join(str(source.ranks[i]) for each in stages for i in each[:group])
+    return (
+        f"data parallel: dp={dp} (groups of {group} ranks per stage); the other data-parallel groups {seen} "
+        f"and are not merged: analysed the first group (ranks {ranks})"
+    )
+
+
+def _replica_weight_differences(
+    dumps: Sequence[Dump], stages: list[list[int]], group: int, source: DumpSource
+) -> list[str]:
+    """Data-parallel replicas hold the same weights: the ranks of other groups whose weights differ from their
+    first-group peer's (a replica out of sync; the analysis sees the first group only)."""
+    notes = []
+    for stage in stages:
+        for i in range(group, len(stage)):
+            mine, peer = dumps[stage[i]], dumps[stage[i % group]]
+            differing = [
+                k for k, e in peer.entries.items() if k in mine.entries and mine.entries[k].parameters != e.parameters
+            ]
+            if differing:
+                notes.append(
+                    f"data-parallel replicas disagree on weights: rank {source.ranks[stage[i]]}'s parameters differ "
+                    f"from rank {source.ranks[stage[i % group]]}'s in {len(differing)} module"
+                    f"{'s' if len(differing) > 1 else ''}, e.g. "
+                    f"{', '.join(differing[:MAX_LISTED_KEYS])} (only the first data-parallel group is analysed)"
+                )
+    return notes
 
 
 def _expert_free(dump: Dump) -> list[str]:
@@ -531,17 +606,19 @@ def _layer_indices(keys: Iterable[str]) -> list[int]:
 
 
 def _join_stages(
-    stages: list[tuple[list[str], dict[str, ModuleEntry]]], first_ranks: list[int]
-) -> tuple[list[str], dict[str, ModuleEntry], dict[str, tuple[int, str]]]:
-    """Stages in order, layers renamed to global indices; a module on several stages (model, block) completes on
-    the last: its input comes from the first stage that saw one, its output from the last."""
+    stages: list[tuple[list[str], dict[str, ModuleEntry]]], first_ranks: list[int], merges: list[dict[str, str]]
+) -> tuple[list[str], dict[str, ModuleEntry], dict[str, tuple[int, str]], dict[str, str]]:
+    """Stages in order, layers renamed to global indices (in the keys and in each stage's `merges`, how its keys'
+    slots were merged); a module on several stages (model, block) completes on the last: its input comes from the
+    first stage that saw one, its output from the last."""
     if len(stages) == 1:
         keys, entries = stages[0]
-        return list(keys), dict(entries), {}
+        return list(keys), dict(entries), {}, merges[0]
     renamed: list[list[tuple[str, ModuleEntry]]] = []
     origins: dict[str, tuple[int, str]] = {}
+    merged_how: dict[str, str] = {}
     offset = 0
-    for (keys, entries), rank in zip(stages, first_ranks):
+    for (keys, entries), rank, how in zip(stages, first_ranks, merges):
         stage = []
         for key in keys:
             entry = entries[key]
@@ -553,6 +630,8 @@ def _join_stages(
             else:
                 new_key = key
             stage.append((new_key, entry))
+            if key in how:
+                merged_how[new_key] = how[key]  # a module on several stages: as its last stage merged it
             if rank != 0 or new_key != key:
                 origins.setdefault(new_key, (rank, key))
         renamed.append(stage)
@@ -579,7 +658,7 @@ def _join_stages(
                 continue
             keys_out.append(key)
             entries_out[key] = entry
-    return keys_out, entries_out, {k: v for k, v in origins.items() if k in entries_out}
+    return keys_out, entries_out, {k: v for k, v in origins.items() if k in entries_out}, merged_how
 
 
 def _renumber(keys: list[str], entries: dict[str, ModuleEntry]) -> None:

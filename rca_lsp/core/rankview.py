@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import mmap
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 from rca_lsp.core.compare import quick_verdict
-from rca_lsp.core.dump import Dump, ModuleEntry, quoted_key, raw_entry, slot_label
+from rca_lsp.core.dump import Dump, ModuleEntry, ParallelInfo, quoted_key, raw_entry, slot_label
 from rca_lsp.core.rankmerge import slot_stats
 from rca_lsp.core.tolerance import Tolerances
 
@@ -23,22 +23,38 @@ class RankCopy(NamedTuple):
 
 
 def rank_copies(dump: Dump, key: str) -> list[RankCopy]:
-    """The key's entry in every rank file that holds it (under its name there), in rank order; [] for a dump that
-    was not merged from ranks or a file that cannot be read."""
+    """The key's entry in every rank file whose copy of it was merged (the tensor-parallel peers of the rank that
+    holds it, under its name there), in rank order; [] for a dump that was not merged from ranks or a file that
+    cannot be read."""
     info = dump.parallel
     if info is None:
         return []
     cached = dump.rank_entry_cache.get(key)
     if cached is not None:
         return cached  # type: ignore[no-any-return]
-    _, original = dump.file_key(key)
+    peers, original = _holders(info, key)
     found = []
-    for rank, file in zip(info.ranks, info.files):
-        entry = _read_entry(Path(file), original)
+    for peer in peers:
+        entry = _read_entry(Path(info.files[peer]), original)
         if entry is not None:
-            found.append(RankCopy(rank, file, entry))
+            found.append(RankCopy(info.ranks[peer], info.files[peer], entry))
     dump.rank_entry_cache[key] = found
     return found
+
+
+def _holders(info: ParallelInfo, key: str) -> tuple[Sequence[int], str]:
+    """The file indexes whose copies of a logical key were merged, and the key's name in those files."""
+    index, original = info.origins.get(key, (0, key))
+    return info.peers.get(index, range(len(info.files))), original
+
+
+def held_by(dump: Dump, key: str) -> dict[str, Any] | None:
+    """Where a logical key is in the rank files: the ranks whose copies were merged into it and its name there
+    (a later pipeline stage's local layer name); None for a dump that was not merged from ranks."""
+    if dump.parallel is None:
+        return None
+    peers, original = _holders(dump.parallel, key)
+    return {"ranks": [dump.parallel.ranks[i] for i in peers], "key": original}
 
 
 def _read_entry(path: Path, key: str) -> ModuleEntry | None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from rca_lsp.core.dump import Dump, slot_label
 from rca_lsp.core.keys import is_activation_like
-from rca_lsp.core.rankview import merged_slots, per_rank_rows, rank_by_rank
+from rca_lsp.core.rankview import held_by, merged_slots, per_rank_rows, rank_by_rank
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.rootcause import (
     CALL_DISAGREEMENT,
@@ -246,6 +246,9 @@ def _with_ranks(analysis: Analysis, found: dict[str, Any], suspect: Suspect) -> 
         ("train", analysis.train, record.train_key),
         ("rollout", analysis.rollout, record.rollout_key),
     ):
+        holders = held_by(dump, key)
+        if holders is not None:
+            found[f"{side}_ranks"] = holders
         slots = merged_slots(dump, key)
         if slots:
             found[f"{side}_per_rank"] = [

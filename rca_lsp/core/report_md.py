@@ -94,6 +94,14 @@ def _judgement(analysis: "Analysis") -> list[str]:
         f"- Confidence: {_confidence(analysis)}",
         f"- Why this is the first credible divergence: {first.rationale}.",
     ]
+    for side in ("train", "rollout"):
+        holders = (report["first_divergence"] or {}).get(f"{side}_ranks")
+        if holders is not None:
+            named = "" if holders["key"] == getattr(first.record, f"{side}_key") else f" (as {_code(holders['key'])})"
+            lines.append(
+                f"- In the {side} rank files: rank{'s' if len(holders['ranks']) > 1 else ''} "
+                f"{', '.join(map(str, holders['ranks']))}{named}"
+            )
     if first.boundary is not None:
         lines.append(
             f"- Last aligned boundary before it: {_code(first.boundary.train_key)} ↔ "

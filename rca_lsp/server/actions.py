@@ -10,7 +10,7 @@ import orjson
 from lsprotocol import types
 
 from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.mapping import MappingEntry, ParsedMapping
+from rca_lsp.core.mapping import MSPROBE_SUFFIXES, MappingEntry, ParsedMapping
 from rca_lsp.server import codes
 from rca_lsp.server.matching import MatcherCache
 from rca_lsp.server.pairing import CONFIG_NAME, config_skeleton
@@ -168,10 +168,14 @@ PROVIDERS: dict[str, Callable[[ActionContext, types.Diagnostic], list[types.Code
 }
 
 
+_EDITS_JSON = (_replace_unknown, _add_unmapped, _to_list, _remove_duplicate)  # they write JSON into the file
+
+
 def code_actions(ctx: ActionContext, diagnostics: list[types.Diagnostic]) -> list[types.CodeAction]:
     actions: list[types.CodeAction] = []
+    json_text = not ctx.mapping.path.lower().endswith(MSPROBE_SUFFIXES)  # not one of msprobe's YAML mappings
     for diagnostic in diagnostics:
         provider = PROVIDERS.get(str(diagnostic.code)) if diagnostic.source == codes.SOURCE else None
-        if provider is not None:
+        if provider is not None and (json_text or provider not in _EDITS_JSON):
             actions += provider(ctx, diagnostic)
     return actions

@@ -252,7 +252,7 @@ async def on_initialized(ls: RcaServer, params: types.InitializedParams) -> None
     if watched and watched.did_change_watched_files and watched.did_change_watched_files.dynamic_registration:
         watchers = [
             types.FileSystemWatcher(glob_pattern=p)
-            for p in ("**/dump.json", "**/*mapping_key*.json", "**/output_0_key_mapping.json", f"**/{CONFIG_NAME}")
+            for p in ("**/dump.json", *(f"**/{g}" for g in MAPPING_GLOBS), f"**/{CONFIG_NAME}")
         ]
         try:
             await ls.client_register_capability_async(
@@ -471,7 +471,10 @@ async def cmd_write_outputs(ls: RcaServer, *arguments: Any) -> dict[str, str] | 
     with ls.cancellable() as should_stop:
         try:
             await asyncio.get_running_loop().run_in_executor(
-                ls.executor, functools.partial(write_outputs, analysis, out_dir, should_stop=should_stop)
+                ls.executor,
+                functools.partial(
+                    write_outputs, analysis, out_dir, should_stop=should_stop, columns=ls.settings.columns
+                ),
             )
         except Cancelled:
             return None  # the client has its answer (request cancelled) already

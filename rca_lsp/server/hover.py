@@ -8,7 +8,7 @@ from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.compare import TargetComparison
 from rca_lsp.core.dump import slot_label
 from rca_lsp.core.keys import parse_module_key
-from rca_lsp.core.rankview import merged_slots, per_rank_rows, rank_by_rank
+from rca_lsp.core.rankview import held_by, merged_slots, per_rank_rows, rank_by_rank
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.report_json import confidence, next_checks
 from rca_lsp.core.rootcause import Suspect
@@ -98,8 +98,10 @@ def provenance_notes(analysis: Analysis, record: ModuleRecord) -> list[str]:
             continue
         merged = [dump.parallel.merges[k] for k in dict.fromkeys(keys) if k in dump.parallel.merges]
         how = "; ".join(merged[:3]) if merged else "every slot replicated (identical on all ranks)"
+        ranks = sorted({r for k in keys if (held := held_by(dump, k)) is not None for r in held["ranks"]})
         notes.append(
-            f"{side.capitalize()} merged from {len(dump.parallel.files)} ranks ({dump.parallel.layout}): {how}"
+            f"{side.capitalize()} merged from rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} of "
+            f"{len(dump.parallel.files)} ({dump.parallel.layout}): {how}"
         )
     return notes
 

@@ -11,10 +11,16 @@ from typing import Sequence
 
 from rca_lsp.core.dumpsource import DumpSource, parse_layout, parse_step, resolve_dump_source
 from rca_lsp.core.errors import InputError
+from rca_lsp.core.mapping import MSPROBE_SUFFIXES
 from rca_lsp.server.settings import PairSetting
 
 CONFIG_NAME = "rca-lsp.toml"
-MAPPING_GLOBS = ("*mapping_key*.json", "output_0_key_mapping.json")
+# mapping-key JSON, and msprobe's mapping files under the names its documentation and msagent give them
+MAPPING_GLOBS = (
+    "*mapping_key*.json",
+    "output_0_key_mapping.json",
+    *(f"{name}*{suffix}" for name in ("data_mapping", "cell_mapping") for suffix in MSPROBE_SUFFIXES),
+)
 CONFIG_SKELETON = """# rca-lsp: which dumps belong to which mapping-key file (paths relative to this file).
 [[pair]]
 mapping_key = "{mapping}"

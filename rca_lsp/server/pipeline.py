@@ -125,6 +125,8 @@ class Pipeline:
             laps.lap("analysis")
         except InputError as error:
             doc.problems.append(f"{error} — showing the last good analysis" if doc.last_good else str(error))
+            if doc.last_good is not None:  # drawn on this text (msprobe's YAML mappings: resolved against its dumps)
+                doc.parsed = parsed.for_dumps(doc.last_good.train, doc.last_good.rollout)
             self.server.notify_status("error", doc.uri, str(error))
         else:
             await self._accept(run, parsed, analysis, version)
@@ -168,6 +170,7 @@ class Pipeline:
     async def _accept(self, run: Run, parsed: ParsedMapping, analysis: Analysis, version: int | None) -> None:
         """Keep a current run's analysis and its hints, and report its outcome."""
         doc, engine = run.doc, self.server.engine
+        doc.parsed = analysis.mapping  # msprobe's YAML mappings: the parse resolved against the dumps
         doc.analysis = analysis
         later_counterparts = False
         if parsed.syntax_ok:

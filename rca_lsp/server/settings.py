@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from rca_lsp.core.msprobe_columns import COLUMN_STYLES
 from rca_lsp.core.tolerance import Tolerances, checked_tolerance
 from rca_lsp.server.codes import DEFAULT_SEVERITY
 
@@ -35,6 +36,7 @@ class Settings:
     tolerances: Tolerances = field(default_factory=Tolerances)
     severity: dict[str, str] = field(default_factory=dict)  # diagnostic code -> error|warning|information|hint|off
     out_dir: str = DEFAULT_OUT_DIR
+    columns: str = COLUMN_STYLES[0]  # output_3's column names in writeOutputs: rca | msprobe (msprobe compare's)
     max_findings: int = 500  # findings published per file; credible origins are always included
 
     @classmethod
@@ -49,7 +51,8 @@ class Settings:
         tolerances = _tolerances(raw.get("tolerances"), problems)
         severity = _severity(raw.get("severity"), problems)
         out_dir = _out_dir(raw.get("outDir"), problems)
-        return cls(pairs, Tolerances.with_overrides(tolerances), severity, out_dir), problems
+        columns = _columns(raw.get("columns"), problems)
+        return cls(pairs, Tolerances.with_overrides(tolerances), severity, out_dir, columns), problems
 
 
 def _json_kind(value: object) -> str:
@@ -142,3 +145,10 @@ def _out_dir(raw: object, problems: list[str]) -> str:
     if raw is not None and not isinstance(raw, str):
         problems.append(f"rcaLsp.outDir must be a folder path, got {_json_kind(raw)}; using {DEFAULT_OUT_DIR}")
     return _text(raw) or DEFAULT_OUT_DIR
+
+
+def _columns(raw: object, problems: list[str]) -> str:
+    if raw is None or raw in COLUMN_STYLES:
+        return str(raw or COLUMN_STYLES[0])
+    problems.append(f"rcaLsp.columns must be one of {', '.join(COLUMN_STYLES)}; using {COLUMN_STYLES[0]}")
+    return COLUMN_STYLES[0]

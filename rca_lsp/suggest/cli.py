@@ -9,8 +9,9 @@ from pathlib import Path
 import orjson
 
 from rca_lsp.core.atomicfile import remove_stale_temporaries, write_atomically
-from rca_lsp.core.dump import DumpCache
+from rca_lsp.core.dump import Dump, DumpCache
 from rca_lsp.core.errors import InputError
+from rca_lsp.core.mapping import MSPROBE_SUFFIXES
 from rca_lsp.core.run import raise_if_unusable, read_mapping_file
 from rca_lsp.source_args import add_source_arguments, side_options
 from rca_lsp.suggest import suggest_mapping
@@ -28,7 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train", required=True, help="train dump.json or msprobe dump directory")
     parser.add_argument("--rollout", required=True, help="rollout dump.json or msprobe dump directory")
     parser.add_argument("-o", "--output", required=True, help="mapping-key file to write")
-    parser.add_argument("--existing", help="mapping-key file whose entries are kept; only missing ones are proposed")
+    parser.add_argument(
+        "--existing",
+        help="mapping-key file (or msprobe data/cell mapping YAML) whose entries are kept; only missing ones are proposed",
+    )
     parser.add_argument(
         "--rules",
         action="append",
@@ -41,11 +45,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.output.lower().endswith(MSPROBE_SUFFIXES):
+            raise InputError(
+                args.output,
+                "suggest-mapping writes a mapping-key JSON; rca-lsp export-mapping writes it as msprobe YAML",
+            )
         rules = NamingRules.from_files(args.rules) if args.rules else None
         cache = DumpCache()
         train_options, rollout_options = side_options(args)
         train, rollout = cache.get(train_options.resolve(args.train)), cache.get(rollout_options.resolve(args.rollout))
-        existing = read_existing(args.existing) if args.existing else None
+        existing = read_existing(args.existing, train, rollout) if args.existing else None
         result = suggest_mapping(train, rollout, existing, rules)
         write_mapping(Path(args.output), result.mapping)
     except InputError as error:
@@ -56,10 +65,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_existing(path: str) -> dict[str, MappingValue]:
+def read_existing(path: str, train: Dump, rollout: Dump) -> dict[str, MappingValue]:
+    """The entries of a mapping-key file (msprobe's YAML mappings resolved against the dumps)."""
     parsed = read_mapping_file(path)
     raise_if_unusable(parsed)
-    return parsed.as_dict()
+    return parsed.for_dumps(train, rollout).as_dict()
 
 
 def write_mapping(path: Path, mapping: dict[str, MappingValue]) -> None:

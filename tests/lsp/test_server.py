@@ -349,6 +349,10 @@ async def test_unmapped_train_module_hint_and_its_quick_fix(client: LanguageClie
         "tp2_shard_desync",
         "tp2_sp_replica_desync",
         "pp2_in_module_diff",
+        "tp2_pp2_shard_desync",
+        "tp2_dp2_same_data",
+        "tp2_dp2_shuffled_data",
+        "tp2_pp2_dp2_healthy",
         "decode_kv_bf16",
         "autocast_down_proj",
         "weight_scale_1e5",
@@ -575,3 +579,61 @@ async def test_a_dump_folder_renamed_away_and_back_pairs_again(client: LanguageC
         uri,
         lambda ds: any(d.code == "missing-op" for d in ds) and not any(d.code == "unpaired-mapping" for d in ds),
     )
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_pair_whose_mapping_key_is_an_msprobe_cell_mapping_analyses_and_reports(client: LanguageClient) -> None:
+    """rcaLsp.pairs names a cell_mapping.yaml kept away from the dumps: its findings and its problems are drawn on
+    its lines, and the report is written from it."""
+    from rca_lsp.core.msprobe_names import cell_name
+
+    copy_variant(client, "missing_activation")
+    root = client.root  # type: ignore[attr-defined]
+    mapping = json.loads((FIXTURES / "missing_activation" / "mapping_key.json").read_text())
+    lines = [f"{cell_name(k)}: {cell_name(v)}" for k, v in mapping.items() if isinstance(v, str)]
+    lines.insert(3, "fc2.Dense: fc2.Linear")  # msprobe's documentation example: no such module here
+    (root / "msprobe").mkdir()
+    path = root / "msprobe" / "ours.yaml"
+    path.write_text("# cell mapping as msprobe compare -cm reads it\n" + "\n".join(lines) + "\n")
+    ws = "${workspaceFolder}"
+    pair = {"mappingKey": f"{ws}/msprobe/ours.yaml", "train": f"{ws}/missing_activation/train", "rollout": f"{ws}/missing_activation/rollout"}  # fmt: skip
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"rcaLsp": {"pairs": [pair]}})
+    )
+    uri = open_document(client, path)
+    diagnostics = await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    text = path.read_text().split("\n")
+    missing = next(d for d in diagnostics if d.code == "missing-op")
+    assert text[missing.range.start.line].startswith("module.module.decoder.layers.0.mlp.linear_fc2.RowParallelLinear:")
+    unknown = [d for d in diagnostics if d.code == "unknown-train-key"]
+    assert [(d.range.start.line, "matches no module" in d.message) for d in unknown] == [(4, True)]
+    hover = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=missing.range.start)
+    )
+    assert hover is not None and "linear_fc2" in str(hover.contents)
+    definition = await client.text_document_definition_async(
+        types.DefinitionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=missing.range.start)
+    )
+    assert definition is not None and "missing_activation/train" in str(definition)
+    actions = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=unknown[0].range,
+            context=types.CodeActionContext(diagnostics=unknown),
+        )
+    )
+    assert not actions  # the quick fixes write JSON: none on a YAML file
+    result = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="rcaLsp.server.writeOutputs", arguments=[uri])
+    )
+    report = json.loads((Path(result["outDir"]) / "output_5_root_cause_report.json").read_text())
+    assert report["mapping_key_path"] == str(path) and "missing an activation" in report["top_hypothesis"]
+    dump = root / "missing_activation" / "train" / "step0" / "rank0" / "dump.json"
+    dump.write_bytes(dump.read_bytes()[:1000])  # being rewritten: the last good findings stay on their line
+    client.workspace_did_change_watched_files(
+        types.DidChangeWatchedFilesParams(
+            changes=[types.FileEvent(uri=dump.as_uri(), type=types.FileChangeType.Changed)]
+        )
+    )
+    during = await wait_for(client, uri, lambda ds: any(d.code == "dump-problem" for d in ds))
+    assert [d.range.start.line for d in during if d.code == "missing-op"] == [missing.range.start.line]

@@ -1,0 +1,115 @@
+"""msprobe's names below a module key, as `msprobe compare` builds and matches them.
+
+- Tensor names (`-dm data_mapping.yaml`): the module key, then `.input` (positional and keyword arguments alike),
+  `.output` or `.parameters`, then `.<index>` into a list or `.<name>` into a dict, down to the tensor
+  (msprobe/core/compare/utils.py, read_op / op_item_parse; IO_NAME_MAPPING in core/common/const.py).
+- Cell names (`-cm cell_mapping.yaml`): `<module path>.<Class>`, the key without its `Module.`/`Cell.` prefix and
+  its `.forward.<n>` (acc_compare.py, process_cell_mapping). A rule whose left side is a whole cell name renames
+  that cell; otherwise every rule whose left side occurs in the name replaces its first occurrence, rule after
+  rule in file order.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator, Mapping, NamedTuple
+
+from rca_lsp.core.dump import ModuleEntry, TensorStats
+from rca_lsp.core.keys import parse_module_key
+
+# a module's tensor: <Module|Cell>.<path>.<Class>.<forward|backward>.<n>.<input|output|parameters|kwargs>[.<rest>]
+_MODULE_TENSOR_RE = re.compile(
+    r"^(?P<module>(?:Module|Cell)\..+?\.(?P<direction>forward|backward)\.\d+)\.(?:input|output|parameters|kwargs)(?:\.|$)"
+)
+# any msprobe tensor name, module or API (`Functional.conv2d.0.forward.input.0`), or a parameter gradient
+_ANY_TENSOR_RE = re.compile(r"\.(?:forward|backward)(?:\.\d+)?\.(?:input|output|parameters|kwargs)(?:\.|$)")
+_GRADIENT = ".parameters_grad"
+_SLOT_STATES = {"input_args": "input", "input_kwargs": "input", "output": "output", "parameters": "parameters"}
+
+
+class TensorName(NamedTuple):
+    module_key: str  # `Module.<path>.<Class>.forward.<n>`
+    direction: str  # forward | backward
+
+
+def parse_tensor_name(name: str) -> TensorName | None:
+    """The module a module tensor's name is below (the part below it: `input.0`, `parameters.weight`, ...);
+    None for other names."""
+    found = _MODULE_TENSOR_RE.match(name)
+    return None if found is None else TensorName(found["module"], found["direction"])
+
+
+def is_tensor_name(name: str) -> bool:
+    """Whether a name is one of msprobe's tensor names (of a module or of an API, a gradient included)."""
+    return _ANY_TENSOR_RE.search(name) is not None or _GRADIENT in name
+
+
+def cell_name(key: str) -> str | None:
+    """`Module.<path>.<Class>.forward.<n>` -> `<path>.<Class>`."""
+    parsed = parse_module_key(key)
+    return None if parsed is None else f"{parsed.path}.{parsed.class_name}"
+
+
+class CellRename(NamedTuple):
+    name: str  # the cell name after the rules
+    rules: tuple[str, ...]  # the left sides of the rules that applied, in order
+
+
+def rename_cell(cell: str, rules: Mapping[str, str]) -> CellRename:
+    """The cell's name after msprobe's cell-mapping rules (a dict in file order, as yaml.safe_load gives it)."""
+    exact = rules.get(cell)
+    if exact is not None:
+        return CellRename(exact, (cell,))
+    name, applied = cell, []
+    for target, golden in rules.items():
+        if target and target in name:
+            name = name.replace(target, golden, 1)
+            applied.append(target)
+    return CellRename(name, tuple(applied))
+
+
+def _walk(node: Any, name: str) -> Iterator[tuple[str, Any]]:
+    """Every leaf below a slot with its msprobe name: lists by index, dicts by key, down to a tensor node."""
+    if type(node) is list:
+        for index, item in enumerate(node):
+            yield from _walk(item, f"{name}.{index}")
+    elif type(node) is dict and not isinstance(node.get("type"), str):
+        for key, item in node.items():
+            yield from _walk(item, f"{name}.{key}")
+    elif node is not None:
+        yield name, node
+
+
+def _same(leaf: Any, stats: TensorStats) -> bool:
+    """The leaf the entry's statistics were taken from: the very node, or (nested nodes the reader converted) an
+    equal one."""
+    return leaf is stats or (type(leaf) is TensorStats and leaf == stats)
+
+
+def tensor_names(entry: ModuleEntry, slots: Mapping[str, Any]) -> dict[str, str]:
+    """The msprobe name (below the module key) of each tensor the analysis compares for one entry, by its target
+    (`input_args.0`, `output.0`, `input_kwargs.<name>`, `parameters.<name>`): `slots` are the entry's decoded
+    `input_args`, `input_kwargs`, `output` and `parameters`, in which the entry's statistics are."""
+    leaves = {slot: list(_walk(slots.get(slot), _SLOT_STATES[slot])) for slot in _SLOT_STATES}
+
+    def find(slot: str, stats: TensorStats | None, under: str = "") -> str | None:
+        if stats is None:
+            return None
+        prefix = f"{_SLOT_STATES[slot]}.{under}"
+        below = [(n, leaf) for n, leaf in leaves[slot] if not under or n == prefix or n.startswith(prefix + ".")]
+        return next((n for n, leaf in below if _same(leaf, stats)), None)
+
+    found: dict[str, str] = {}
+    source_slot, _, source_name = entry.input_source.partition(".")
+    primary = find(source_slot, entry.input, source_name if source_slot == "input_kwargs" else "")
+    if primary is not None:
+        found["input_args.0"] = primary
+    output = find("output", entry.output)
+    if output is not None:
+        found["output.0"] = output
+    for slot, tensors in (("input_kwargs", entry.kwargs), ("parameters", entry.parameters)):
+        for name, stats in tensors.items():
+            named = find(slot, stats, name)
+            if named is not None:
+                found[f"{slot}.{name}"] = named
+    return found
