@@ -200,21 +200,6 @@ function severity(v: number): number {
   return Number.isNaN(v) || !Number.isFinite(v) ? Infinity : v;
 }
 
-/** The layer span holding module `index`. */
-export function layerOf(call: ChartCall, index: number): number {
-  let lo = 0;
-  let hi = call.layers.length - 1;
-  while (lo < hi) {
-    const mid = (lo + hi + 1) >> 1;
-    if (call.layers[mid].start <= index) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
-}
-
 /** Axis ticks for modules [from, to): each module when few are in view, else layer starts thinned to `room`. */
 export function ticks(call: ChartCall, labels: string[], from: number, to: number, room: number): { at: number[]; labels: string[] } {
   const n = labels.length;

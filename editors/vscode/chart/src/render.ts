@@ -62,7 +62,7 @@ function palette(): Record<string, string> {
   };
 }
 
-export function format(value: number | string | null | undefined): string {
+function format(value: number | string | null | undefined): string {
   const v = toNumber(value ?? null);
   if (v === null) {
     return '–';
