@@ -7,6 +7,7 @@
 //     (none when the report has none), and hovering at the marker shows that module's card (train key, both
 //     sides' statistics, verdict);
 //   - dragging a range zooms in to every module; a double click zooms out.
+// And an empty mapping's page: it says nothing was compared, without a page error.
 // Environment: RCA_LSP_PYTHON (default <repo>/.venv/bin/python), CHROMIUM (default /usr/bin/chromium),
 // RCA_LSP_REPORT_FIXTURES (comma-separated subset).
 import { execFileSync } from 'node:child_process';
@@ -144,6 +145,28 @@ async function main() {
       } catch (e) {
         record(`report ${name}`, e instanceof Error ? e : new Error(String(e)));
       }
+    }
+    // an empty mapping: the page says nothing was compared, without an error
+    try {
+      const folder = path.join(repoRoot, 'fixtures', 'missing_activation');
+      const empty = path.join(base, 'empty');
+      fs.mkdirSync(empty);
+      fs.writeFileSync(path.join(empty, 'mapping_key.json'), '{}');
+      execFileSync(python, ['-m', 'rca_lsp', 'analyze', '--train', path.join(folder, 'train'), '--rollout',
+        path.join(folder, 'rollout'), '--mapping-key', path.join(empty, 'mapping_key.json'), '--out-dir', path.join(empty, 'o')],
+      { stdio: ['ignore', 'ignore', 'pipe'] });
+      const context = await browser.newContext({ offline: true });
+      const page = await context.newPage();
+      const errors = [];
+      page.on('pageerror', (e) => errors.push(String(e)));
+      await page.goto(pathToFileURL(path.join(empty, 'o', 'output_5_root_cause_report.html')).href);
+      await page.locator('#rca-chart[data-rendered="empty"]').waitFor({ state: 'attached', timeout: 20000 });
+      const text = await page.locator('#rca-chart').innerText();
+      await context.close();
+      assert(/nothing to chart/.test(text) && errors.length === 0, `page: ${text.slice(0, 200)}; errors: ${errors.join(' | ')}`);
+      record('report of an empty mapping');
+    } catch (e) {
+      record('report of an empty mapping', e instanceof Error ? e : new Error(String(e)));
     }
   } finally {
     await browser.close();
