@@ -6,6 +6,8 @@
 //   - the first-divergence marker names the module output_5_root_cause_report.json names as first_divergence
 //     (none when the report has none), and hovering at the marker shows that module's card (train key, both
 //     sides' statistics, verdict);
+//   - a train side merged from ranks: every rank's view; where the report names a rank whose replica disagrees,
+//     that rank's marker sits at the module it names;
 //   - dragging a range zooms in to every module; a double click zooms out.
 // And an empty mapping's page: it says nothing was compared, without a page error.
 // Environment: RCA_LSP_PYTHON (default <repo>/.venv/bin/python), CHROMIUM (default /usr/bin/chromium),
