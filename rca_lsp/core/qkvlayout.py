@@ -1,0 +1,163 @@
+"""The fused q/k/v projection of a tensor-parallel rollout engine (vLLM's and SGLang's `QKVParallelLinear`): what
+merging its per-rank shards can state exactly.
+
+Rank r holds cat(q_r, k_r, v_r) (its query heads, then the keys and values of its KV heads), not a row chunk of the
+full [q | k | v]; `MergedColumnParallelLinear` likewise holds cat(gate_r, up_r). Taken together the ranks' shards are
+a permutation of the full tensor's elements, so max of maxes, min of mins, root of summed squared norms and the
+numel-weighted mean are exact - as long as each element lives on one rank only. When TP exceeds the number of KV
+heads, the engine gives each KV head to tp / kv_heads ranks: their k and v parts are then copies, and statistics of
+whole tensors cannot take a copy out again. Max and Min stay exact (a copy changes neither); Mean and Norm are not
+computable (the shared part's sum and squared norm are unknown), so they are left out rather than guessed.
+
+Which ranks share KV heads is read from the attention module called after the projection (vLLM `Attention`,
+SGLang `RadixAttention`: inputs (q, k, v)), whose per-rank k and v copies are identical on ranks sharing a head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import msgspec
+
+from rca_lsp.core.compare import aggregate, copy_difference
+from rca_lsp.core.dump import Dump, TensorStats
+from rca_lsp.core.rankfile import read_raw_entry
+from rca_lsp.core.tolerance import Tolerances
+
+QKV_CLASS = "QKVParallel"
+MERGED_CLASS = "MergedColumnParallel"
+_LOOKAHEAD = 16  # keys after the projection searched for its attention module (rotary and norms come between)
+_TOLERANCES = Tolerances()
+
+
+@dataclass(frozen=True)
+class QkvLayout:
+    """How a tensor-parallel QKVParallelLinear spreads its heads over the ranks."""
+
+    replicas: int | None  # ranks holding the same KV heads (1: every rank its own); None: could not be found out
+    q_width: int | None  # per rank: query features, then key features (values the same) in the projection's output
+    kv_width: int | None
+    evidence: str  # what it was decided on, for the report
+
+    def full_width(self, ranks: int) -> int | None:
+        if self.replicas is None or self.q_width is None or self.kv_width is None:
+            return None
+        return ranks * self.q_width + 2 * (ranks // self.replicas) * self.kv_width
+
+
+def find_qkv_layout(dumps: Sequence[Dump], files: Sequence[Path], ranks: Sequence[int], key: str) -> QkvLayout:
+    """The layout of the QKVParallelLinear `key` on the tensor-parallel peers `ranks` (indexes into dumps/files),
+    from the q, k, v inputs of the attention module that follows it in the first peer's dump."""
+    first = dumps[ranks[0]]
+    entry = first.entries[key]
+    parent = entry.path.rpartition(".")[0]
+    following = first.keys[entry.position + 1 : entry.position + 1 + _LOOKAHEAD]
+    attention = next(
+        (
+            k
+            for k in following
+            if "Attention" in first.entries[k].class_name and first.entries[k].path.startswith(parent + ".")
+        ),
+        None,
+    )
+    if attention is None:
+        return QkvLayout(None, None, None, f"no attention module after {entry.path} to read its q, k, v from")
+    qkv_inputs = [_qkv_inputs(files[r], attention) for r in ranks]
+    where = f"the q, k, v inputs of {first.entries[attention].path}"
+    if any(inputs is None for inputs in qkv_inputs):
+        return QkvLayout(None, None, None, f"{where} are not three tensors on every rank")
+    widths = {tuple(_width(t) for t in inputs) for inputs in qkv_inputs}  # type: ignore[union-attr]
+    out = entry.output
+    q_width, k_width, v_width = widths.pop() if len(widths) == 1 else (None, None, None)
+    if q_width is None or k_width is None or k_width != v_width or out is None or _width(out) != q_width + 2 * k_width:
+        return QkvLayout(None, None, None, f"{where} do not add up to the projection's per-rank width")
+    kv = [inputs[1:] for inputs in qkv_inputs]  # type: ignore[index]
+    replicas = 1
+    while replicas < len(ranks) and _same(kv[0], kv[replicas]):
+        replicas += 1
+    starts = range(0, len(ranks), replicas)
+    regular = len(ranks) % replicas == 0 and all(
+        all(_same(kv[start], kv[start + i]) for i in range(replicas))
+        and (start + replicas >= len(ranks) or not _same(kv[start], kv[start + replicas]))
+        for start in starts
+    )
+    if not regular:
+        return QkvLayout(None, q_width, k_width, f"{where}: the ranks' k/v copies form no regular replica groups")
+    return QkvLayout(replicas, q_width, k_width, where)
+
+
+def merge_qkv(stats: list[TensorStats], dim: int, layout: QkvLayout) -> tuple[TensorStats, str]:
+    """The merged statistics of a QKVParallelLinear slot sharded along `dim` (output features, or weight/bias
+    rows), and how they were merged."""
+    count = len(stats)
+    first = stats[0]
+    shape = first.shape
+    if layout.replicas == 1 and shape and dim < len(shape):
+        merged = aggregate(stats, shape[:dim] + (shape[dim] * count,) + shape[dim + 1 :])
+        return merged, (
+            f"sharded along dim {dim} over {count} ranks (each rank [q_r | k_r | v_r]: together a permutation of "
+            "[q | k | v], exact)"
+        )
+    width = layout.full_width(count)
+    full_shape = shape[:dim] + (width,) + shape[dim + 1 :] if width is not None and shape and dim < len(shape) else None
+    both = aggregate(stats, with_mean=False)
+    merged = TensorStats(dtype=both.dtype, shape=full_shape, max=both.max, min=both.min)
+    if layout.replicas is None:
+        why = f"whether KV heads are replicated is unknown ({layout.evidence})"
+    else:
+        why = f"KV heads replicated on {layout.replicas} ranks each: the k/v parts are copies"
+    return merged, (
+        f"sharded along dim {dim} over {count} ranks; {why}: Max/Min exact, Mean/Norm not computable from "
+        "per-rank statistics (left out)"
+    )
+
+
+def layout_note(layout: QkvLayout, ranks: int) -> str:
+    """One line for the report's parallel notes."""
+    if layout.replicas == 1:
+        return (
+            f"QKVParallelLinear: each of the {ranks} ranks holds its own KV heads ([q_r | k_r | v_r], "
+            f"{layout.q_width} q + 2 x {layout.kv_width} k/v features per rank, decided on {layout.evidence}): "
+            "its output and bias merge exactly"
+        )
+    if layout.replicas is None:
+        return (
+            f"QKVParallelLinear: whether its KV heads are replicated across ranks could not be told "
+            f"({layout.evidence}): only Max/Min of its merged output and bias are compared (exact either way); "
+            "Mean/Norm would count replicated k/v copies more than once and are left out"
+        )
+    return (
+        f"QKVParallelLinear: KV heads replicated on {layout.replicas} ranks each (TP {ranks} > KV heads "
+        f"{ranks // layout.replicas}; identical k/v copies in {layout.evidence}); each rank's output and bias are "
+        f"[q_r | k | v] with {layout.q_width} q + 2 x {layout.kv_width} k/v features: merged, Max/Min are exact, "
+        "Mean/Norm are not computable from per-rank statistics (the copies would count more than once) and are left "
+        "out, so those slots are compared on Max/Min only"
+    )
+
+
+def merged_column_how(class_name: str) -> str:
+    """What a MergedColumnParallelLinear shard holds, for the merge description ('' for other classes)."""
+    if MERGED_CLASS not in class_name:
+        return ""
+    return " (each rank [gate_r | up_r]: together a permutation of [gate | up], exact)"
+
+
+def _qkv_inputs(path: Path, key: str) -> list[TensorStats] | None:
+    raw = read_raw_entry(path, key)
+    args: Any = raw.get("input_args") if raw is not None else None
+    if not isinstance(args, list) or len(args) < 3 or not all(isinstance(a, dict) for a in args[:3]):
+        return None
+    try:
+        return [msgspec.convert(a, TensorStats) for a in args[:3]]
+    except msgspec.ValidationError:
+        return None
+
+
+def _width(stats: TensorStats) -> int | None:
+    return stats.shape[-1] if stats.shape else None
+
+
+def _same(a: list[TensorStats], b: list[TensorStats]) -> bool:
+    return all(copy_difference(x, y) <= _TOLERANCES.for_dtypes(x.dtype) for x, y in zip(a, b))
