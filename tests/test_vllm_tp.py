@@ -25,7 +25,20 @@ def rollout(variant: str) -> Dump:
     return DumpCache().get(FIXTURES / variant / "rollout")
 
 
-QKV_SLOTS = {(QKV.format(i), slot) for i in range(2) for slot in ("output", "parameters.bias")}
+ROTARY = "Module.model.layers.0.self_attn.rotary_emb.RotaryEmbedding.forward.{}"  # one module, a call per layer
+QKV_BIASES = {(QKV.format(i), "parameters.bias") for i in range(2)}
+
+
+def without(variant: str, keys: list[str], tmp_path: Path) -> Dump:
+    """The variant's rollout dump with `keys` taken out of every rank file (as a dump scoped to fewer modules)."""
+    folder = tmp_path / variant / "rollout"
+    shutil.copytree(FIXTURES / variant / "rollout", folder)
+    for dump_file in folder.glob("step0/rank*/dump.json"):
+        document = json.loads(dump_file.read_text())
+        for key in keys:
+            del document["data"][key]
+        dump_file.write_text(json.dumps(document))
+    return DumpCache().get(folder)
 
 
 @pytest.mark.parametrize(
@@ -34,7 +47,8 @@ QKV_SLOTS = {(QKV.format(i), slot) for i in range(2) for slot in ("output", "par
 )
 def test_merged_tp2_rollout_equals_the_tp1_run(variant: str, reference: str) -> None:
     """Every slot of the merged TP=2 dump against vLLM's TP=1 run of the same model and prompt: equal within fp32
-    rounding; with replicated KV heads the fused qkv output and bias keep only their exact statistics."""
+    rounding; with replicated KV heads the fused qkv bias keeps only its exact statistics (Max/Min) and the output is
+    merged from its q, k, v parts."""
     merged, single = rollout(variant), rollout(reference)
     assert set(merged.keys) == set(single.keys)
     replicated = expected(variant)["model"]["kv_heads"] < expected(variant)["parallel"]["rollout_tp"]
@@ -58,7 +72,7 @@ def test_merged_tp2_rollout_equals_the_tp1_run(variant: str, reference: str) -> 
             assert copy_difference(theirs, same_form) <= 1e-5, (key, slot)
             compared += 1
     assert compared > 60
-    assert partial == (QKV_SLOTS if replicated else set())
+    assert partial == (QKV_BIASES if replicated else set())
 
 
 def test_kv_heads_replicated_or_sharded_are_told_apart_and_said() -> None:
@@ -86,20 +100,26 @@ def test_the_fused_qkv_pair_is_compared_and_aligned(variant: str) -> None:
 def test_an_unknown_kv_layout_keeps_only_the_exact_statistics(tmp_path: Path) -> None:
     """Without the attention module (a dump scoped to the projections), whether KV heads are replicated cannot be
     told: the merge keeps Max/Min (exact either way), leaves Mean/Norm out and says why, instead of assuming."""
-    folder = tmp_path / "rollout"
-    shutil.copytree(FIXTURES / "vllm_tp2_healthy" / "rollout", folder)
-    for dump_file in folder.glob("step0/rank*/dump.json"):
-        document = json.loads(dump_file.read_text())
-        for i in range(2):
-            del document["data"][ATTENTION.format(i)]
-        dump_file.write_text(json.dumps(document))
-    merged = DumpCache().get(folder)
+    merged = without("vllm_tp2_healthy", [ATTENTION.format(i) for i in range(2)], tmp_path)
     assert merged.parallel is not None
     assert any("could not be told" in note for note in merged.parallel.notes)
     exact = rollout("vllm_tp2_healthy").entries[QKV.format(0)].output
     output = merged.entries[QKV.format(0)].output
     assert exact is not None and output is not None
     assert (output.max, output.min, output.mean, output.norm) == (exact.max, exact.min, None, None)
+
+
+def test_replicated_kv_without_the_parts_keeps_only_max_and_min(tmp_path: Path) -> None:
+    """With replicated KV heads but no rotary entries to read the q/k parts from, the output's Mean/Norm are not
+    computable: left out (the replication itself is still found from the attention inputs)."""
+    merged = without("vllm_tp2_kv_replicated", [ROTARY.format(i) for i in range(2)], tmp_path)
+    assert merged.parallel is not None
+    assert any("KV heads replicated on 2 ranks each" in note for note in merged.parallel.notes)
+    output = merged.entries[QKV.format(1)].output
+    exact = rollout("vllm_kv1_healthy").entries[QKV.format(1)].output
+    assert output is not None and exact is not None
+    assert (output.shape, output.mean, output.norm) == (exact.shape, None, None)
+    assert math.isclose(output.max, exact.max, rel_tol=1e-6) and math.isclose(output.min, exact.min, rel_tol=1e-6)
 
 
 def test_the_desynced_shard_is_found_at_its_module_and_rank() -> None:

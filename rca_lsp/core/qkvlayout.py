@@ -52,28 +52,19 @@ def find_qkv_layout(dumps: Sequence[Dump], files: Sequence[Path], ranks: Sequenc
     from the q, k, v inputs of the attention module that follows it in the first peer's dump."""
     first = dumps[ranks[0]]
     entry = first.entries[key]
-    parent = entry.path.rpartition(".")[0]
-    following = first.keys[entry.position + 1 : entry.position + 1 + _LOOKAHEAD]
-    attention = next(
-        (
-            k
-            for k in following
-            if "Attention" in first.entries[k].class_name and first.entries[k].path.startswith(parent + ".")
-        ),
-        None,
-    )
+    attention = _attention_after(first, key)
     if attention is None:
         return QkvLayout(None, None, None, f"no attention module after {entry.path} to read its q, k, v from")
-    qkv_inputs = [_qkv_inputs(files[r], attention) for r in ranks]
+    qkv_inputs = [_positional_tensors(files[r], attention) for r in ranks]
     where = f"the q, k, v inputs of {first.entries[attention].path}"
-    if any(inputs is None for inputs in qkv_inputs):
+    if any(inputs is None or len(inputs) < 3 for inputs in qkv_inputs):
         return QkvLayout(None, None, None, f"{where} are not three tensors on every rank")
-    widths = {tuple(_width(t) for t in inputs) for inputs in qkv_inputs}  # type: ignore[union-attr]
+    widths = {tuple(_width(t) for t in inputs[:3]) for inputs in qkv_inputs}  # type: ignore[index]
     out = entry.output
     q_width, k_width, v_width = widths.pop() if len(widths) == 1 else (None, None, None)
     if q_width is None or k_width is None or k_width != v_width or out is None or _width(out) != q_width + 2 * k_width:
         return QkvLayout(None, None, None, f"{where} do not add up to the projection's per-rank width")
-    kv = [inputs[1:] for inputs in qkv_inputs]  # type: ignore[index]
+    kv = [inputs[1:3] for inputs in qkv_inputs]  # type: ignore[index]
     replicas = 1
     while replicas < len(ranks) and _same(kv[0], kv[replicas]):
         replicas += 1
@@ -88,9 +79,59 @@ def find_qkv_layout(dumps: Sequence[Dump], files: Sequence[Path], ranks: Sequenc
     return QkvLayout(replicas, q_width, k_width, where)
 
 
-def merge_qkv(stats: list[TensorStats], dim: int, layout: QkvLayout) -> tuple[TensorStats, str]:
+def qkv_parts(
+    dumps: Sequence[Dump], files: Sequence[Path], ranks: Sequence[int], key: str
+) -> list[list[TensorStats]] | None:
+    """Per rank, the statistics of the q, k and v parts of the projection's output as the next modules received them
+    (the rotary embedding's q and k inputs, before rotation; the attention module's v input); None unless on every
+    rank they are three tensors whose combined statistics are the projection's own output statistics."""
+    first = dumps[ranks[0]]
+    entry = first.entries[key]
+    attention = _attention_after(first, key)
+    if attention is None:
+        return None
+    between = first.keys[entry.position + 1 : first.entries[attention].position]
+    rotary = next((k for k in between if "Rotary" in first.entries[k].class_name), None)
+    if rotary is None:
+        return None
+    parts = []
+    for rank in ranks:
+        rotary_inputs = _positional_tensors(files[rank], rotary)
+        attention_inputs = _positional_tensors(files[rank], attention)
+        output = dumps[rank].entries[key].output
+        if rotary_inputs is None or attention_inputs is None or output is None or len(rotary_inputs) < 3:
+            return None
+        q, k, v = rotary_inputs[1], rotary_inputs[2], attention_inputs[2]
+        if copy_difference(output, aggregate([q, k, v], output.shape)) > _TOLERANCES.for_dtypes(output.dtype):
+            return None  # not the projection's parts (e.g. a q/k norm between): no exact merge from them
+        parts.append([q, k, v])
+    return parts
+
+
+@dataclass(frozen=True)
+class QkvEntry:
+    """What merging the slots of one QKVParallelLinear entry needs."""
+
+    layout: QkvLayout
+    output_parts: list[list[TensorStats]] | None  # per rank [q, k, v] of its output (replicated KV heads only)
+
+    def merge(self, slot: str, stats: list[TensorStats], dim: int) -> tuple[TensorStats, str]:
+        return merge_qkv(stats, dim, self.layout, self.output_parts if slot == "output" else None)
+
+
+def qkv_entry(
+    layout: QkvLayout, dumps: Sequence[Dump], files: Sequence[Path], ranks: Sequence[int], key: str
+) -> QkvEntry:
+    replicated = layout.replicas is not None and layout.replicas > 1
+    return QkvEntry(layout, qkv_parts(dumps, files, ranks, key) if replicated else None)
+
+
+def merge_qkv(
+    stats: list[TensorStats], dim: int, layout: QkvLayout, parts: list[list[TensorStats]] | None = None
+) -> tuple[TensorStats, str]:
     """The merged statistics of a QKVParallelLinear slot sharded along `dim` (output features, or weight/bias
-    rows), and how they were merged."""
+    rows), and how they were merged; `parts` (the output's per-rank q, k, v statistics, see qkv_parts) make the
+    merge exact with replicated KV heads."""
     count = len(stats)
     first = stats[0]
     shape = first.shape
@@ -102,6 +143,14 @@ def merge_qkv(stats: list[TensorStats], dim: int, layout: QkvLayout) -> tuple[Te
         )
     width = layout.full_width(count)
     full_shape = shape[:dim] + (width,) + shape[dim + 1 :] if width is not None and shape and dim < len(shape) else None
+    if layout.replicas is not None and parts is not None and full_shape is not None:
+        group_firsts = range(0, count, layout.replicas)
+        distinct = [part for r, q_k_v in enumerate(parts) for part in (q_k_v if r in group_firsts else q_k_v[:1])]
+        return aggregate(distinct, full_shape), (
+            f"sharded along dim {dim} over {count} ranks; KV heads replicated on {layout.replicas} ranks each: merged "
+            "exactly from every rank's q part and one copy of each k/v part (the rotary's q, k and the attention's v "
+            "inputs, which add up to each rank's output)"
+        )
     both = aggregate(stats, with_mean=False)
     merged = TensorStats(dtype=both.dtype, shape=full_shape, max=both.max, min=both.min)
     if layout.replicas is None:
@@ -131,9 +180,11 @@ def layout_note(layout: QkvLayout, ranks: int) -> str:
     return (
         f"QKVParallelLinear: KV heads replicated on {layout.replicas} ranks each (TP {ranks} > KV heads "
         f"{ranks // layout.replicas}; identical k/v copies in {layout.evidence}); each rank's output and bias are "
-        f"[q_r | k | v] with {layout.q_width} q + 2 x {layout.kv_width} k/v features: merged, Max/Min are exact, "
-        "Mean/Norm are not computable from per-rank statistics (the copies would count more than once) and are left "
-        "out, so those slots are compared on Max/Min only"
+        f"[q_r | k | v] with {layout.q_width} q + 2 x {layout.kv_width} k/v features, so the ranks' statistics count "
+        "the k/v copies more than once. The output is merged exactly from its parts where the next modules' inputs "
+        "(the rotary's q, k; the attention's v) add up to each rank's output; otherwise, and for the bias (no parts "
+        "anywhere), Max/Min are exact and Mean/Norm are not computable from per-rank statistics: left out, those "
+        "slots are compared on Max/Min only"
     )
 
 
@@ -144,13 +195,29 @@ def merged_column_how(class_name: str) -> str:
     return " (each rank [gate_r | up_r]: together a permutation of [gate | up], exact)"
 
 
-def _qkv_inputs(path: Path, key: str) -> list[TensorStats] | None:
+def _attention_after(dump: Dump, key: str) -> str | None:
+    """The attention module called after the projection `key` (a child of the same parent), if dumped."""
+    entry = dump.entries[key]
+    parent = entry.path.rpartition(".")[0]
+    following = dump.keys[entry.position + 1 : entry.position + 1 + _LOOKAHEAD]
+    return next(
+        (
+            k
+            for k in following
+            if "Attention" in dump.entries[k].class_name and dump.entries[k].path.startswith(parent + ".")
+        ),
+        None,
+    )
+
+
+def _positional_tensors(path: Path, key: str) -> list[TensorStats] | None:
+    """The statistics of every positional input of `key` in a rank file (non-tensors too, as nodes without them)."""
     raw = read_raw_entry(path, key)
     args: Any = raw.get("input_args") if raw is not None else None
-    if not isinstance(args, list) or len(args) < 3 or not all(isinstance(a, dict) for a in args[:3]):
+    if not isinstance(args, list) or not all(isinstance(a, dict) for a in args):
         return None
     try:
-        return [msgspec.convert(a, TensorStats) for a in args[:3]]
+        return [msgspec.convert(a, TensorStats) for a in args]
     except msgspec.ValidationError:
         return None
 

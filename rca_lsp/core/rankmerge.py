@@ -33,7 +33,15 @@ from rca_lsp.core.compare import aggregate, copy_difference
 from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, ParallelInfo, TensorStats, leading_size, load_dump_file
 from rca_lsp.core.dumpsource import DumpSource, ParallelLayout
 from rca_lsp.core.errors import InputError
-from rca_lsp.core.qkvlayout import QKV_CLASS, QkvLayout, find_qkv_layout, layout_note, merge_qkv, merged_column_how
+from rca_lsp.core.qkvlayout import (
+    QKV_CLASS,
+    QkvEntry,
+    QkvLayout,
+    find_qkv_layout,
+    layout_note,
+    merged_column_how,
+    qkv_entry,
+)
 from rca_lsp.core.tolerance import Tolerances
 
 _LAYER_RE = re.compile(r"(?<![^.])layers\.(\d+)(?=\.|$)")
@@ -467,7 +475,11 @@ class _Merger:
         if all(p == first for p in parts[1:]):
             return first
         kind = _parallel_kind(first.class_name)
-        qkv = self._qkv_layout(key, ranks) if QKV_CLASS in first.class_name else None
+        qkv = (
+            qkv_entry(self._qkv_layout(key, ranks), self.dumps, self.source.files, ranks, key)
+            if QKV_CLASS in first.class_name
+            else None
+        )
         merged: dict[str, TensorStats | None] = {}
         described: list[str] = []
         found: list[Disagreement] = []
@@ -505,7 +517,7 @@ class _Merger:
         kind: str | None,
         ranks: list[int],
         call: int,
-        qkv: QkvLayout | None = None,
+        qkv: QkvEntry | None = None,
     ) -> tuple[TensorStats | None, str, Disagreement | None]:
         """(merged statistics, how they were merged, a disagreement of replicas); `qkv` for the slots of a fused
         q/k/v projection."""
@@ -532,7 +544,7 @@ class _Merger:
             else:
                 dim = max(len(first.shape or ()) - 1, 0)
         if qkv is not None and not slot.startswith("input"):
-            merged, how = merge_qkv(stats, dim, qkv)
+            merged, how = qkv.merge(slot, stats, dim)
             return merged, how, None
         shape = _concatenated(first.shape, dim, len(stats))
         return aggregate(stats, shape), f"sharded along dim {dim} over {len(stats)} ranks", None
