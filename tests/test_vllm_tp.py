@@ -8,6 +8,7 @@ import json
 import math
 import shutil
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from conftest import FIXTURES, expected
@@ -29,16 +30,26 @@ ROTARY = "Module.model.layers.0.self_attn.rotary_emb.RotaryEmbedding.forward.{}"
 QKV_BIASES = {(QKV.format(i), "parameters.bias") for i in range(2)}
 
 
-def without(variant: str, keys: list[str], tmp_path: Path) -> Dump:
-    """The variant's rollout dump with `keys` taken out of every rank file (as a dump scoped to fewer modules)."""
+def edited(variant: str, tmp_path: Path, edit: Callable[[int, dict], None]) -> Dump:
+    """The variant's rollout dump with each rank's data changed by edit(rank, data), merged."""
     folder = tmp_path / variant / "rollout"
     shutil.copytree(FIXTURES / variant / "rollout", folder)
-    for dump_file in folder.glob("step0/rank*/dump.json"):
+    for rank in range(2):
+        dump_file = folder / "step0" / f"rank{rank}" / "dump.json"
         document = json.loads(dump_file.read_text())
-        for key in keys:
-            del document["data"][key]
+        edit(rank, document["data"])
         dump_file.write_text(json.dumps(document))
     return DumpCache().get(folder)
+
+
+def without(variant: str, keys: list[str], tmp_path: Path) -> Dump:
+    """The variant's rollout dump with `keys` taken out of every rank file (as a dump scoped to fewer modules)."""
+
+    def remove(_rank: int, data: dict) -> None:
+        for key in keys:
+            del data[key]
+
+    return edited(variant, tmp_path, remove)
 
 
 @pytest.mark.parametrize(
@@ -120,6 +131,25 @@ def test_replicated_kv_without_the_parts_keeps_only_max_and_min(tmp_path: Path) 
     assert output is not None and exact is not None
     assert (output.shape, output.mean, output.norm) == (exact.shape, None, None)
     assert math.isclose(output.max, exact.max, rel_tol=1e-6) and math.isclose(output.min, exact.min, rel_tol=1e-6)
+
+
+def test_replicas_whose_kv_copies_disagree_are_not_merged_from_one_copy(tmp_path: Path) -> None:
+    """Rank 1's copy of layer 1's (replicated) key made 5 % larger, consistently in its qkv output: its parts still add
+    up, but one copy can no longer stand for both, so layer 1 keeps Max/Min only; layer 0 stays exact."""
+
+    def desync_rank1_key(rank: int, data: dict) -> None:
+        if rank != 1:
+            return
+        key = data[ROTARY.format(1)]["input_args"][2]
+        output = data[QKV.format(1)]["output"][0]
+        larger = key["Norm"] * 1.05
+        output["Norm"] = math.sqrt(output["Norm"] ** 2 - key["Norm"] ** 2 + larger**2)
+        key["Norm"] = larger
+
+    merged = edited("vllm_tp2_kv_replicated", tmp_path, desync_rank1_key)
+    layer0, layer1 = (merged.entries[QKV.format(i)].output for i in range(2))
+    assert layer0 is not None and layer0.norm is not None
+    assert layer1 is not None and (layer1.mean, layer1.norm) == (None, None) and layer1.max is not None
 
 
 def test_the_desynced_shard_is_found_at_its_module_and_rank() -> None:

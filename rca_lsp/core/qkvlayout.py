@@ -1,5 +1,5 @@
-"""The fused q/k/v projection of a tensor-parallel rollout engine (vLLM's and SGLang's `QKVParallelLinear`): what
-merging its per-rank shards can state exactly.
+"""The fused q/k/v projection of a tensor-parallel rollout engine (vLLM's `QKVParallelLinear`, verified on real
+vLLM TP=2 dumps; SGLang has a class of that name too): what merging its per-rank shards can state exactly.
 
 Rank r holds cat(q_r, k_r, v_r) (its query heads, then the keys and values of its KV heads), not a row chunk of the
 full [q | k | v]; `MergedColumnParallelLinear` likewise holds cat(gate_r, up_r). Taken together the ranks' shards are
@@ -9,8 +9,10 @@ heads, the engine gives each KV head to tp / kv_heads ranks: their k and v parts
 whole tensors cannot take a copy out again. Max and Min stay exact (a copy changes neither); Mean and Norm are not
 computable (the shared part's sum and squared norm are unknown), so they are left out rather than guessed.
 
-Which ranks share KV heads is read from the attention module called after the projection (vLLM `Attention`,
-SGLang `RadixAttention`: inputs (q, k, v)), whose per-rank k and v copies are identical on ranks sharing a head.
+Which ranks share KV heads is read from the attention module called after the projection (vLLM `Attention`: inputs
+(q, k, v)), whose per-rank k and v copies are identical on ranks sharing a head. The output's own q, k, v parts are
+in the dump too (the rotary's q, k inputs and the attention's v input): where they add up to each rank's output,
+the replicated case merges exactly from them.
 """
 
 from __future__ import annotations
@@ -80,11 +82,12 @@ def find_qkv_layout(dumps: Sequence[Dump], files: Sequence[Path], ranks: Sequenc
 
 
 def qkv_parts(
-    dumps: Sequence[Dump], files: Sequence[Path], ranks: Sequence[int], key: str
+    dumps: Sequence[Dump], files: Sequence[Path], ranks: Sequence[int], key: str, replicas: int
 ) -> list[list[TensorStats]] | None:
     """Per rank, the statistics of the q, k and v parts of the projection's output as the next modules received them
     (the rotary embedding's q and k inputs, before rotation; the attention module's v input); None unless on every
-    rank they are three tensors whose combined statistics are the projection's own output statistics."""
+    rank they are three tensors whose combined statistics are the projection's own output statistics, and the ranks
+    sharing KV heads hold the same k and v (one copy stands for the others)."""
     first = dumps[ranks[0]]
     entry = first.entries[key]
     attention = _attention_after(first, key)
@@ -105,6 +108,8 @@ def qkv_parts(
         if copy_difference(output, aggregate([q, k, v], output.shape)) > _TOLERANCES.for_dtypes(output.dtype):
             return None  # not the projection's parts (e.g. a q/k norm between): no exact merge from them
         parts.append([q, k, v])
+    if not all(_same(parts[r - r % replicas][1:], parts[r][1:]) for r in range(len(parts))):
+        return None  # a replica's k/v differs from its group's: no copy stands for the others
     return parts
 
 
@@ -122,8 +127,8 @@ class QkvEntry:
 def qkv_entry(
     layout: QkvLayout, dumps: Sequence[Dump], files: Sequence[Path], ranks: Sequence[int], key: str
 ) -> QkvEntry:
-    replicated = layout.replicas is not None and layout.replicas > 1
-    return QkvEntry(layout, qkv_parts(dumps, files, ranks, key) if replicated else None)
+    replicas = layout.replicas or 1
+    return QkvEntry(layout, qkv_parts(dumps, files, ranks, key, replicas) if replicas > 1 else None)
 
 
 def merge_qkv(
