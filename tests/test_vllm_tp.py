@@ -34,8 +34,8 @@ def edited(variant: str, tmp_path: Path, edit: Callable[[int, dict], None]) -> D
     """The variant's rollout dump with each rank's data changed by edit(rank, data), merged."""
     folder = tmp_path / variant / "rollout"
     shutil.copytree(FIXTURES / variant / "rollout", folder)
-    for rank in range(2):
-        dump_file = folder / "step0" / f"rank{rank}" / "dump.json"
+    for dump_file in sorted(folder.glob("step0/rank*/dump.json")):
+        rank = int(dump_file.parent.name[len("rank") :])
         document = json.loads(dump_file.read_text())
         edit(rank, document["data"])
         dump_file.write_text(json.dumps(document))
@@ -54,7 +54,11 @@ def without(variant: str, keys: list[str], tmp_path: Path) -> Dump:
 
 @pytest.mark.parametrize(
     ("variant", "reference"),
-    [("vllm_tp2_healthy", "vllm_healthy"), ("vllm_tp2_kv_replicated", "vllm_kv1_healthy")],
+    [
+        ("vllm_tp2_healthy", "vllm_healthy"),
+        ("vllm_tp2_kv_replicated", "vllm_kv1_healthy"),
+        ("vllm_tp4_kv_replicated", "vllm_healthy"),
+    ],
 )
 def test_merged_tp2_rollout_equals_the_tp1_run(variant: str, reference: str) -> None:
     """Every slot of the merged TP=2 dump against vLLM's TP=1 run of the same model and prompt: equal within fp32
@@ -88,16 +92,18 @@ def test_merged_tp2_rollout_equals_the_tp1_run(variant: str, reference: str) -> 
 
 def test_kv_heads_replicated_or_sharded_are_told_apart_and_said() -> None:
     sharded, replicated = rollout("vllm_tp2_healthy").parallel, rollout("vllm_tp2_kv_replicated").parallel
-    assert sharded is not None and replicated is not None
+    in_pairs = rollout("vllm_tp4_kv_replicated").parallel  # ranks 0, 1 hold kv head 0; ranks 2, 3 kv head 1
+    assert sharded is not None and replicated is not None and in_pairs is not None
     assert any("each of the 2 ranks holds its own KV heads" in note for note in sharded.notes)
-    assert any("KV heads replicated on 2 ranks each" in note for note in replicated.notes)
+    assert any("KV heads replicated on 2 ranks each (TP 2 > KV heads 1" in note for note in replicated.notes)
+    assert any("KV heads replicated on 2 ranks each (TP 4 > KV heads 2" in note for note in in_pairs.notes)
     assert "Mean/Norm not computable" in replicated.merges[QKV.format(0)]
     assert "permutation of [q | k | v], exact" in sharded.merges[QKV.format(0)]
     gate_up = "Module.model.layers.0.mlp.gate_up_proj.MergedColumnParallelLinear.forward.0"
     assert "[gate_r | up_r]" in sharded.merges[gate_up]
 
 
-@pytest.mark.parametrize("variant", ["vllm_tp2_healthy", "vllm_tp2_kv_replicated"])
+@pytest.mark.parametrize("variant", ["vllm_tp2_healthy", "vllm_tp2_kv_replicated", "vllm_tp4_kv_replicated"])
 def test_the_fused_qkv_pair_is_compared_and_aligned(variant: str) -> None:
     """The merged qkv_proj has the train linear_qkv's size (replicated KV heads counted once), so the pair is compared
     (Max/Min only when replicated) and aligned, not set aside as a size mismatch."""
