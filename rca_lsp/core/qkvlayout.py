@@ -140,14 +140,15 @@ def merge_qkv(
     count = len(stats)
     first = stats[0]
     shape = first.shape
-    if layout.replicas == 1 and shape and dim < len(shape):
-        merged = aggregate(stats, shape[:dim] + (shape[dim] * count,) + shape[dim + 1 :])
+    known = bool(shape) and dim < len(shape)
+    if layout.replicas == 1:
+        merged = aggregate(stats, shape[:dim] + (shape[dim] * count,) + shape[dim + 1 :] if known else None)
         return merged, (
             f"sharded along dim {dim} over {count} ranks (each rank [q_r | k_r | v_r]: together a permutation of "
             "[q | k | v], exact)"
         )
     width = layout.full_width(count)
-    full_shape = shape[:dim] + (width,) + shape[dim + 1 :] if width is not None and shape and dim < len(shape) else None
+    full_shape = shape[:dim] + (width,) + shape[dim + 1 :] if width is not None and known else None
     if layout.replicas is not None and parts is not None and full_shape is not None:
         group_firsts = range(0, count, layout.replicas)
         distinct = [part for r, q_k_v in enumerate(parts) for part in (q_k_v if r in group_firsts else q_k_v[:1])]
