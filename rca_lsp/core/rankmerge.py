@@ -33,6 +33,15 @@ from rca_lsp.core.compare import aggregate, copy_difference
 from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, ParallelInfo, TensorStats, leading_size, load_dump_file
 from rca_lsp.core.dumpsource import DumpSource, ParallelLayout
 from rca_lsp.core.errors import InputError
+from rca_lsp.core.qkvlayout import (
+    QKV_CLASS,
+    QkvEntry,
+    QkvLayout,
+    find_qkv_layout,
+    layout_note,
+    merged_column_how,
+    qkv_entry,
+)
 from rca_lsp.core.tolerance import Tolerances
 
 _LAYER_RE = re.compile(r"(?<![^.])layers\.(\d+)(?=\.|$)")
@@ -347,6 +356,7 @@ class _Merger:
         self.origins: dict[str, tuple[int, str]] = {}
         self.dropped: dict[str, str] = {}
         self.sequence_parallel = False
+        self.qkv_layouts: dict[tuple[int, ...], QkvLayout] = {}  # per tensor-parallel group: decided once
 
     def stage(self, ranks: list[int], plan: _Plan) -> tuple[list[str], dict[str, ModuleEntry]]:
         """One stage's logical keys (local layer names) and entries: experts joined, then tensor shards merged."""
@@ -465,15 +475,22 @@ class _Merger:
         if all(p == first for p in parts[1:]):
             return first
         kind = _parallel_kind(first.class_name)
+        qkv = (
+            qkv_entry(self._qkv_layout(key, ranks), self.dumps, self.source.files, ranks, key)
+            if QKV_CLASS in first.class_name
+            else None
+        )
         merged: dict[str, TensorStats | None] = {}
         described: list[str] = []
         found: list[Disagreement] = []
         for slot, _ in entry_slots(first):
             copies = [slot_stats(p, slot) for p in parts]
-            stats, how, disagreement = self._slot(slot, copies, kind, ranks, first.call_index)
+            stats, how, disagreement = self._slot(slot, copies, kind, ranks, first.call_index, qkv)
             merged[slot] = stats
             if how:
-                described.append(f"{slot} {how}")
+                described.append(
+                    f"{slot} {how}{merged_column_how(first.class_name) if how.startswith('sharded') else ''}"
+                )
             if disagreement is not None:
                 found.append(disagreement)
                 described.append(disagreement.describe())
@@ -481,10 +498,29 @@ class _Merger:
             self.merges[key] = "; ".join(described)
         return _with_slots(first, merged, tuple(found))
 
+    def _qkv_layout(self, key: str, ranks: list[int]) -> QkvLayout:
+        """How the fused q/k/v projections of these tensor-parallel peers spread KV heads (decided on the first one
+        merged, the same for every layer); said once in the notes."""
+        group = tuple(ranks)
+        layout = self.qkv_layouts.get(group)
+        if layout is None:
+            layout = find_qkv_layout(self.dumps, self.source.files, ranks, key)
+            self.qkv_layouts[group] = layout
+            if len(self.qkv_layouts) == 1:
+                self.notes.append(layout_note(layout, len(ranks)))
+        return layout
+
     def _slot(
-        self, slot: str, copies: list[TensorStats | None], kind: str | None, ranks: list[int], call: int
+        self,
+        slot: str,
+        copies: list[TensorStats | None],
+        kind: str | None,
+        ranks: list[int],
+        call: int,
+        qkv: QkvEntry | None = None,
     ) -> tuple[TensorStats | None, str, Disagreement | None]:
-        """(merged statistics, how they were merged, a disagreement of replicas)."""
+        """(merged statistics, how they were merged, a disagreement of replicas); `qkv` for the slots of a fused
+        q/k/v projection."""
         first = copies[0]
         if first is None or any(c is None for c in copies):
             return first, "", None
@@ -507,6 +543,9 @@ class _Merger:
                 self.sequence_parallel = True
             else:
                 dim = max(len(first.shape or ()) - 1, 0)
+        if qkv is not None and not slot.startswith("input"):
+            merged, how = qkv.merge(slot, stats, dim)
+            return merged, how, None
         shape = _concatenated(first.shape, dim, len(stats))
         return aggregate(stats, shape), f"sharded along dim {dim} over {len(stats)} ranks", None
 

@@ -3,17 +3,14 @@ merge): what the hover and the report show when a sharded slot diverges, so the 
 
 from __future__ import annotations
 
-import json
-import mmap
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 from rca_lsp.core.compare import quick_verdict
-from rca_lsp.core.dump import Dump, ModuleEntry, ParallelInfo, quoted_key, raw_entry, slot_label
+from rca_lsp.core.dump import Dump, ModuleEntry, ParallelInfo, raw_entry, slot_label
+from rca_lsp.core.rankfile import read_raw_entry
 from rca_lsp.core.rankmerge import slot_stats
 from rca_lsp.core.tolerance import Tolerances
-
-_WINDOW = 1 << 20  # bytes read after the key: an entry is a few KB, a module with many kwargs some 100 KB
 
 
 class RankCopy(NamedTuple):
@@ -58,24 +55,8 @@ def held_by(dump: Dump, key: str) -> dict[str, Any] | None:
 
 
 def _read_entry(path: Path, key: str) -> ModuleEntry | None:
-    try:
-        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            start = data.find(quoted_key(key) + b":")
-            if start < 0:
-                start = data.find(quoted_key(key))
-            if start < 0:
-                return None
-            window = data[start : start + _WINDOW].decode("utf-8", errors="replace")
-    except (OSError, ValueError):
-        return None
-    value_start = window.index(":", len(key) + 2) + 1
-    while value_start < len(window) and window[value_start] in " \t\r\n":
-        value_start += 1
-    try:
-        value, _ = json.JSONDecoder().raw_decode(window, value_start)  # stops at the entry's end
-    except ValueError:  # cut by the window, or broken: nothing to show
-        return None
-    return raw_entry(key, value) if isinstance(value, dict) else None
+    value = read_raw_entry(path, key)
+    return raw_entry(key, value) if value is not None else None
 
 
 StatRow = tuple[str, int, tuple[float | None, float | None, float | None, float | None]]
