@@ -27,7 +27,7 @@ try {
     // zoom: drag over a window of ~3000 modules around the first divergence, time until it is drawn in detail
     const over = await tab.locator('.u-over').boundingBox();
     const marker = await tab.locator('.rca-marker-divergence').boundingBox();
-    const total = await tab.evaluate(async () => (await RcaChart.unpack(document.getElementById('rca-chart-data').textContent)).calls[0].modules.train_key.length);
+    const total = await tab.evaluate(async () => (await RcaChart.unpack(document.getElementById('rca-chart-data').textContent)).calls[0].modules.label.length);
     const half = (over.width * 1500) / total;
     const x = marker.x + marker.width / 2;
     await tab.evaluate(() => {

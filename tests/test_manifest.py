@@ -11,7 +11,7 @@ from conftest import FIXTURES
 from rca_lsp.core.cancel import Cancelled
 from rca_lsp.core.manifest import MANIFEST_NAME
 from rca_lsp.core.outputs import write_outputs
-from rca_lsp.core.report_html import unpacked_chart
+from rca_lsp.core.report_html import chart_from_page
 from rca_lsp.core.run import analyze_paths
 
 SOURCE = FIXTURES / "missing_activation"
@@ -31,8 +31,7 @@ def run_ids(out: Path) -> dict[str, str | None]:
         if path.name.endswith(".md"):
             found[path.name] = path.read_text().split("- Run: `")[1].split("`")[0]
         elif path.name.endswith(".html"):
-            data = path.read_text().split('<script id="rca-chart-data" type="application/gzip;base64">')[1]
-            found[path.name] = json.loads(unpacked_chart(data.split("<")[0]))["run_id"]
+            found[path.name] = chart_from_page(path.read_text())["run_id"]
         elif path.name.endswith(".json") and not path.name.startswith("output_2"):
             document = json.loads(path.read_text())
             found[path.name] = document["meta"]["run_id"] if "meta" in document else document["run_id"]

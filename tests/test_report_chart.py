@@ -15,7 +15,7 @@ from rca_lsp.core import report_png
 from rca_lsp.core.chart import chart_data, encode_chart
 from rca_lsp.core.manifest import MANIFEST_NAME
 from rca_lsp.core.outputs import write_outputs
-from rca_lsp.core.report_html import chart_bundle, unpacked_chart
+from rca_lsp.core.report_html import chart_bundle, chart_from_page
 from rca_lsp.core.run import analyze_paths
 
 SOURCE = FIXTURES / "missing_activation"
@@ -30,9 +30,7 @@ def analysis():
 
 
 def inlined_data(page: str) -> dict:
-    return json.loads(
-        unpacked_chart(page.split('<script id="rca-chart-data" type="application/gzip;base64">')[1].split("<")[0])
-    )
+    return chart_from_page(page)
 
 
 def listed(out: Path) -> list[str]:
@@ -62,7 +60,7 @@ def test_a_key_that_would_end_the_script_element_is_escaped(tmp_path: Path, anal
     from rca_lsp.core.report_html import render_html
 
     page = render_html(chart)
-    assert page.count("</script>") == 3  # the data, the bundle and the bootstrap end where they should
+    assert page.count("</script>") == 4  # the two data blocks, the bundle and the bootstrap end where they should
     assert "alert(1)" not in page  # the data is packed: no markup of it reaches the page
     assert inlined_data(page)["strings"][label] == "</script><script>alert(1)</script>"
 

@@ -8,8 +8,12 @@ import gzip
 import html
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
-from rca_lsp.core.chart import ChartData, encode_chart
+import msgspec
+import orjson
+
+from rca_lsp.core.chart import ChartData
 
 BUNDLE = "chart.bundle.js"  # built from editors/vscode/chart by its build.mjs, committed as package data
 
@@ -40,19 +44,55 @@ h1 { font-size: 20px; margin: 0 0 4px; }
 """
 
 
-def packed_chart(chart: ChartData) -> str:
-    """The chart's JSON as the page carries it: gzip, in base64 (a quarter of the bytes to read: 10^5 modules load
-    in a fraction of the time; the page unpacks it with the browser's DecompressionStream)."""
-    return base64.b64encode(gzip.compress(encode_chart(chart), compresslevel=6, mtime=0)).decode("ascii")
+# What only hovering and clicking need: the page carries it in a second block, unpacked after the first draw.
+_DETAIL_FIELDS = ("train_key", "rollout_key", "bucket", "suspect", "output_train", "output_rollout", "details")
+_SERIES_DETAIL_FIELDS = ("consistency", "target")
+_KINDS = ("output", "input", "parameters")
+_BLOCKS = ("rca-chart-data", "rca-chart-details")
 
 
-def unpacked_chart(text: str) -> bytes:
-    """The chart's JSON from the page's data element (what tests and scripts reading a report use)."""
-    return gzip.decompress(base64.b64decode(text))
+def _split(chart: ChartData) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The chart as two documents: what the first draw needs, and the rest (keys, verdicts, statistics)."""
+    document: dict[str, Any] = msgspec.to_builtins(chart)
+    details: dict[str, Any] = {"stats": document.pop("stats"), "calls": []}
+    document["stats"] = []
+    for call in document["calls"]:
+        modules = call["modules"]
+        part = {field: modules.pop(field) for field in _DETAIL_FIELDS}
+        for kind in _KINDS:
+            part[kind] = {field: modules[kind].pop(field) for field in _SERIES_DETAIL_FIELDS}
+        details["calls"].append(part)
+    return document, details
+
+
+def _packed(document: dict[str, Any]) -> str:
+    """JSON, gzip, base64: a quarter of the bytes to read (the page unpacks it with DecompressionStream)."""
+    return base64.b64encode(
+        gzip.compress(orjson.dumps(document, option=orjson.OPT_NON_STR_KEYS), compresslevel=6, mtime=0)
+    ).decode("ascii")
+
+
+def chart_from_page(page: str) -> dict[str, Any]:
+    """The chart data (as chart.encode_chart writes it) from a report page's two blocks: what tests and scripts
+    reading a report use."""
+    first, details = (
+        orjson.loads(
+            gzip.decompress(base64.b64decode(page.split(f'<script id="{block}" ')[1].split(">")[1].split("<")[0]))
+        )
+        for block in _BLOCKS
+    )
+    first["stats"] = details["stats"]
+    for call, part in zip(first["calls"], details["calls"]):
+        modules = call["modules"]
+        for kind in _KINDS:
+            modules[kind].update(part.pop(kind))
+        modules.update(part)
+    return first
 
 
 def render_html(chart: ChartData) -> str:
     """The report page: the chart of `chart`, with the paths and the top hypothesis as text."""
+    plot, details = _split(chart)
     meta = [
         f"train: {chart.train_path}",
         f"rollout: {chart.rollout_path}",
@@ -75,7 +115,8 @@ def render_html(chart: ChartData) -> str:
 <div class="hypothesis"><strong>Top hypothesis:</strong> {html.escape(hypothesis)}</div>
 <div id="rca-chart"></div>
 <div id="rca-selected"></div>
-<script id="rca-chart-data" type="application/gzip;base64">{packed_chart(chart)}</script>
+<script id="rca-chart-data" type="application/gzip;base64">{_packed(plot)}</script>
+<script id="rca-chart-details" type="application/gzip;base64">{_packed(details)}</script>
 <script>{_script_text(chart_bundle())}</script>
 <script>RcaChart.mountFromPage();</script>
 </body>

@@ -141,10 +141,10 @@ export function buckets(call: ChartCall, from: number, to: number, count = BUCKE
 }
 
 /** The view of modules [from, to): every module when few are in view, else one point per bucket. */
-export function view(data: ChartData, call: ChartCall, rank: number | null, from = 0, to = call.modules.train_key.length): View {
+export function view(data: ChartData, call: ChartCall, rank: number | null, from = 0, to = call.modules.label.length): View {
   const errors = rawErrors(call, rank);
   const top = axisTop(errors);
-  const n = call.modules.train_key.length;
+  const n = call.modules.label.length;
   from = Math.max(0, Math.floor(from));
   to = Math.min(n, Math.ceil(to));
   const tolerance = call.modules.output.tolerance;

@@ -15,6 +15,8 @@ export interface MountOptions {
 
 export interface ChartHandle {
   update(data: ChartData): void;
+  /** The data's keys, verdicts and statistics arrived after the first draw (the HTML report reads them later). */
+  detailsLoaded(): void;
   destroy(): void;
   /** ms from mount (or the last update) to the first drawn frame */
   readonly renderMs: number | undefined;
@@ -133,14 +135,14 @@ class Chart implements ChartHandle {
     }
     this.renderControls();
     this.renderSummary();
-    if (!this.call || this.call.modules.train_key.length === 0) {
+    if (!this.call || this.call.modules.label.length === 0) {
       this.plot?.destroy();
       this.plot = undefined;
       this.plotBox.textContent = 'No mapped module pair was compared: nothing to chart.';
       this.root.dataset.rendered = 'empty';
       return;
     }
-    this.window = [-0.5, this.call.modules.train_key.length - 0.5];
+    this.window = [-0.5, this.call.modules.label.length - 0.5];
     this.build();
   }
 
@@ -171,7 +173,7 @@ class Chart implements ChartHandle {
       select.addEventListener('change', () => {
         this.setCall(data.calls.find((c) => String(c.call_index) === select.value) ?? this.call);
         this.rank = null;
-        this.window = [-0.5, this.call.modules.train_key.length - 0.5];
+        this.window = [-0.5, this.call.modules.label.length - 0.5];
         this.renderControls();
         this.renderSummary();
         this.build();
@@ -238,7 +240,7 @@ class Chart implements ChartHandle {
     this.current = this.viewFor(this.window);
     const top = this.current.top;
     const bottom = this.bottom();
-    const n = call.modules.train_key.length;
+    const n = call.modules.label.length;
     const line = (stroke: string, width: number, points: boolean, dash?: number[]): uPlot.Series => ({
       stroke,
       width,
@@ -357,7 +359,7 @@ class Chart implements ChartHandle {
 
   private onZoom(u: uPlot): void {
     const min = u.scales.x.min ?? -0.5;
-    const max = u.scales.x.max ?? this.call.modules.train_key.length - 0.5;
+    const max = u.scales.x.max ?? this.call.modules.label.length - 0.5;
     this.window = [min, max];
     const wanted = max - min > DETAIL_LIMIT;
     if (wanted || this.current.aggregated) {
@@ -457,7 +459,8 @@ class Chart implements ChartHandle {
     const rank = this.rank === null ? undefined : call.ranks.find((r) => r.rank === this.rank);
     if (rank && rank.mismatch.length) {
       const first = rank.mismatch[0];
-      add(first, 'rank', `rank ${rank.rank} differs: ${this.mods.labels[first]}`, this.mods.trainKey(first), first);
+      const key = this.hasDetails() ? this.mods.trainKey(first) : '';
+      add(first, 'rank', `rank ${rank.rank} differs: ${this.mods.labels[first]}`, key, first);
     }
     for (const op of call.one_sided) {
       if (op.explains) {
@@ -491,6 +494,10 @@ class Chart implements ChartHandle {
     const m = call.modules;
     const card = this.card;
     card.textContent = '';
+    if (!this.hasDetails()) {
+      el('div', 'rca-card-title', `${mods.labels[index]} (reading the details…)`, card);
+      return;
+    }
     el('div', 'rca-card-title', `${mods.labels[index]}${m.layer[index] !== null ? ` · layer ${m.layer[index]}` : ''}`, card);
     el('div', 'rca-card-key', mods.trainKey(index), card);
     el('div', 'rca-card-key', `↔ ${mods.rolloutKey(index)}`, card);
@@ -550,7 +557,19 @@ class Chart implements ChartHandle {
     }
   }
 
+  detailsLoaded(): void {
+    this.root.dataset.details = 'loaded';
+  }
+
+  /** Whether the keys, verdicts and statistics are there (not yet while the HTML report reads them). */
+  private hasDetails(): boolean {
+    return this.call.modules.train_key !== undefined;
+  }
+
   select(index: number): void {
+    if (!this.hasDetails()) {
+      return;
+    }
     const key = this.mods.trainKey(index);
     this.root.dataset.selected = key;
     this.options.onSelect?.(key, this.call, index);

@@ -65,6 +65,7 @@ async function checkReport(browser, name, outDir) {
   try {
     await page.goto(pathToFileURL(path.join(outDir, 'output_5_root_cause_report.html')).href);
     await page.locator('#rca-chart[data-rendered]').waitFor({ state: 'attached', timeout: 20000 });
+    await page.locator('#rca-chart[data-details="loaded"]').waitFor({ state: 'attached', timeout: 20000 });
     const markers = page.locator('.rca-marker-divergence');
     if (expected === null) {
       assert((await markers.count()) === 0, 'a first-divergence marker, but the report names none');
