@@ -21,6 +21,8 @@ import msgspec
 from rca_lsp.core.dump import Dump, ModuleEntry, ParallelInfo, check_unchanged, load_dump_file, load_source, signatures
 from rca_lsp.core.dumpsource import DumpSource
 from rca_lsp.core.gcpause import paused_gc
+from rca_lsp.core.inputfile import read_regular_file
+from rca_lsp.core.rankload import Differences, FirstRank, RankTexts, load_rank_files
 
 
 class _Transfer(msgspec.Struct, array_like=True, gc=False):
@@ -176,28 +178,31 @@ def _unpack(data: bytes) -> Dump:
 
 
 def load_files_forked(paths: Sequence[Path]) -> list[Dump]:
-    """Several dump files (the ranks of one logical dump), the later half loaded by a forked child meanwhile, so
-    both cores parse. Single-threaded callers only; if the child fails, its files are loaded here (same errors)."""
+    """Several dump files (the ranks of one logical dump), the later half read by a forked child meanwhile, so
+    both cores work. The child compares its files with the first (rankload) and sends only their differences, which
+    are small: most entries of a rank are the first rank's. Single-threaded callers only; if the child fails, its
+    files are loaded here (same errors)."""
     if len(paths) < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return [load_dump_file(path) for path in paths]
+        return load_rank_files(paths)
     split = (len(paths) + 1) // 2
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_load_many_and_send, args=(list(paths[split:]), sender, receiver), daemon=True)
+    child = context.Process(
+        target=_compare_many_and_send, args=(paths[0], list(paths[split:]), sender, receiver), daemon=True
+    )
     child.start()
     sender.close()
     try:
-        loaded = [load_dump_file(path) for path in paths[:split]]
+        # the first rank read as usual, then again as text (the comparisons need its bytes)
+        first = FirstRank(load_dump_file(paths[0]), read_regular_file(paths[0], "dump"))
+        loaded = [first.dump] + [first.peer(path) for path in paths[1:split]]
         for path in paths[split:]:
             try:
                 data = receiver.recv_bytes()
             except (EOFError, OSError):
                 data = b""
-            if data:
-                with paused_gc():
-                    loaded.append(_unpack(data))
-            else:  # the child stopped (e.g. a broken file): load here, which reports the problem
-                loaded.append(load_dump_file(path))
+            # nothing sent: the child stopped (e.g. a broken file); loaded here, which reports the problem
+            loaded.append(first.peer_from(path, _DIFFERENCES.decode(data) if data else None))
         return loaded
     finally:
         receiver.close()
@@ -206,17 +211,19 @@ def load_files_forked(paths: Sequence[Path]) -> list[Dump]:
         child.join()
 
 
-def _load_many_and_send(paths: list[Path], sender: Connection, inherited: Connection) -> None:
-    """Packs every file before sending any: the parent reads the pipe only after its own files, and a send would
-    block on the full pipe meanwhile."""
+_DIFFERENCES = msgspec.msgpack.Decoder(Differences)
+
+
+def _compare_many_and_send(first: Path, paths: list[Path], sender: Connection, inherited: Connection) -> None:
+    """Compares every file before sending any: the parent reads the pipe only after its own files, and a send
+    would block on the full pipe meanwhile. An empty message for a file that does not scan."""
     inherited.close()  # as in _load_and_send: a send to a parent that died must fail, not block
     packed: list[bytes] = []
     try:
+        reference = RankTexts(read_regular_file(first, "dump"))
         for path in paths:
-            dump = load_dump_file(path)
-            with paused_gc():
-                packed.append(_pack(dump))
-            del dump
+            differences = reference.differences(read_regular_file(path, "dump"))
+            packed.append(_ENCODER.encode(differences) if differences is not None else b"")
     except Exception:  # the parent loads what was not sent and reports the problem
         pass
     try:

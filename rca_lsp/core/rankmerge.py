@@ -29,9 +29,10 @@ from typing import Callable, Iterable, Sequence
 import msgspec
 
 from rca_lsp.core.compare import aggregate, copy_difference
-from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, ParallelInfo, TensorStats, leading_size, load_dump_file
+from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, ParallelInfo, TensorStats, leading_size
 from rca_lsp.core.dumpsource import DumpSource, ParallelLayout
 from rca_lsp.core.errors import InputError
+from rca_lsp.core.rankload import load_rank_files
 from rca_lsp.core.tolerance import Tolerances
 
 _LAYER_RE = re.compile(r"(?<![^.])layers\.(\d+)(?=\.|$)")
@@ -46,7 +47,7 @@ MAX_LISTED_KEYS = 5
 def load_ranks(source: DumpSource, load_files: Callable[[Sequence[Path]], list[Dump]] | None = None) -> Dump:
     """Load every rank file of the source (with `load_files`, e.g. on both cores) and merge them; errors name the
     rank file."""
-    dumps = load_files(source.files) if load_files is not None else [load_dump_file(path) for path in source.files]
+    dumps = (load_files or load_rank_files)(source.files)
     return merge_ranks(dumps, source)
 
 
