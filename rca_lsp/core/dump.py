@@ -440,6 +440,7 @@ def index_entries(path: str, data: Mapping[str, RawValue | ModuleEntry], task: A
     null_keys = []
     for key, raw in data.items():
         if type(raw) is ModuleEntry:
+            key = raw.key  # the same text, one object: key lists and lookups across ranks compare by identity
             entry: ModuleEntry | None = (
                 raw if raw.position == len(keys) else msgspec.structs.replace(raw, position=len(keys))
             )

@@ -178,25 +178,20 @@ def _unpack(data: bytes) -> Dump:
 
 
 def load_files_forked(paths: Sequence[Path]) -> list[Dump]:
-    """Several dump files (the ranks of one logical dump), the later half read by a forked child meanwhile, so
-    both cores work. The child compares its files with the first (rankload) and sends only their differences, which
-    are small: most entries of a rank are the first rank's. Single-threaded callers only; if the child fails, its
-    files are loaded here (same errors)."""
+    """Several dump files (the ranks of one logical dump): the first loaded here while a forked child compares the
+    others with it (rankload) and sends only their differences, which are small: most entries of a rank are the
+    first rank's. Single-threaded callers only; if the child fails, its files are loaded here (same errors)."""
     if len(paths) < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return load_rank_files(paths)
-    split = (len(paths) + 1) // 2
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(
-        target=_compare_many_and_send, args=(paths[0], list(paths[split:]), sender, receiver), daemon=True
-    )
+    child = context.Process(target=_compare_and_send, args=(list(paths), sender, receiver), daemon=True)
     child.start()
     sender.close()
     try:
-        # the first rank read as usual, then again as text (the comparisons need its bytes)
-        first = FirstRank(load_dump_file(paths[0]), read_regular_file(paths[0], "dump"))
-        loaded = [first.dump] + [first.peer(path) for path in paths[1:split]]
-        for path in paths[split:]:
+        first = FirstRank(load_dump_file(paths[0]), paths[0])
+        loaded = [first.dump]
+        for path in paths[1:]:
             try:
                 data = receiver.recv_bytes()
             except (EOFError, OSError):
@@ -214,14 +209,15 @@ def load_files_forked(paths: Sequence[Path]) -> list[Dump]:
 _DIFFERENCES = msgspec.msgpack.Decoder(Differences)
 
 
-def _compare_many_and_send(first: Path, paths: list[Path], sender: Connection, inherited: Connection) -> None:
-    """Compares every file before sending any: the parent reads the pipe only after its own files, and a send
-    would block on the full pipe meanwhile. An empty message for a file that does not scan."""
+def _compare_and_send(paths: list[Path], sender: Connection, inherited: Connection) -> None:
+    """The differences of paths[1:] from paths[0], all computed before any is sent: the parent reads the pipe only
+    after its own load, and a send would block on the full pipe meanwhile. An empty message for a file that does
+    not scan."""
     inherited.close()  # as in _load_and_send: a send to a parent that died must fail, not block
     packed: list[bytes] = []
     try:
-        reference = RankTexts(read_regular_file(first, "dump"))
-        for path in paths:
+        reference = RankTexts(read_regular_file(paths[0], "dump"))
+        for path in paths[1:]:
             differences = reference.differences(read_regular_file(path, "dump"))
             packed.append(_ENCODER.encode(differences) if differences is not None else b"")
     except Exception:  # the parent loads what was not sent and reports the problem

@@ -1,8 +1,8 @@
 """The rank files of one logical dump, read against the first: most of a rank's entries are byte for byte the first
 rank's (tensor-parallel replicas), so only the entries whose JSON text differs are decoded.
 
-The first file is loaded as usual and also scanned into its entries' raw JSON text (msgspec.Raw: the text is
-checked, nothing is built), ~7x faster than decoding it; so is every later file. A later rank's entry whose text
+The first file is loaded as usual; every later file is scanned into its entries' raw JSON text (msgspec.Raw: the text
+is checked, nothing is built), ~7x faster than decoding it, and so is the first. A later rank's entry whose text
 equals the first rank's decodes to the same statistics, so it is the first rank's ModuleEntry object itself (the
 merge then sees replicas by identity); the others are decoded alone. A file that does not scan (NaN literals, broken
 JSON, not a dump) or whose differing entries do not decode is loaded as usual, which accepts it or reports the
@@ -11,12 +11,13 @@ problem as for any dump.
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
 import msgspec
 
-from rca_lsp.core.dump import Dump, ModuleEntry, RawValue, build_dump, decode_dump, index_entries, load_dump_file
+from rca_lsp.core.dump import Dump, ModuleEntry, RawValue, index_entries, load_dump_file
 from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.inputfile import read_regular_file
 
@@ -35,7 +36,7 @@ class Differences(msgspec.Struct, array_like=True, gc=False):
     level: Any
     framework: Any
     keys: list[str]
-    texts: list[bytes | None]  # None: the first rank's text
+    changed: dict[str, bytes]  # the keys whose text is not the first rank's, with their text
 
 
 _SCANNER = msgspec.json.Decoder(_ScannedDump)
@@ -55,13 +56,8 @@ class RankTexts:
         if scanned is None:
             return None
         texts = self.texts
-        return Differences(
-            scanned.task,
-            scanned.level,
-            scanned.framework,
-            list(scanned.data),
-            [None if texts.get(key) == text else bytes(text) for key, text in scanned.data.items()],
-        )
+        changed = {key: bytes(text) for key, text in scanned.data.items() if texts.get(key) != text}
+        return Differences(scanned.task, scanned.level, scanned.framework, list(scanned.data), changed)
 
 
 def _scanned(data: bytes) -> _ScannedDump | None:
@@ -73,17 +69,15 @@ def _scanned(data: bytes) -> _ScannedDump | None:
 
 
 class FirstRank:
-    """The first rank's dump and texts: what the later ranks are read against."""
+    """The first rank's dump, and its texts (read when first needed): what the later ranks are read against."""
 
-    def __init__(self, dump: Dump, data: bytes) -> None:
+    def __init__(self, dump: Dump, path: Path) -> None:
         self.dump = dump
-        self.reference = RankTexts(data)
+        self._path = path
 
-    @classmethod
-    def load(cls, path: Path) -> "FirstRank":
-        data = read_regular_file(path, "dump")
-        with paused_gc():
-            return cls(build_dump(str(path), decode_dump(data, str(path))), data)
+    @cached_property
+    def reference(self) -> RankTexts:
+        return RankTexts(read_regular_file(self._path, "dump"))
 
     def peer(self, path: Path) -> Dump:
         """Another rank's dump, read here."""
@@ -92,19 +86,21 @@ class FirstRank:
     def peer_from(self, path: Path, differences: Differences | None) -> Dump:
         """Another rank's dump from its differences (computed here or by another process); loaded as usual when
         there are none."""
-        texts = self.reference.texts
-        if differences is None or not texts:
+        if differences is None:
             return load_dump_file(path)
-        known = self.dump.entries
-        values: dict[str, RawValue | ModuleEntry] = {}
+        keys, changed = differences.keys, differences.changed
         with paused_gc():
+            values: dict[str, RawValue | ModuleEntry | None] = dict(zip(keys, map(self.dump.entries.get, keys)))
+            # keys with the first rank's text that it did not index (null, backward, ...): decoded from that text
+            unindexed = [key for key, value in values.items() if value is None and key not in changed]
+            texts = self.reference.texts if unindexed else {}
+            if any(key not in texts for key in unindexed):  # the first file changed meanwhile: read this one alone
+                return load_dump_file(path)
             try:
-                for key, text in zip(differences.keys, differences.texts):
-                    if text is None:
-                        entry = known.get(key)
-                        values[key] = entry if entry is not None else _VALUE_DECODER.decode(texts[key])
-                    else:
-                        values[key] = _VALUE_DECODER.decode(text)
+                for key in unindexed:
+                    values[key] = _VALUE_DECODER.decode(texts[key])
+                for key, text in changed.items():
+                    values[key] = _VALUE_DECODER.decode(text)
             except msgspec.DecodeError:  # e.g. a number beyond a double: located as for any dump
                 return load_dump_file(path)
             return index_entries(str(path), values, differences.task, differences.level, differences.framework)
@@ -114,5 +110,5 @@ def load_rank_files(paths: Sequence[Path]) -> list[Dump]:
     """The dumps of `paths` (rank order), each as load_dump_file gives it, the same errors included."""
     if len(paths) < 2:
         return [load_dump_file(path) for path in paths]
-    first = FirstRank.load(paths[0])
+    first = FirstRank(load_dump_file(paths[0]), paths[0])
     return [first.dump] + [first.peer(path) for path in paths[1:]]

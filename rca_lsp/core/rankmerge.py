@@ -280,9 +280,12 @@ class _Merger:
         if plan.tp == 1:
             return by_tp[0]
         keys = self._common_keys([k for k, _ in by_tp], [ranks[t] for t in range(plan.tp)])
+        peers = [ranks[t] for t in range(plan.tp)]
         entries = {}
-        for key in keys:
-            entries[key] = self._tensor_parallel(key, [e[key] for _, e in by_tp], [ranks[t] for t in range(plan.tp)])
+        # Replicas are mostly the same object on every rank (rankload): tuple.count tests identity first, in C.
+        for key, parts in zip(keys, zip(*(map(e.__getitem__, keys) for _, e in by_tp))):
+            first = parts[0]
+            entries[key] = first if parts.count(first) == len(parts) else self._tensor_parallel(key, parts, peers)
         return keys, entries
 
     def _common_keys(self, key_lists: list[list[str]], ranks: list[int]) -> list[str]:
@@ -386,10 +389,9 @@ class _Merger:
         self.merges[key] = f"{what} partial results concatenated over {len(parts)} ranks"
         return _with_slots(first, merged, ())
 
-    def _tensor_parallel(self, key: str, parts: list[ModuleEntry], ranks: list[int]) -> ModuleEntry:
+    def _tensor_parallel(self, key: str, parts: Sequence[ModuleEntry], ranks: list[int]) -> ModuleEntry:
+        """Peers that are not all equal, slot by slot."""
         first = parts[0]
-        if all(p == first for p in parts[1:]):
-            return first
         kind = _parallel_kind(first.class_name)
         merged: dict[str, TensorStats | None] = {}
         described: list[str] = []
