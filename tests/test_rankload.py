@@ -26,10 +26,12 @@ def _same(loaded: list[Dump], paths: list[Path]) -> None:
 
 
 def _ranks(tmp_path: Path) -> list[Path]:
-    """Rank 1 differs from rank 0 in one entry's statistics, a null entry, a backward key, a key of its own and
-    the order of two keys; rank 2 has a non-finite statistic (a NaN literal: the file does not scan)."""
+    """Rank 0 has a null entry; rank 1 differs from rank 0 in one entry's statistics, a null entry, a backward
+    key, a key of its own and the order of two keys; rank 2 has a non-finite statistic (a NaN literal: the file
+    does not scan); rank 3 has rank 0's keys in its order, one entry's statistics differing."""
     shared = {LAYER.format(i): entry([1.0, 2.0 + i], [3.0, 4.0], weight=[0.5, 0.25]) for i in range(6)}
-    first = dict(shared)
+    first = {**shared, LAYER.format(7): None}
+    fourth = {**first, LAYER.format(5): entry([1.0, 6.5], [3.0, 4.0])}
     second = {key: shared[key] for key in [LAYER.format(i) for i in (0, 2, 1, 3, 4, 5)]}
     second[LAYER.format(3)] = entry([1.0, 6.5], [3.0, 4.0], weight=[0.5, 0.25])
     second[LAYER.format(4)] = None
@@ -37,7 +39,8 @@ def _ranks(tmp_path: Path) -> list[Path]:
     second[LAYER.format(9)] = entry([7.0, 8.0], [9.0, 1.0])
     third = dict(shared)
     third[LAYER.format(2)] = entry([1.0, math.nan], [3.0, 4.0])
-    return [write_dump(tmp_path / f"rank{r}" / "dump.json", data) for r, data in enumerate((first, second, third))]
+    ranks = (first, second, third, fourth)
+    return [write_dump(tmp_path / f"rank{r}" / "dump.json", data) for r, data in enumerate(ranks)]
 
 
 @pytest.mark.parametrize("load", [load_rank_files, load_files_forked], ids=["here", "forked"])
@@ -50,6 +53,7 @@ def test_rank_files_give_the_dumps_each_file_gives_alone(tmp_path: Path, load: o
     assert second.entries[LAYER.format(0)] is first.entries[LAYER.format(0)]
     assert second.entries[LAYER.format(3)] is not first.entries[LAYER.format(3)]
     assert second.entries[LAYER.format(1)].position == 2 and first.entries[LAYER.format(1)].position == 1
+    assert loaded[3].entries[LAYER.format(0)] is first.entries[LAYER.format(0)]
 
 
 def test_real_rank_files_give_the_same_dumps() -> None:
@@ -70,11 +74,11 @@ def test_real_rank_files_give_the_same_dumps() -> None:
 )
 @pytest.mark.parametrize("load", [load_rank_files, load_files_forked], ids=["here", "forked"])
 def test_a_broken_rank_file_reports_as_it_would_alone(tmp_path: Path, broken: str, load: object) -> None:
-    paths = _ranks(tmp_path)[:2]
-    bad = tmp_path / "rank2" / "dump.json"  # in place of the third rank
+    paths = _ranks(tmp_path)
+    bad = paths[2]
     bad.write_text(broken)
     with pytest.raises(InputError) as raised:
-        load([*paths, bad])  # type: ignore[operator]
+        load(paths)  # type: ignore[operator]
     with pytest.raises(InputError) as alone:
         load_dump_file(bad)
     assert str(raised.value) == str(alone.value) and str(bad) in str(raised.value)

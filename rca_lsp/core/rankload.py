@@ -35,7 +35,7 @@ class Differences(msgspec.Struct, array_like=True, gc=False):
     task: Any
     level: Any
     framework: Any
-    keys: list[str]
+    keys: list[str] | None  # None: the first rank's keys, in its order (the common case)
     changed: dict[str, bytes]  # the keys whose text is not the first rank's, with their text
 
 
@@ -57,7 +57,9 @@ class RankTexts:
             return None
         texts = self.texts
         changed = {key: bytes(text) for key, text in scanned.data.items() if texts.get(key) != text}
-        return Differences(scanned.task, scanned.level, scanned.framework, list(scanned.data), changed)
+        keys = list(scanned.data)
+        same_keys = len(keys) == len(texts) and keys == list(texts)
+        return Differences(scanned.task, scanned.level, scanned.framework, None if same_keys else keys, changed)
 
 
 def _scanned(data: bytes) -> _ScannedDump | None:
@@ -88,13 +90,20 @@ class FirstRank:
         there are none."""
         if differences is None:
             return load_dump_file(path)
-        keys, changed = differences.keys, differences.changed
+        keys, changed, entries = differences.keys, differences.changed, self.dump.entries
         with paused_gc():
-            values: dict[str, RawValue | ModuleEntry | None] = dict(zip(keys, map(self.dump.entries.get, keys)))
+            values: dict[str, RawValue | ModuleEntry | None]
+            if keys is None and not self.dump.skipped_keys:  # the first rank's keys, every one indexed
+                values = dict(entries)
+            else:
+                keys = keys if keys is not None else list(self.reference.texts)
+                values = dict(zip(keys, map(entries.get, keys)))
+            if not values:  # no keys (or the first file changed meanwhile): as usual, which says what is wrong
+                return load_dump_file(path)
             # keys with the first rank's text that it did not index (null, backward, ...): decoded from that text
             unindexed = [key for key, value in values.items() if value is None and key not in changed]
             texts = self.reference.texts if unindexed else {}
-            if any(key not in texts for key in unindexed):  # the first file changed meanwhile: read this one alone
+            if any(key not in texts for key in unindexed):  # the first file changed meanwhile
                 return load_dump_file(path)
             try:
                 for key in unindexed:
