@@ -178,32 +178,57 @@ def _unpack(data: bytes) -> Dump:
 
 
 def load_files_forked(paths: Sequence[Path]) -> list[Dump]:
-    """Several dump files (the ranks of one logical dump): the first loaded here while a forked child compares the
-    others with it (rankload) and sends only their differences, which are small: most entries of a rank are the
-    first rank's. Single-threaded callers only; if the child fails, its files are loaded here (same errors)."""
+    """Several dump files (the ranks of one logical dump), read on both cores (BackgroundRanks). Single-threaded
+    callers only."""
     if len(paths) < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return load_rank_files(paths)
-    context = multiprocessing.get_context("fork")
-    receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_compare_and_send, args=(list(paths), sender, receiver), daemon=True)
-    child.start()
-    sender.close()
-    try:
-        first = FirstRank(load_dump_file(paths[0]), paths[0])
-        loaded = [first.dump]
-        for path in paths[1:]:
-            try:
-                data = receiver.recv_bytes()
-            except (EOFError, OSError):
-                data = b""
-            # nothing sent: the child stopped (e.g. a broken file); loaded here, which reports the problem
-            loaded.append(first.peer_from(path, _DIFFERENCES.decode(data) if data else None))
-        return loaded
-    finally:
-        receiver.close()
-        if child.exitcode is None:
-            child.kill()
-        child.join()
+    with BackgroundRanks(paths) as background:
+        return background.load(paths)
+
+
+class BackgroundRanks:
+    """Starts comparing the later rank files with the first (rankload) in a forked child at once; `load(paths)`
+    then loads the first here and builds each later rank from the differences the child sends, which are small:
+    most entries of a rank are the first rank's. If the child fails, its files are loaded here (same errors).
+    Single-threaded callers only."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self._paths = list(paths)
+        context = multiprocessing.get_context("fork")
+        self._receiver, sender = context.Pipe(duplex=False)
+        self._child = context.Process(target=_compare_and_send, args=(self._paths, sender, self._receiver), daemon=True)
+        self._child.start()
+        sender.close()
+
+    def load(self, paths: Sequence[Path]) -> list[Dump]:
+        """The dumps of `paths` (load_rank_files's), read with the child's help when they are its files."""
+        if list(paths) != self._paths:
+            return load_rank_files(paths)
+        try:
+            first = FirstRank(load_dump_file(paths[0]), paths[0])
+            loaded = [first.dump]
+            for path in paths[1:]:
+                try:
+                    data = self._receiver.recv_bytes()
+                except (EOFError, OSError):
+                    data = b""
+                # nothing sent: the child stopped (e.g. a broken file); loaded here, which reports the problem
+                loaded.append(first.peer_from(path, _DIFFERENCES.decode(data) if data else None))
+            return loaded
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._receiver.close()
+        if self._child.exitcode is None:
+            self._child.kill()
+        self._child.join()
+
+    def __enter__(self) -> "BackgroundRanks":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 _DIFFERENCES = msgspec.msgpack.Decoder(Differences)
