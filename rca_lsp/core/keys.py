@@ -34,14 +34,12 @@ def parse_module_key(key: str) -> ModuleKey | None:
     return ModuleKey(prefix, path, class_name, direction, int(index))
 
 
-@lru_cache(maxsize=1 << 18)  # asked of every mapped key by the analysis and again by output_1 and output_4
 def layer_index(key: str) -> int | None:
     """The integer after `.layers.` (the seed's definition)."""
     match = _LAYER_RE.search(key)
     return int(match.group(1)) if match else None
 
 
-@lru_cache(maxsize=1 << 18)
 def block_of(key: str) -> str:
     """The seed's block: first match of mlp, attn, norm, embed, else other."""
     lowered = key.lower()
