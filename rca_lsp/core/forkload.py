@@ -3,6 +3,8 @@
 Parsing and indexing a dump is CPU-bound; on two cores the second dump costs only its transfer: the child sends
 the index as MessagePack, which msgspec writes and reads back into the same Structs in C, in ~30% of the time a
 load takes. If the child fails for any reason, the dump is loaded here instead, so errors read exactly as usual.
+The rank files of one logical dump go another way (BackgroundRanks): the child compares the later ranks with the
+first and sends only where they differ.
 """
 
 from __future__ import annotations
