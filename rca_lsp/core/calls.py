@@ -124,6 +124,8 @@ def join_calls(calls: Sequence[ModuleEntry], tolerances: Tolerances) -> ModuleEn
 def fold_calls(entries: Sequence[ModuleEntry], tolerances: Tolerances) -> tuple[list[ModuleEntry], list[CallSummary]]:
     """Entries grouped by module, in first-call order; a module with several calls joined into one entry. Also the
     call summary of every module with several calls."""
+    if len(entries) == 1:  # most groups: nothing to fold
+        return list(entries), []
     by_module: dict[tuple[str, str], list[ModuleEntry]] = {}
     for entry in entries:
         by_module.setdefault((entry.path, entry.class_name), []).append(entry)

@@ -185,6 +185,25 @@ def _stat_cells(name: str, t: float | None, r: float | None, scale: float, tol: 
     return err, "ok" if err <= tol else ("warn" if err <= tol * WARN_FACTOR else "alert")
 
 
+def _identical_statistics(train: TensorStats, rollout: TensorStats) -> bool:
+    """All four statistics known, finite and the same on both sides: the common case, with nothing to compute."""
+    t_max, t_min, t_mean, t_norm = train.max, train.min, train.mean, train.norm
+    return (
+        t_max is not None
+        and t_min is not None
+        and t_mean is not None
+        and t_norm is not None
+        and (t_max, t_min, t_mean, t_norm) == (rollout.max, rollout.min, rollout.mean, rollout.norm)
+        and isfinite(t_max)
+        and isfinite(t_min)
+        and isfinite(t_mean)
+        and isfinite(t_norm)
+    )
+
+
+_IDENTICAL_ERRORS = (0.0, "ok") * 4  # what _stat_cells gives each statistic of _identical_statistics
+
+
 NONFINITE_BOTH = 1
 NONFINITE_ONE_SIDE = 2
 
@@ -201,19 +220,8 @@ def quick_verdict(
     dtype_match, same_form = _dtype_pair(train.dtype, rollout.dtype)
     if not same_form:
         return "missing", 0
-    t_max, t_min, t_mean, t_norm = train.max, train.min, train.mean, train.norm
-    if (
-        t_max is not None
-        and t_min is not None
-        and t_mean is not None
-        and t_norm is not None
-        and (t_max, t_min, t_mean, t_norm) == (rollout.max, rollout.min, rollout.mean, rollout.norm)
-        and isfinite(t_max)
-        and isfinite(t_min)
-        and isfinite(t_mean)
-        and isfinite(t_norm)
-    ):
-        return "aligned", 0  # identical finite statistics (synced weights, untouched activations)
+    if _identical_statistics(train, rollout):
+        return "aligned", 0  # synced weights, untouched activations
     scale = -1.0  # computed once a statistic differs: identical statistics need neither scale nor tolerance
     compared = bad = beyond_mean = False
     flags = 0
@@ -293,13 +301,15 @@ def assess(target: str, train: TensorStats | None, rollout: TensorStats | None, 
             "not_comparable",
             f"{target} is {train.dtype} on train and {rollout.dtype} on rollout: not the same tensor form",
         )
+    note = f"; dtype {train.dtype} vs {rollout.dtype}" if dtype_match == "mismatch" else ""
+    if tol >= 0.0 and _identical_statistics(train, rollout):  # every error 0.0, every status "ok"
+        return _IDENTICAL_ERRORS, tol, dtype_match, relation, "aligned", "match", _within(target, tol) + note
     scale = _comparison_scale(train, rollout, dtype_match)
     max_err, max_status = _stat_cells("Max", train.max, rollout.max, scale, tol)
     min_err, min_status = _stat_cells("Min", train.min, rollout.min, scale, tol)
     mean_err, mean_status = _stat_cells("Mean", train.mean, rollout.mean, scale, tol)
     norm_err, norm_status = _stat_cells("Norm", train.norm, rollout.norm, scale, tol)
     errors = (max_err, max_status, min_err, min_status, mean_err, mean_status, norm_err, norm_status)
-    note = f"; dtype {train.dtype} vs {rollout.dtype}" if dtype_match == "mismatch" else ""
     if max_status == min_status == mean_status == norm_status == "ok":
         return errors, tol, dtype_match, relation, "aligned", "match", _within(target, tol) + note
     consistency, status, reason = _verdict(target, _stat_comparisons(train, rollout, errors), tol)

@@ -100,8 +100,11 @@ class _RawEntry(msgspec.Struct, gc=False):
     parameters: _NodeMap = None
 
 
+RawValue = Union[_RawEntry, list[Any], int, float, str, bool, None]  # one key's value under "data", decoded
+
+
 class _RawDump(msgspec.Struct, gc=False):
-    data: dict[str, Union[_RawEntry, list[Any], int, float, str, bool, None]]
+    data: dict[str, RawValue]
     task: Any = None
     level: Any = None
     framework: Any = None
@@ -463,12 +466,24 @@ def build_dump(path: str, document: Any) -> Dump:
             document = msgspec.convert(document, _RawDump)
         except msgspec.ValidationError:
             raise InputError(path, _NOT_A_DUMP) from None
+    return index_entries(path, document.data, document.task, document.level, document.framework)
+
+
+def index_entries(path: str, data: Mapping[str, RawValue | ModuleEntry], task: Any, level: Any, framework: Any) -> Dump:
+    """The index of a dump's decoded "data" values; a value may be the ModuleEntry another dump's identical text
+    gave (a rank's replica of the first rank's entry, see rankload): it is taken as it is, at this dump's position."""
     keys: list[str] = []
     entries: dict[str, ModuleEntry] = {}
     skipped = 0
     null_keys = []
-    for key, raw in document.data.items():
-        entry = _entry(key, len(keys), raw)
+    for key, raw in data.items():
+        if type(raw) is ModuleEntry:
+            key = raw.key  # the same text, one object: key lists and lookups across ranks compare by identity
+            entry: ModuleEntry | None = (
+                raw if raw.position == len(keys) else msgspec.structs.replace(raw, position=len(keys))
+            )
+        else:
+            entry = _entry(key, len(keys), raw)
         if entry is None:
             skipped += 1
             if raw is None and (parsed := parse_module_key(key)) is not None and parsed.direction == "forward":
@@ -478,9 +493,7 @@ def build_dump(path: str, document: Any) -> Dump:
         entries[key] = entry
     if not keys:
         raise InputError(path, "no Module./Cell. forward entries in this dump (was it made at level L0 or mix?)")
-    return Dump(
-        path, document.task, document.level, document.framework, keys, entries, skipped, null_keys=frozenset(null_keys)
-    )
+    return Dump(path, task, level, framework, keys, entries, skipped, null_keys=frozenset(null_keys))
 
 
 def decode_dump(data: bytes, path: str) -> Any:

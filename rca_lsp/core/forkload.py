@@ -3,6 +3,8 @@
 Parsing and indexing a dump is CPU-bound; on two cores the second dump costs only its transfer: the child sends
 the index as MessagePack, which msgspec writes and reads back into the same Structs in C, in ~30% of the time a
 load takes. If the child fails for any reason, the dump is loaded here instead, so errors read exactly as usual.
+The rank files of one logical dump go another way (BackgroundRanks): the child compares the later ranks with the
+first and sends only where they differ.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from rca_lsp.core.dump import (
 )
 from rca_lsp.core.dumpsource import DumpSource
 from rca_lsp.core.gcpause import paused_gc
+from rca_lsp.core.inputfile import read_regular_file
+from rca_lsp.core.rankload import Differences, FirstRank, RankTexts, load_rank_files
 
 
 class _Transfer(msgspec.Struct, array_like=True, gc=False):
@@ -188,47 +192,73 @@ def _unpack(data: bytes) -> Dump:
 
 
 def load_files_forked(paths: Sequence[Path]) -> list[Dump]:
-    """Several dump files (the ranks of one logical dump), the later half loaded by a forked child meanwhile, so
-    both cores parse. Single-threaded callers only; if the child fails, its files are loaded here (same errors)."""
+    """Several dump files (the ranks of one logical dump), read on both cores (BackgroundRanks). Single-threaded
+    callers only."""
     if len(paths) < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return [load_dump_file(path) for path in paths]
-    split = (len(paths) + 1) // 2
-    context = multiprocessing.get_context("fork")
-    receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_load_many_and_send, args=(list(paths[split:]), sender, receiver), daemon=True)
-    child.start()
-    sender.close()
-    try:
-        loaded = [load_dump_file(path) for path in paths[:split]]
-        for path in paths[split:]:
-            try:
-                data = receiver.recv_bytes()
-            except (EOFError, OSError):
-                data = b""
-            if data:
-                with paused_gc():
-                    loaded.append(_unpack(data))
-            else:  # the child stopped (e.g. a broken file): load here, which reports the problem
-                loaded.append(load_dump_file(path))
-        return loaded
-    finally:
-        receiver.close()
-        if child.exitcode is None:
-            child.kill()
-        child.join()
+        return load_rank_files(paths)
+    with BackgroundRanks(paths) as background:
+        return background.load(paths)
 
 
-def _load_many_and_send(paths: list[Path], sender: Connection, inherited: Connection) -> None:
-    """Packs every file before sending any: the parent reads the pipe only after its own files, and a send would
-    block on the full pipe meanwhile."""
+class BackgroundRanks:
+    """Starts comparing the later rank files with the first (rankload) in a forked child at once; `load(paths)`
+    then loads the first here and builds each later rank from the differences the child sends, which are small:
+    most entries of a rank are the first rank's. If the child fails, its files are loaded here (same errors).
+    Single-threaded callers only."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self._paths = list(paths)
+        context = multiprocessing.get_context("fork")
+        self._receiver, sender = context.Pipe(duplex=False)
+        self._child = context.Process(target=_compare_and_send, args=(self._paths, sender, self._receiver), daemon=True)
+        self._child.start()
+        sender.close()
+
+    def load(self, paths: Sequence[Path]) -> list[Dump]:
+        """The dumps of `paths` (load_rank_files's), read with the child's help when they are its files."""
+        if list(paths) != self._paths:
+            return load_rank_files(paths)
+        try:
+            first = FirstRank(load_dump_file(paths[0]), paths[0])
+            loaded = [first.dump]
+            for path in paths[1:]:
+                try:
+                    data = self._receiver.recv_bytes()
+                except (EOFError, OSError):
+                    data = b""
+                # nothing sent: the child stopped (e.g. a broken file); loaded here, which reports the problem
+                loaded.append(first.peer_from(path, _DIFFERENCES.decode(data) if data else None))
+            return loaded
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._receiver.close()
+        if self._child.exitcode is None:
+            self._child.kill()
+        self._child.join()
+
+    def __enter__(self) -> "BackgroundRanks":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+_DIFFERENCES = msgspec.msgpack.Decoder(Differences)
+
+
+def _compare_and_send(paths: list[Path], sender: Connection, inherited: Connection) -> None:
+    """The differences of paths[1:] from paths[0], all computed before any is sent: the parent reads the pipe only
+    after its own load, and a send would block on the full pipe meanwhile. An empty message for a file that does
+    not scan."""
     inherited.close()  # as in _load_and_send: a send to a parent that died must fail, not block
     packed: list[bytes] = []
     try:
-        for path in paths:
-            dump = load_dump_file(path)
-            with paused_gc():
-                packed.append(_pack(dump))
-            del dump
+        reference = RankTexts(read_regular_file(paths[0], "dump"))
+        for path in paths[1:]:
+            differences = reference.differences(read_regular_file(path, "dump"))
+            packed.append(_ENCODER.encode(differences) if differences is not None else b"")
     except Exception:  # the parent loads what was not sent and reports the problem
         pass
     try:

@@ -89,6 +89,9 @@ def _join_lists(rows: Iterable[Sequence[Any]], list_columns: Sequence[int]) -> l
         for index in list_columns:
             value = cells[index]
             if type(value) is tuple:
+                if len(value) == 1 and type(value[0]) is str:  # one key (1:1 mappings): itself
+                    cells[index] = value[0]
+                    continue
                 text = joined.get(value)
                 if text is None:
                     text = joined[value] = "|".join(map(str, value))

@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Sequence
 import msgspec
 
 from rca_lsp.core.compare import aggregate, copy_difference
-from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, ParallelInfo, TensorStats, leading_size, load_dump_file
+from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, ParallelInfo, TensorStats, leading_size
 from rca_lsp.core.dumpsource import DumpSource, ParallelLayout
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.qkvlayout import (
@@ -42,6 +42,7 @@ from rca_lsp.core.qkvlayout import (
     merged_column_how,
     qkv_entry,
 )
+from rca_lsp.core.rankload import load_rank_files
 from rca_lsp.core.tolerance import Tolerances
 
 _LAYER_RE = re.compile(r"(?<![^.])layers\.(\d+)(?=\.|$)")
@@ -56,7 +57,7 @@ MAX_LISTED_KEYS = 5
 def load_ranks(source: DumpSource, load_files: Callable[[Sequence[Path]], list[Dump]] | None = None) -> Dump:
     """Load every rank file of the source (with `load_files`, e.g. on both cores) and merge them; errors name the
     rank file."""
-    dumps = load_files(source.files) if load_files is not None else [load_dump_file(path) for path in source.files]
+    dumps = (load_files or load_rank_files)(source.files)
     return merge_ranks(dumps, source)
 
 
@@ -364,9 +365,12 @@ class _Merger:
         if plan.tp == 1:
             return by_tp[0]
         keys = self._common_keys([k for k, _ in by_tp], [ranks[t] for t in range(plan.tp)])
+        peers = [ranks[t] for t in range(plan.tp)]
         entries = {}
-        for key in keys:
-            entries[key] = self._tensor_parallel(key, [e[key] for _, e in by_tp], [ranks[t] for t in range(plan.tp)])
+        # Replicas are mostly the same object on every rank (rankload): tuple.count tests identity first, in C.
+        for key, parts in zip(keys, zip(*(map(e.__getitem__, keys) for _, e in by_tp))):
+            first = parts[0]
+            entries[key] = first if parts.count(first) == len(parts) else self._tensor_parallel(key, parts, peers)
         return keys, entries
 
     def _common_keys(self, key_lists: list[list[str]], ranks: list[int]) -> list[str]:
@@ -470,10 +474,9 @@ class _Merger:
         self.merges[key] = f"{what} partial results concatenated over {len(parts)} ranks"
         return _with_slots(first, merged, ())
 
-    def _tensor_parallel(self, key: str, parts: list[ModuleEntry], ranks: list[int]) -> ModuleEntry:
+    def _tensor_parallel(self, key: str, parts: Sequence[ModuleEntry], ranks: list[int]) -> ModuleEntry:
+        """Peers that are not all equal, slot by slot."""
         first = parts[0]
-        if all(p == first for p in parts[1:]):
-            return first
         kind = _parallel_kind(first.class_name)
         qkv = (
             qkv_entry(self._qkv_layout(key, ranks), self.dumps, self.source.files, ranks, key)

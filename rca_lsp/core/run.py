@@ -9,13 +9,14 @@ from dataclasses import dataclass
 from typing import ContextManager
 
 from rca_lsp.core.analysis import Analysis, analyze
-from rca_lsp.core.dump import Dump, DumpCache
+from rca_lsp.core.dump import DumpCache
 from rca_lsp.core.dumpsource import DumpSource, ParallelLayout, StepChoice, resolve_dump_source
 from rca_lsp.core.errors import InputError
-from rca_lsp.core.forkload import BackgroundDump, load_files_forked
+from rca_lsp.core.forkload import BackgroundDump, BackgroundRanks
 from rca_lsp.core.inputfile import read_regular_file
 from rca_lsp.core.jsonload import text_position
 from rca_lsp.core.mapping import ParsedMapping, parse_mapping
+from rca_lsp.core.rankmerge import load_ranks
 from rca_lsp.core.records import Comparator
 from rca_lsp.core.tolerance import Tolerances
 
@@ -68,21 +69,20 @@ def analyze_paths(
 ) -> Analysis:
     """With `fork` (single-threaded callers only), the rollout dump is loaded by a child process meanwhile."""
     cache = cache or DumpCache()
-    with _background_load(rollout, rollout_options if fork else None) as background:
+    with (
+        _background_load(rollout, rollout_options if fork else None) as background,
+        _background_ranks(train, train_options if fork else None) as ranks,
+    ):
         parsed = read_mapping_file(mapping)
         train_source = train_options.resolve(train)
-        train_dump = cache.get(train_source, _forked_ranks if fork and len(train_source.files) > 1 else None)
+        train_dump = cache.get(
+            train_source,
+            (lambda source: load_ranks(source, ranks.load)) if ranks and not train_source.joined_steps else None,
+        )
         rollout_source = rollout_options.resolve(rollout)
         rollout_dump = cache.get(rollout_source, background.load) if background else cache.get(rollout_source)
     comparator = Comparator(train_dump, rollout_dump, tolerances or Tolerances())
     return analyze(parsed, comparator)
-
-
-def _forked_ranks(source: DumpSource) -> Dump:
-    """A merged dump whose rank files are parsed on both cores."""
-    from rca_lsp.core.rankmerge import load_ranks
-
-    return load_ranks(source, load_files_forked)
 
 
 def _background_load(
@@ -94,3 +94,18 @@ def _background_load(
         return BackgroundDump(options.resolve(path))
     except InputError:  # reported by the usual load, after any problem with the mapping or the train dump
         return nullcontext()
+
+
+def _background_ranks(
+    path: str | os.PathLike[str], options: SideOptions | None
+) -> ContextManager[BackgroundRanks | None]:
+    """The train side's later ranks compared in a child from the start (while the mapping is parsed), when the
+    side has several."""
+    if options is None or "fork" not in multiprocessing.get_all_start_methods():
+        return nullcontext()
+    try:
+        source = options.resolve(path)
+    except InputError:  # reported by the usual load, after any problem with the mapping
+        return nullcontext()
+    # joined steps are several dumps of their own, not ranks of one: loaded the usual way
+    return BackgroundRanks(source.files) if len(source.files) > 1 and not source.joined_steps else nullcontext()
