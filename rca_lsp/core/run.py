@@ -71,7 +71,8 @@ def analyze_paths(
     with _background_load(rollout, rollout_options if fork else None) as background:
         parsed = read_mapping_file(mapping)
         train_source = train_options.resolve(train)
-        train_dump = cache.get(train_source, _forked_ranks if fork and len(train_source.files) > 1 else None)
+        several = len(train_source.files) > 1 and not train_source.joined_steps  # one step's ranks
+        train_dump = cache.get(train_source, _forked_ranks if fork and several else None)
         rollout_source = rollout_options.resolve(rollout)
         rollout_dump = cache.get(rollout_source, background.load) if background else cache.get(rollout_source)
     comparator = Comparator(train_dump, rollout_dump, tolerances or Tolerances())
