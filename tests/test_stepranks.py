@@ -1,0 +1,92 @@
+"""A tensor-parallel rollout dumped one msprobe step per engine step (vllm_tp2_decode_steps_*: real vLLM at TP=2
+decoding, each worker dumping every forward as its own step): each step's ranks merged, then the steps joined."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, expected, rollout_options
+
+from rca_lsp.core.dump import Dump, DumpCache
+from rca_lsp.core.dumpsource import StepSpan, resolve_dump_source
+from rca_lsp.core.rankview import held_by, merged_slots, per_rank_rows
+from rca_lsp.core.run import analyze_paths
+
+ROOT = FIXTURES / "vllm_tp2_decode_steps_healthy" / "rollout"
+DOWN = "Module.model.layers.0.mlp.down_proj.RowParallelLinear.forward."
+STATS = ("Max", "Min", "Mean", "Norm")
+
+
+def _joined(root: Path = ROOT) -> Dump:
+    return DumpCache().get(resolve_dump_source(root, StepSpan()))
+
+
+def _step(n: int, root: Path = ROOT) -> Dump:
+    return DumpCache().get(resolve_dump_source(root, n))
+
+
+@pytest.mark.parametrize("fault", ["healthy", "norm_eps"])
+def test_the_joined_tp2_decode_is_diagnosed_over_every_call(fault: str) -> None:
+    variant = f"vllm_tp2_decode_steps_{fault}"
+    folder = FIXTURES / variant
+    assert rollout_options(variant).step == StepSpan()
+    analysis = analyze_paths(
+        folder / "train", folder / "rollout", folder / "mapping_key.json", rollout_options=rollout_options(variant)
+    )
+    assert analysis.issues == [] and analysis.records
+    assert all(len(r.comparison.rollout_keys) == 5 for r in analysis.records)  # prefill + 4 decode steps
+    cause = expected(variant)["root_cause"]
+    if cause is None:
+        assert analysis.suspects == []
+        return
+    first = analysis.suspects[0]
+    assert (first.train_key, first.classification) == (cause["train_key"], cause["classification"])
+    assert first.record.rollout_key == cause["rollout_key"] and cause["rollout_key"].endswith(".forward.*")
+    assert [s.train_key for s in analysis.suspects if s.credible_origin] == [first.train_key]
+
+
+def test_a_joined_call_is_that_step_merged_from_its_ranks() -> None:
+    joined = _joined()
+    assert joined.joined_steps is not None and joined.joined_steps.steps == (0, 1, 2, 3, 4)
+    assert [joined.entries[f"{DOWN}{n}"].output.shape for n in range(5)] == [(8, 128)] + [(1, 128)] * 4
+    for n in (0, 3):
+        step = _step(n)
+        assert step.parallel is not None
+        once = [k for k in step.keys if k.endswith(".forward.0") and f"{k[:-1]}1" not in step.entries]
+        assert len(once) > 20  # (vLLM's rotary embedding, shared by the layers, runs twice per step)
+        for key in once:
+            joined_key = f"{key[:-1]}{n}"
+            assert joined.entries[joined_key].output == step.entries[key].output, joined_key
+            assert (
+                joined.parallel is not None and joined.parallel.merges.get(joined_key) == step.parallel.merges.get(key)
+            )
+
+
+def test_a_joined_key_opens_in_its_step_rank_file() -> None:
+    joined = _joined()
+    assert joined.file_key(f"{DOWN}3") == (str(ROOT / "step3" / "rank0" / "dump.json"), f"{DOWN}0")
+    assert joined.file_key(f"{DOWN}0") == (str(ROOT / "step0" / "rank0" / "dump.json"), f"{DOWN}0")
+    file, line = joined.location_of(f"{DOWN}3") or ("", -1)
+    assert f'"{DOWN}0"' in Path(file).read_text().split("\n")[line]
+    assert held_by(joined, f"{DOWN}3") == {"ranks": [0, 1], "key": f"{DOWN}0"}
+
+
+def test_per_rank_statistics_of_a_joined_key_are_its_steps_ranks() -> None:
+    joined = _joined()
+    assert merged_slots(joined, f"{DOWN}3") == ["input"]  # row-parallel: the input is sharded
+    for n in (0, 3):
+        rows = per_rank_rows(joined, f"{DOWN}{n}", ["input"])
+        files = [json.loads((ROOT / f"step{n}" / f"rank{r}" / "dump.json").read_text())["data"] for r in (0, 1)]
+        dumped = [tuple(f[f"{DOWN}0"]["input_args"][0][s] for s in STATS) for f in files]
+        assert rows == [("input", 0, dumped[0]), ("input", 1, dumped[1])]
+    assert per_rank_rows(joined, f"{DOWN}0", ["input"]) != per_rank_rows(joined, f"{DOWN}3", ["input"])
+
+
+def test_how_the_ranks_were_merged_is_said_once() -> None:
+    joined, step0 = _joined(), _step(0)
+    assert joined.parallel is not None and step0.parallel is not None
+    assert joined.parallel.notes == step0.parallel.notes and joined.parallel.layout == step0.parallel.layout
+    assert joined.parallel.rank_count == 2 and len(joined.parallel.files) == 10
+    assert joined.path.endswith("steps 0-4 (5 steps of 2 ranks joined)")
