@@ -37,19 +37,23 @@ def test_the_joined_tp2_decode_is_diagnosed_over_every_call(fault: str) -> None:
     )
     assert analysis.issues == [] and analysis.records
     assert all(len(r.comparison.rollout_keys) == 5 for r in analysis.records)  # prefill + 4 decode steps
+    assert analysis.report["joined_steps"]["rollout"]["steps"] == [0, 1, 2, 3, 4]
+    assert analysis.report["parallel"]["rollout"]["ranks"] == [0, 1]
     cause = expected(variant)["root_cause"]
     if cause is None:
         assert analysis.suspects == []
         return
     first = analysis.suspects[0]
     assert (first.train_key, first.classification) == (cause["train_key"], cause["classification"])
-    assert first.record.rollout_key == cause["rollout_key"] and cause["rollout_key"].endswith(".forward.*")
+    assert cause["rollout_key"].endswith(".forward.*")  # every call of the rollout module, across the steps
+    assert list(first.record.comparison.rollout_keys) == [f"{cause['rollout_key'][:-1]}{n}" for n in range(5)]
     assert [s.train_key for s in analysis.suspects if s.credible_origin] == [first.train_key]
 
 
 def test_a_joined_call_is_that_step_merged_from_its_ranks() -> None:
     joined = _joined()
     assert joined.joined_steps is not None and joined.joined_steps.steps == (0, 1, 2, 3, 4)
+    assert joined.parallel is not None
     assert [joined.entries[f"{DOWN}{n}"].output.shape for n in range(5)] == [(8, 128)] + [(1, 128)] * 4
     for n in (0, 3):
         step = _step(n)
@@ -59,9 +63,7 @@ def test_a_joined_call_is_that_step_merged_from_its_ranks() -> None:
         for key in once:
             joined_key = f"{key[:-1]}{n}"
             assert joined.entries[joined_key].output == step.entries[key].output, joined_key
-            assert (
-                joined.parallel is not None and joined.parallel.merges.get(joined_key) == step.parallel.merges.get(key)
-            )
+            assert joined.parallel.merges.get(joined_key) == step.parallel.merges.get(key), joined_key
 
 
 def test_a_joined_key_opens_in_its_step_rank_file() -> None:

@@ -3,7 +3,8 @@
 msprobe writes `<dump_path>/step<N>/rank<R>/dump.json` per rank (`proc<pid>/` without a rank). A directory with
 several ranks of one step is one logical dump (the ranks are merged, see rankmerge); several steps need a choice:
 one step, or a span of steps joined as successive calls (see stepjoin) when each step is one engine step of a
-decoding rollout (msprobe's vLLM integration dumps every `execute_model` as its own step).
+decoding rollout (msprobe's vLLM integration dumps every `execute_model` as its own step). Joined steps must hold
+the same ranks (a tensor-parallel engine: one rank folder per worker in every step).
 """
 
 from __future__ import annotations
@@ -126,7 +127,9 @@ class DumpSource:
         """One source per joined step: that step's rank files."""
         per = len(self.files) // len(self.joined_steps)
         return tuple(
-            DumpSource(self.root, self.files[i * per : (i + 1) * per], self.ranks[i * per : (i + 1) * per], n, self.layout)
+            DumpSource(
+                self.root, self.files[i * per : (i + 1) * per], self.ranks[i * per : (i + 1) * per], n, self.layout
+            )
             for i, n in enumerate(self.joined_steps)
         )
 
