@@ -81,7 +81,7 @@ def test_several_steps_without_a_choice_point_at_joining(tmp_path: Path) -> None
 def test_steps_must_hold_the_same_ranks_and_the_step_that_differs_is_named(tmp_path: Path) -> None:
     shutil.copytree(FIXTURES / "vllm_tp2_decode_steps_healthy" / "rollout", tmp_path / "rollout")
     shutil.rmtree(tmp_path / "rollout" / "step2" / "rank1")
-    with pytest.raises(InputError, match=r"step2: step2 holds rank 0 but step0 holds ranks 0, 1: steps joined"):
+    with pytest.raises(InputError, match=r"step2: step2 holds rank 0 but step0 holds ranks 0-1: steps joined"):
         resolve_dump_source(tmp_path / "rollout", StepSpan())
     assert resolve_dump_source(tmp_path / "rollout", parse_step("3-4")).ranks == (0, 1, 0, 1)  # step2 left out
 

@@ -4,6 +4,7 @@ decoding, each worker dumping every forward as its own step): each step's ranks 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,33 @@ def test_how_the_ranks_were_merged_is_said_once() -> None:
     assert joined.parallel.notes == step0.parallel.notes and joined.parallel.layout == step0.parallel.layout
     assert joined.parallel.rank_count == 2 and len(joined.parallel.files) == 10
     assert joined.path.endswith("steps 0-4 (5 steps of 2 ranks joined)")
+
+
+def _without(tmp_path: Path, key: str) -> Path:
+    """The fixture's rollout with `key` left out of step 3's rank 1 file; returns that file."""
+    shutil.copytree(ROOT, tmp_path / "rollout")
+    rank1 = tmp_path / "rollout" / "step3" / "rank1" / "dump.json"
+    document = json.loads(rank1.read_text())
+    del document["data"][key]
+    rank1.write_text(json.dumps(document))
+    return rank1
+
+
+def test_a_step_whose_merge_differs_is_named_in_the_notes(tmp_path: Path) -> None:
+    norm = "Module.model.norm.RMSNorm.forward."
+    rank1 = _without(tmp_path, f"{norm}0")  # rank 1 stopped mid-dump in step 3, before its last module
+    joined, step0 = _joined(tmp_path / "rollout"), _step(0)
+    assert joined.parallel is not None and step0.parallel is not None
+    assert joined.parallel.notes[: len(step0.parallel.notes)] == step0.parallel.notes
+    (extra,) = joined.parallel.notes[len(step0.parallel.notes) :]
+    assert extra.startswith(f"step3: rank 1 ({rank1}) lacks 1 keys")
+    assert joined.parallel.dropped == {f"{norm}*": f"step3: rank 1 ({rank1}) lacks it"}
+    assert [f"{norm}{n}" in joined.entries for n in range(5)] == [True] * 4 + [False]  # step 3 has no call
+    assert joined.file_key(f"{norm}3") == (str(tmp_path / "rollout" / "step4" / "rank0" / "dump.json"), f"{norm}0")
+
+
+def test_a_step_merged_in_another_layout_is_said_so(tmp_path: Path) -> None:
+    _without(tmp_path, f"{DOWN}0")  # the ranks of step 3 no longer dump the same keys: read as pipeline stages
+    joined = _joined(tmp_path / "rollout")
+    assert joined.parallel is not None and joined.parallel.layout.startswith("tp=2, pp=1")
+    assert "step3: ranks laid out as tp=1, pp=2, ep=1, dp=1 (inferred from the dumps)" in joined.parallel.notes

@@ -263,11 +263,12 @@ def _joined_steps(root: Path, steps: dict[int, Path], layout: ParallelLayout | N
 
 
 def _ranks_text(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+    """`rank 0`, `ranks 0-3` (a step's ranks have no gaps, see _ranks_in)."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}-{ranks[-1]}"
 
 
 def _describe_ranks(folder: Path) -> str:
     ranks = [r for r, _ in _rank_folders(folder)]
     if ranks:
-        return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}-{ranks[-1]}"
+        return _ranks_text(ranks)
     return f"{len(_proc_folders(folder))} proc"
