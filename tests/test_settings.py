@@ -39,11 +39,18 @@ def test_the_shared_cases(case: dict[str, Any]) -> None:
         assert settings.tolerances.by_dtype == DEFAULT_TOLERANCES | want["tolerances"]
         assert settings.severity == want["severity"]
         assert settings.out_dir == want["outDir"]
+        assert settings.columns == want.get("columns", RULES["columnStyles"][0])
 
 
 def test_not_an_object() -> None:
     assert Settings.from_client(None) == (Settings(), [])
     assert Settings.from_client(["x"])[1] == ["rcaLsp settings must be an object, got list"]
+
+
+def test_the_rules_file_names_the_column_styles_the_outputs_write() -> None:
+    from rca_lsp.core.msprobe_columns import COLUMN_STYLES
+
+    assert RULES["columnStyles"] == list(COLUMN_STYLES)
 
 
 def test_the_rules_file_names_the_analysis_dtypes_and_aliases() -> None:

@@ -78,11 +78,12 @@ def test_several_steps_without_a_choice_point_at_joining(tmp_path: Path) -> None
         resolve_dump_source(FIXTURES / "decode_steps_healthy" / "rollout")
 
 
-def test_steps_of_several_ranks_each_are_refused_with_the_step_named(tmp_path: Path) -> None:
-    for step in ("step0", "step1"):
-        shutil.copytree(FIXTURES / "tp2_healthy" / "train" / "step0", tmp_path / "train" / step)
-    with pytest.raises(InputError, match="step0 holds 2 ranks: joining steps of several ranks each is not supported"):
-        resolve_dump_source(tmp_path / "train", StepSpan())
+def test_steps_must_hold_the_same_ranks_and_the_step_that_differs_is_named(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES / "vllm_tp2_decode_steps_healthy" / "rollout", tmp_path / "rollout")
+    shutil.rmtree(tmp_path / "rollout" / "step2" / "rank1")
+    with pytest.raises(InputError, match=r"step2: step2 holds rank 0 but step0 holds ranks 0-1: steps joined"):
+        resolve_dump_source(tmp_path / "rollout", StepSpan())
+    assert resolve_dump_source(tmp_path / "rollout", parse_step("3-4")).ranks == (0, 1, 0, 1)  # step2 left out
 
 
 def test_the_cli_joins_the_steps_and_says_so(tmp_path: Path) -> None:

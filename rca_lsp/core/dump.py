@@ -176,13 +176,20 @@ class ParallelInfo(msgspec.Struct, gc=False):
     # data-parallel group, itself included; pipeline stages and other data-parallel groups hold other tensors)
     peers: dict[int, tuple[int, ...]] = {}
 
+    @property
+    def rank_count(self) -> int:
+        """The ranks merged (steps joined each hold them all: `files` then has one per rank and step)."""
+        return len(set(self.ranks))
+
 
 class JoinedSteps(msgspec.Struct, gc=False):
-    """How a logical dump was joined from several steps of one dump directory, as successive calls (stepjoin)."""
+    """How a logical dump was joined from several steps of one dump directory, as successive calls (stepjoin).
+    Steps of several ranks each were merged first: the rank files and the keys' names in them are the dump's
+    ParallelInfo's."""
 
     steps: tuple[int, ...]
-    files: tuple[str, ...]  # one per step, in step order
-    origins: dict[str, tuple[int, str]]  # logical key -> (index into files, key in that file)
+    files: tuple[str, ...]  # one per step, in step order: its dump file, or its folder when its ranks were merged
+    origins: dict[str, tuple[int, str]]  # logical key -> (index into steps, key in that step's dump)
 
 
 @dataclass
@@ -259,22 +266,16 @@ class Dump:
             return self._calls.get(key[:-2], []) if key[:-2].endswith(".forward") else []
         return [key] if key in self.entries else []
 
-    @property
-    def files(self) -> tuple[str, ...]:
-        if self.joined_steps is not None:
-            return self.joined_steps.files
-        return self.parallel.files if self.parallel is not None else (self.path,)
-
     def file_key(self, key: str) -> tuple[str, str]:
         """The file that holds a logical key and its name there (renamed for pipeline stages, experts and calls of
         joined steps)."""
+        if self.parallel is not None:  # merged from ranks (of each joined step)
+            index, original = self.parallel.origins.get(key, (0, key))
+            return self.parallel.files[index], original
         if self.joined_steps is not None:
             index, original = self.joined_steps.origins.get(key, (0, key))
             return self.joined_steps.files[index], original
-        if self.parallel is None:
-            return self.path, key
-        index, original = self.parallel.origins.get(key, (0, key))
-        return self.parallel.files[index], original
+        return self.path, key
 
     def line_of(self, key: str) -> int | None:
         """0-based line of `"key":` in its dump file (dumps carry no positions: looked up on demand)."""
@@ -572,7 +573,7 @@ def load_source(source: "DumpSource") -> Dump:
     if source.joined_steps:
         from rca_lsp.core.stepjoin import join_steps  # the join imports this module
 
-        return join_steps([load_dump_file(path) for path in source.files], source)
+        return join_steps([load_source(step) for step in source.step_sources()], source)
     if len(source.files) == 1:
         return load_dump_file(source.files[0])
     from rca_lsp.core.rankmerge import load_ranks  # the merge imports this module

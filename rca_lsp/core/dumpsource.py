@@ -3,7 +3,8 @@
 msprobe writes `<dump_path>/step<N>/rank<R>/dump.json` per rank (`proc<pid>/` without a rank). A directory with
 several ranks of one step is one logical dump (the ranks are merged, see rankmerge); several steps need a choice:
 one step, or a span of steps joined as successive calls (see stepjoin) when each step is one engine step of a
-decoding rollout (msprobe's vLLM integration dumps every `execute_model` as its own step).
+decoding rollout (msprobe's vLLM integration dumps every `execute_model` as its own step). Joined steps must hold
+the same ranks (a tensor-parallel engine: one rank folder per worker in every step).
 """
 
 from __future__ import annotations
@@ -103,13 +104,17 @@ class DumpSource:
     ranks: tuple[int, ...]  # one per file; (0,) for a lone dump.json
     step: int | None
     layout: ParallelLayout | None = None
-    joined_steps: tuple[int, ...] = ()  # steps joined as successive calls, one file each (files in step order)
+    # steps joined as successive calls, each holding the same ranks: files (and ranks) step by step, each step's
+    # in rank order
+    joined_steps: tuple[int, ...] = ()
 
     @property
     def label(self) -> str:
         """The name messages use: the file, or the directory with its step or steps."""
         if self.joined_steps:
-            return f"{self.root} steps {self.joined_steps[0]}-{self.joined_steps[-1]} ({len(self.files)} steps joined)"
+            steps = len(self.joined_steps)
+            ranks = f" of {len(self.files) // steps} ranks" if len(self.files) > steps else ""
+            return f"{self.root} steps {self.joined_steps[0]}-{self.joined_steps[-1]} ({steps} steps{ranks} joined)"
         if len(self.files) == 1:
             return str(self.files[0])
         step = f" step{self.step}" if self.step is not None else ""
@@ -117,6 +122,16 @@ class DumpSource:
 
     def rank_label(self, index: int) -> str:
         return f"rank {self.ranks[index]} ({self.files[index]})"
+
+    def step_sources(self) -> tuple[DumpSource, ...]:
+        """One source per joined step: that step's rank files."""
+        per = len(self.files) // len(self.joined_steps)
+        return tuple(
+            DumpSource(
+                self.root, self.files[i * per : (i + 1) * per], self.ranks[i * per : (i + 1) * per], n, self.layout
+            )
+            for i, n in enumerate(self.joined_steps)
+        )
 
 
 def _rank_folders(folder: Path) -> list[tuple[int, Path]]:
@@ -225,23 +240,35 @@ def resolve_dump_source(
 
 
 def _joined_steps(root: Path, steps: dict[int, Path], layout: ParallelLayout | None) -> DumpSource:
-    files = []
+    """The steps' rank files, step by step; every step must hold the ranks of the first."""
+    files: list[Path] = []
+    ranks: list[int] = []
+    first: list[int] | None = None
     for n in steps:
-        ranks, problem = _ranks_in(steps[n], f"{root}/step{n}")
+        found, problem = _ranks_in(steps[n], f"{root}/step{n}")
         if problem:
             raise InputError(f"{root}/step{n}", f"{problem} (looked for rank*/dump.json, proc*/dump.json)")
-        if len(ranks) > 1:
+        numbers = [r for r, _ in found]
+        if first is None:
+            first = numbers
+        elif numbers != first:
             raise InputError(
                 f"{root}/step{n}",
-                f"step{n} holds {len(ranks)} ranks: joining steps of several ranks each is not supported yet; "
-                "choose one step with --step N",
+                f"step{n} holds {_ranks_text(numbers)} but step{next(iter(steps))} holds {_ranks_text(first)}: "
+                "steps joined as successive calls must hold the same ranks",
             )
-        files.append(ranks[0][1])
-    return DumpSource(root, tuple(files), (0,) * len(files), None, layout, tuple(steps))
+        files.extend(p for _, p in found)
+        ranks.extend(numbers)
+    return DumpSource(root, tuple(files), tuple(ranks), None, layout, tuple(steps))
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    """`rank 0`, `ranks 0-3` (a step's ranks have no gaps, see _ranks_in)."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}-{ranks[-1]}"
 
 
 def _describe_ranks(folder: Path) -> str:
     ranks = [r for r, _ in _rank_folders(folder)]
     if ranks:
-        return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}-{ranks[-1]}"
+        return _ranks_text(ranks)
     return f"{len(_proc_folders(folder))} proc"

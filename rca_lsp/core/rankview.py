@@ -85,7 +85,7 @@ def merged_slots(dump: Dump, key: str) -> list[str]:
 def rank_by_rank(train: Dump, rollout: Dump, train_key: str, rollout_key: str, tolerances: Tolerances) -> list[str]:
     """When both sides were merged from the same number of ranks: each rank's copy of each slot against the same
     rank's on the other side, naming the ranks that differ ([] when the layouts differ or nothing differs)."""
-    if train.parallel is None or rollout.parallel is None or len(train.parallel.files) != len(rollout.parallel.files):
+    if train.parallel is None or rollout.parallel is None or train.parallel.rank_count != rollout.parallel.rank_count:
         return []
     theirs = {copy.rank: copy.entry for copy in rank_copies(rollout, rollout_key)}
     found = []

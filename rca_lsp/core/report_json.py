@@ -285,7 +285,7 @@ def parallel_summary(dump: Dump) -> dict[str, Any]:
     info = dump.parallel
     assert info is not None
     return {
-        "ranks": list(info.ranks),
+        "ranks": list(dict.fromkeys(info.ranks)),  # joined steps hold them all
         "files": list(info.files),
         "layout": info.layout,
         "sequence_parallel": info.sequence_parallel,

@@ -101,7 +101,7 @@ def provenance_notes(analysis: Analysis, record: ModuleRecord) -> list[str]:
         ranks = sorted({r for k in keys if (held := held_by(dump, k)) is not None for r in held["ranks"]})
         notes.append(
             f"{side.capitalize()} merged from rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} of "
-            f"{len(dump.parallel.files)} ({dump.parallel.layout}): {how}"
+            f"{dump.parallel.rank_count} ({dump.parallel.layout}): {how}"
         )
     return notes
 

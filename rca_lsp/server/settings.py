@@ -148,7 +148,8 @@ def _out_dir(raw: object, problems: list[str]) -> str:
 
 
 def _columns(raw: object, problems: list[str]) -> str:
-    if raw is None or raw in COLUMN_STYLES:
-        return str(raw or COLUMN_STYLES[0])
-    problems.append(f"rcaLsp.columns must be one of {', '.join(COLUMN_STYLES)}; using {COLUMN_STYLES[0]}")
-    return COLUMN_STYLES[0]
+    styles: list[str] = RULES["columnStyles"]
+    if raw is None or raw in styles:
+        return str(raw or styles[0])
+    problems.append(f"rcaLsp.columns must be one of {', '.join(styles)}; using {styles[0]}")
+    return styles[0]

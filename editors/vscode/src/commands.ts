@@ -1,7 +1,7 @@
 /** The editor commands that run a server command on a mapping file: which file, and what to do with the answer. */
 import * as vscode from 'vscode';
 import { LanguageClient } from 'vscode-languageclient/node';
-import { isMappingFileName, MAPPING_FIND_GLOB } from './files';
+import { isMappingFileName, MAPPING_FIND_GLOB, MAPPING_LANGUAGES } from './files';
 import { runServerCommand, SERVER_COMMAND_SUGGEST_MAPPING, SERVER_COMMAND_WRITE_OUTPUTS } from './serverCommands';
 
 interface WriteOutputsResult {
@@ -15,7 +15,11 @@ interface SuggestMappingResult {
 }
 
 export function isMappingDocument(doc: vscode.TextDocument): boolean {
-  return doc.uri.scheme === 'file' && (doc.languageId === 'json' || doc.languageId === 'jsonc') && isMappingFileName(doc.uri.path);
+  return (
+    doc.uri.scheme === 'file' &&
+    (MAPPING_LANGUAGES as readonly string[]).includes(doc.languageId) &&
+    isMappingFileName(doc.uri.path)
+  );
 }
 
 /** The mapping file a command applies to: the argument, the active editor, a visible one, or a pick. */

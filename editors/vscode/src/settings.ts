@@ -52,6 +52,8 @@ export interface ServerSettings {
   tolerances: Record<string, number>;
   severity: Record<string, SeverityName>;
   outDir: string;
+  /** output_3's column names in writeOutputs (rca | msprobe); only when set. */
+  columns?: string;
 }
 
 export interface VariableContext {
@@ -226,6 +228,18 @@ function buildOutDir(raw: unknown, problems: string[]): string {
   return text(raw) ?? DEFAULT_OUT_DIR;
 }
 
+function buildColumns(raw: unknown, problems: string[]): string | undefined {
+  const styles: string[] = RULES.columnStyles;
+  if (raw === undefined || raw === null) {
+    return undefined;
+  }
+  if (typeof raw === 'string' && styles.includes(raw)) {
+    return raw;
+  }
+  problems.push(`rcaLsp.columns must be one of ${styles.join(', ')}; using ${styles[0]}`);
+  return undefined;
+}
+
 /**
  * Builds the server settings from the raw `rcaLsp` configuration object. Invalid entries are dropped and described
  * in `problems` (shown in the output channel), never thrown.
@@ -244,6 +258,10 @@ export function buildServerSettings(
     severity: buildSeverity(cfg.severity, problems),
     outDir: expand(buildOutDir(cfg.outDir, problems)),
   };
+  const columns = buildColumns(cfg.columns, problems);
+  if (columns !== undefined) {
+    settings.columns = columns;
+  }
   return { settings, problems };
 }
 

@@ -41,6 +41,8 @@ test('the settings schema in package.json offers what the rules accept', () => {
   assert.equal(properties['rcaLsp.outDir'].default, RULES.defaultOutDir);
   assert.equal(DEFAULT_OUT_DIR, RULES.defaultOutDir);
   assert.deepEqual(SEVERITIES, RULES.severities);
+  assert.deepEqual(properties['rcaLsp.columns'].enum, RULES.columnStyles);
+  assert.equal(properties['rcaLsp.columns'].default, RULES.columnStyles[0]);
 });
 
 test('variables are expanded in the pairs and the output folder', () => {

@@ -81,7 +81,12 @@ test('mapping file names', () => {
   assert.equal(isMappingFileName('/mapping_key/dump.json'), false);
   assert.equal(isMappingFileName('/x/mapping_key.jsonl'), false);
   assert.equal(isMappingFileName('/x/package.json'), false);
-  assert.equal(documentSelector().length, 4);
+  assert.equal(isMappingFileName('/x/data_mapping.yaml'), true);
+  assert.equal(isMappingFileName('/x/cell_mapping_v2.yml'), true);
+  assert.equal(isMappingFileName('/x/config.yaml'), false);
+  assert.equal(isMappingFileName('/x/my_data_mapping.yaml'), false);
+  assert.equal(documentSelector().length, 2 * 2 + 4);
+  assert.ok(documentSelector().filter((s) => s.pattern.endsWith('.yml')).every((s) => s.language === 'yaml'));
   assert.ok(documentSelector().every((s) => s.scheme === 'file'));
 });
 

@@ -1,0 +1,125 @@
+"""A tensor-parallel rollout dumped one msprobe step per engine step (vllm_tp2_decode_steps_*: real vLLM at TP=2
+decoding, each worker dumping every forward as its own step): each step's ranks merged, then the steps joined."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, expected, rollout_options
+
+from rca_lsp.core.dump import Dump, DumpCache
+from rca_lsp.core.dumpsource import StepSpan, resolve_dump_source
+from rca_lsp.core.rankview import held_by, merged_slots, per_rank_rows
+from rca_lsp.core.run import analyze_paths
+
+ROOT = FIXTURES / "vllm_tp2_decode_steps_healthy" / "rollout"
+DOWN = "Module.model.layers.0.mlp.down_proj.RowParallelLinear.forward."
+STATS = ("Max", "Min", "Mean", "Norm")
+
+
+def _joined(root: Path = ROOT) -> Dump:
+    return DumpCache().get(resolve_dump_source(root, StepSpan()))
+
+
+def _step(n: int, root: Path = ROOT) -> Dump:
+    return DumpCache().get(resolve_dump_source(root, n))
+
+
+@pytest.mark.parametrize("fault", ["healthy", "norm_eps"])
+def test_the_joined_tp2_decode_is_diagnosed_over_every_call(fault: str) -> None:
+    variant = f"vllm_tp2_decode_steps_{fault}"
+    folder = FIXTURES / variant
+    assert rollout_options(variant).step == StepSpan()
+    analysis = analyze_paths(
+        folder / "train", folder / "rollout", folder / "mapping_key.json", rollout_options=rollout_options(variant)
+    )
+    assert analysis.issues == [] and analysis.records
+    assert all(len(r.comparison.rollout_keys) == 5 for r in analysis.records)  # prefill + 4 decode steps
+    assert analysis.report["joined_steps"]["rollout"]["steps"] == [0, 1, 2, 3, 4]
+    assert analysis.report["parallel"]["rollout"]["ranks"] == [0, 1]
+    cause = expected(variant)["root_cause"]
+    if cause is None:
+        assert analysis.suspects == []
+        return
+    first = analysis.suspects[0]
+    assert (first.train_key, first.classification) == (cause["train_key"], cause["classification"])
+    assert cause["rollout_key"].endswith(".forward.*")  # every call of the rollout module, across the steps
+    assert list(first.record.comparison.rollout_keys) == [f"{cause['rollout_key'][:-1]}{n}" for n in range(5)]
+    assert [s.train_key for s in analysis.suspects if s.credible_origin] == [first.train_key]
+
+
+def test_a_joined_call_is_that_step_merged_from_its_ranks() -> None:
+    joined = _joined()
+    assert joined.joined_steps is not None and joined.joined_steps.steps == (0, 1, 2, 3, 4)
+    assert joined.parallel is not None
+    assert [joined.entries[f"{DOWN}{n}"].output.shape for n in range(5)] == [(8, 128)] + [(1, 128)] * 4
+    for n in (0, 3):
+        step = _step(n)
+        assert step.parallel is not None
+        once = [k for k in step.keys if k.endswith(".forward.0") and f"{k[:-1]}1" not in step.entries]
+        assert len(once) > 20  # (vLLM's rotary embedding, shared by the layers, runs twice per step)
+        for key in once:
+            joined_key = f"{key[:-1]}{n}"
+            assert joined.entries[joined_key].output == step.entries[key].output, joined_key
+            assert joined.parallel.merges.get(joined_key) == step.parallel.merges.get(key), joined_key
+
+
+def test_a_joined_key_opens_in_its_step_rank_file() -> None:
+    joined = _joined()
+    assert joined.file_key(f"{DOWN}3") == (str(ROOT / "step3" / "rank0" / "dump.json"), f"{DOWN}0")
+    assert joined.file_key(f"{DOWN}0") == (str(ROOT / "step0" / "rank0" / "dump.json"), f"{DOWN}0")
+    file, line = joined.location_of(f"{DOWN}3") or ("", -1)
+    assert f'"{DOWN}0"' in Path(file).read_text().split("\n")[line]
+    assert held_by(joined, f"{DOWN}3") == {"ranks": [0, 1], "key": f"{DOWN}0"}
+
+
+def test_per_rank_statistics_of_a_joined_key_are_its_steps_ranks() -> None:
+    joined = _joined()
+    assert merged_slots(joined, f"{DOWN}3") == ["input"]  # row-parallel: the input is sharded
+    for n in (0, 3):
+        rows = per_rank_rows(joined, f"{DOWN}{n}", ["input"])
+        files = [json.loads((ROOT / f"step{n}" / f"rank{r}" / "dump.json").read_text())["data"] for r in (0, 1)]
+        dumped = [tuple(f[f"{DOWN}0"]["input_args"][0][s] for s in STATS) for f in files]
+        assert rows == [("input", 0, dumped[0]), ("input", 1, dumped[1])]
+    assert per_rank_rows(joined, f"{DOWN}0", ["input"]) != per_rank_rows(joined, f"{DOWN}3", ["input"])
+
+
+def test_how_the_ranks_were_merged_is_said_once() -> None:
+    joined, step0 = _joined(), _step(0)
+    assert joined.parallel is not None and step0.parallel is not None
+    assert joined.parallel.notes == step0.parallel.notes and joined.parallel.layout == step0.parallel.layout
+    assert joined.parallel.rank_count == 2 and len(joined.parallel.files) == 10
+    assert joined.path.endswith("steps 0-4 (5 steps of 2 ranks joined)")
+
+
+def _without(tmp_path: Path, key: str) -> Path:
+    """The fixture's rollout with `key` left out of step 3's rank 1 file; returns that file."""
+    shutil.copytree(ROOT, tmp_path / "rollout")
+    rank1 = tmp_path / "rollout" / "step3" / "rank1" / "dump.json"
+    document = json.loads(rank1.read_text())
+    del document["data"][key]
+    rank1.write_text(json.dumps(document))
+    return rank1
+
+
+def test_a_step_whose_merge_differs_is_named_in_the_notes(tmp_path: Path) -> None:
+    norm = "Module.model.norm.RMSNorm.forward."
+    rank1 = _without(tmp_path, f"{norm}0")  # rank 1 stopped mid-dump in step 3, before its last module
+    joined, step0 = _joined(tmp_path / "rollout"), _step(0)
+    assert joined.parallel is not None and step0.parallel is not None
+    assert joined.parallel.notes[: len(step0.parallel.notes)] == step0.parallel.notes
+    (extra,) = joined.parallel.notes[len(step0.parallel.notes) :]
+    assert extra.startswith(f"step3: rank 1 ({rank1}) lacks 1 keys")
+    assert joined.parallel.dropped == {f"{norm}*": f"step3: rank 1 ({rank1}) lacks it"}
+    assert [f"{norm}{n}" in joined.entries for n in range(5)] == [True] * 4 + [False]  # step 3 has no call
+    assert joined.file_key(f"{norm}3") == (str(tmp_path / "rollout" / "step4" / "rank0" / "dump.json"), f"{norm}0")
+
+
+def test_a_step_merged_in_another_layout_is_said_so(tmp_path: Path) -> None:
+    _without(tmp_path, f"{DOWN}0")  # the ranks of step 3 no longer dump the same keys: read as pipeline stages
+    joined = _joined(tmp_path / "rollout")
+    assert joined.parallel is not None and joined.parallel.layout.startswith("tp=2, pp=1")
+    assert "step3: ranks laid out as tp=1, pp=2, ep=1, dp=1 (inferred from the dumps)" in joined.parallel.notes
