@@ -39,9 +39,10 @@ from typing import TYPE_CHECKING, Sequence
 import msgspec
 
 from rca_lsp.core.compare import quick_verdict, relative_error
-from rca_lsp.core.dump import ModuleEntry, TensorStats, load_dump_file, signature
+from rca_lsp.core.dump import ModuleEntry, TensorStats, signature
 from rca_lsp.core.keys import is_activation_like, layer_index, parse_module_key
 from rca_lsp.core.module import ModuleComparison, TargetSpec
+from rca_lsp.core.rankload import load_rank_files
 from rca_lsp.core.rankmerge import slot_stats
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.rootcause import Suspect
@@ -418,8 +419,8 @@ RankResults = dict[tuple[str, str], list[RankResult | None]]  # per key pair, pe
 
 def _rank_results(analysis: Analysis, pairs: set[tuple[str, str]]) -> tuple[list[int], RankResults]:
     """Each rank's copy of each (train key, rollout key) pair against the rollout, computed for the pairs not yet
-    known for these rank files (a chart after an edit reads the rank files again only for new pairs), reading one
-    rank file at a time. Not for pipeline stages: a stage names its layers by local index, so one key means other
+    known for these rank files (a chart after an edit reads the rank files again only for new pairs), with the rank
+    files read together. Not for pipeline stages: a stage names its layers by local index, so one key means other
     modules on other stages. The ranks ([] when there are none to show) and the results."""
     train = analysis.train
     info = train.parallel
@@ -435,20 +436,25 @@ def _rank_results(analysis: Analysis, pairs: set[tuple[str, str]]) -> tuple[list
         _RANK_RESULTS.clear()
         known = _RANK_RESULTS[identity] = {}
     missing = [pair for pair in pairs if pair not in known]
-    for pair in missing:
-        known[pair] = [None] * len(info.files)
-    for slot, file in enumerate(info.files):
-        if not missing:
-            break
-        copy = load_dump_file(Path(file))
-        for train_key, rollout_key in missing:
-            stored, original = train.file_key(train_key)  # an expert held by one rank is in that rank's file only
+    if not missing:
+        return list(info.ranks), known
+    # read against the first rank (rankload): a later rank's entry identical to the first rank's is the same
+    # object, so identical copies are compared once
+    copies = load_rank_files([Path(file) for file in info.files])
+    tolerances, rollout_entries = analysis.judge.tolerances, analysis.rollout.entries
+    for train_key, rollout_key in missing:
+        stored, original = train.file_key(train_key)  # an expert held by one rank is in that rank's file only
+        theirs, how = rollout_entries[rollout_key], info.merges.get(train_key, "")
+        results: list[RankResult | None] = [None] * len(copies)
+        compared: dict[int, RankResult] = {}
+        for slot, copy in enumerate(copies):
             mine = copy.entries.get(original) if train_key not in info.origins or stored == copy.path else None
             if mine is not None:
-                theirs = analysis.rollout.entries[rollout_key]
-                how = info.merges.get(train_key, "")
-                known[(train_key, rollout_key)][slot] = _compare_rank(mine, theirs, how, analysis.judge.tolerances)
-        del copy
+                result = compared.get(id(mine))
+                if result is None:
+                    result = compared[id(mine)] = _compare_rank(mine, theirs, how, tolerances)
+                results[slot] = result
+        known[(train_key, rollout_key)] = results
     return list(info.ranks), known
 
 
