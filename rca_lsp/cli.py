@@ -48,6 +48,11 @@ def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
         help="output_3's column names: ours (default) or msprobe compare's (NPU Name, Max diff, ...)",
     )
     parser.add_argument(
+        "--no-chart",
+        action="store_true",
+        help="skip the divergence chart (output_5's HTML page and image): seconds saved on 10^5-module dumps",
+    )
+    parser.add_argument(
         "--tolerance",
         action="append",
         default=[],
@@ -73,7 +78,7 @@ def _tolerances(values: Sequence[str]) -> Tolerances:
     return Tolerances.with_overrides(overrides)
 
 
-def _summary(analysis: Analysis, out_dir: Path) -> str:
+def _summary(analysis: Analysis, out_dir: Path, chart: bool = True) -> str:
     report = analysis.report
     lines = [
         "Root Cause Evidence Summary:",
@@ -109,8 +114,9 @@ def _summary(analysis: Analysis, out_dir: Path) -> str:
         f"- root_cause_suspects: {len(report['root_cause_suspects'])}",
         f"- report_json: {out_dir / 'output_5_root_cause_report.json'}",
         f"- report_md: {out_dir / 'output_5_root_cause_report.md'}",
-        f"- report_html: {out_dir / 'output_5_root_cause_report.html'} (the divergence chart)",
     ]
+    if chart:
+        lines.append(f"- report_html: {out_dir / 'output_5_root_cause_report.html'} (the divergence chart)")
     return "\n".join(lines)
 
 
@@ -145,10 +151,10 @@ def run_analyze(args: argparse.Namespace) -> int:
         print(f"warning: ... {len(analysis.issues) - 10} more mapping problems (see output_5)", file=sys.stderr)
     out_dir = Path(args.out_dir or "rca_out")
     try:
-        write_outputs(analysis, out_dir, fork=True, columns=args.columns)
+        write_outputs(analysis, out_dir, fork=True, columns=args.columns, chart=not args.no_chart)
     except OSError as error:
         raise InputError(str(out_dir), f"cannot write the output files: {error.strerror or error}") from None
-    print(_summary(analysis, out_dir))
+    print(_summary(analysis, out_dir, not args.no_chart))
     if args.exit_when_done:
         _exit_without_teardown()
     return 0

@@ -94,3 +94,16 @@ def test_an_empty_mapping_gets_a_page_saying_so_and_no_image(tmp_path: Path) -> 
     assert inlined_data((tmp_path / "o" / HTML).read_text())["calls"] == []
     assert not (tmp_path / "o" / PNG).exists()
     assert "Divergence chart" not in (tmp_path / "o" / MD).read_text()
+
+
+def test_a_run_without_the_chart_leaves_no_chart_of_an_earlier_run(tmp_path: Path, analysis) -> None:
+    write_outputs(analysis, tmp_path)
+    assert (tmp_path / "output_5_root_cause_report.html").is_file()
+    written = write_outputs(analysis, tmp_path, chart=False)
+    names = {p.name for p in tmp_path.iterdir()}
+    assert "output_5_root_cause_report.html" not in names and "output_5_root_cause_report.png" not in names
+    assert {p.name for p in written} <= names and "output_5_root_cause_report.md" in names
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    assert "output_5_root_cause_report.html" not in json.dumps(manifest)
+    markdown = (tmp_path / "output_5_root_cause_report.md").read_text()
+    assert "Not drawn in this run (`--no-chart`)" in markdown and "](output_5_root_cause_report.png)" not in markdown

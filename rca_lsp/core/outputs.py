@@ -408,20 +408,28 @@ def _write_modules(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: S
     return write_table(out_dir, "output_4_module_analysis", meta, "records", MODULE_COLUMNS, rows, (2, 3))
 
 
-def _write_report(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never) -> list[Path]:
-    """The root-cause report: JSON, the chart (interactive HTML; a PNG when matplotlib is installed), Markdown."""
+def _write_report(
+    analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never, chart: bool = True
+) -> list[Path]:
+    """The root-cause report: JSON, the chart (interactive HTML; a PNG when matplotlib is installed) unless `chart`
+    is off, Markdown. A chart file this run does not write is removed: one of an earlier run would not show it."""
     report = {"run_id": meta["run_id"], **analysis.report}
-    written = [out_dir / "output_5_root_cause_report.json", out_dir / CHART_HTML]
+    written = [out_dir / "output_5_root_cause_report.json"]
     write_atomically(written[0], _json(report, indent=True))
-    chart = chart_data(analysis, meta["run_id"])
-    write_atomically(written[1], render_html(chart).encode())
-    image = render_png(chart)
+    image = None
+    if chart:
+        data = chart_data(analysis, meta["run_id"])
+        write_atomically(out_dir / CHART_HTML, render_html(data).encode())
+        written.append(out_dir / CHART_HTML)
+        image = render_png(data)
+    else:
+        (out_dir / CHART_HTML).unlink(missing_ok=True)
     if image is not None:
         write_atomically(out_dir / CHART_PNG, image)
         written.append(out_dir / CHART_PNG)
-    else:  # an image of an earlier run would not show this analysis
+    else:
         (out_dir / CHART_PNG).unlink(missing_ok=True)
-    markdown = render_markdown(analysis, meta["run_id"], CHART_PNG if image is not None else None)
+    markdown = render_markdown(analysis, meta["run_id"], CHART_PNG if image is not None else None, chart)
     write_atomically(out_dir / "output_5_root_cause_report.md", markdown.encode())
     return written + [out_dir / "output_5_root_cause_report.md"]
 
@@ -446,10 +454,16 @@ def _write_part(
 
 
 def write_outputs(
-    analysis: Analysis, out_dir: Path, fork: bool = False, should_stop: ShouldStop = never, columns: str = "rca"
+    analysis: Analysis,
+    out_dir: Path,
+    fork: bool = False,
+    should_stop: ShouldStop = never,
+    columns: str = "rca",
+    chart: bool = True,
 ) -> list[Path]:
     """Write every output file, then the manifest listing them (see manifest); the paths written, the manifest
-    last; `columns`: output_3's column names, one of COLUMN_STYLES. With `fork` (single-threaded callers only: forking a threaded process can deadlock), the value-compare
+    last; `columns`: output_3's column names, one of COLUMN_STYLES; `chart`: whether to draw the divergence chart
+    (seconds on 10^5 modules). With `fork` (single-threaded callers only: forking a threaded process can deadlock), the value-compare
     tables, most of the work, are shared with a child process: it starts on them while this process writes the
     other files, which then takes value-compare chunks from the end.
     Without `fork`, raises Cancelled once `should_stop` says so: files written by then stay, the one being written
@@ -458,15 +472,21 @@ def write_outputs(
     remove_stale_temporaries(out_dir, OUTPUT_NAMES)
     forget_manifest(out_dir)
     meta = _meta(analysis, new_run_id())
+    chosen: dict[Part, Part] = {
+        _write_compare: functools.partial(_write_compare, style=columns),
+        _write_report: functools.partial(_write_report, chart=chart),
+    }
+    parts = [chosen.get(p, p) for p in PARTS]
+    others = [p for p in parts if p is not chosen[_write_compare]]
     if not fork or "fork" not in multiprocessing.get_all_start_methods():
-        parts = [functools.partial(_write_compare, style=columns) if p is _write_compare else p for p in PARTS]
         written = [path for part in parts for path in _write_part(part, analysis, out_dir, meta, should_stop)]
     else:
-        written = _write_forked(analysis, out_dir, meta, columns)
+        written = _write_forked(analysis, out_dir, meta, columns, others)
     return written + [write_manifest(out_dir, meta, written)]
 
 
-def _write_forked(analysis: Analysis, out_dir: Path, meta: Meta, style: str) -> list[Path]:
+def _write_forked(analysis: Analysis, out_dir: Path, meta: Meta, style: str, others: list[Part]) -> list[Path]:
+    """The value-compare tables split with a child (see write_split) while this process writes the `others`."""
     chunks = _TargetChunks(analysis.records)
     columns, list_columns = _compare_columns(style)
 
@@ -474,9 +494,7 @@ def _write_forked(analysis: Analysis, out_dir: Path, meta: Meta, style: str) -> 
         return _encode_chunk(index, list(_styled(chunks.rows(index), style)), columns, list_columns)
 
     def other_parts() -> list[Path]:
-        return [
-            path for part in PARTS if part is not _write_compare for path in _write_part(part, analysis, out_dir, meta)
-        ]
+        return [path for part in others for path in _write_part(part, analysis, out_dir, meta)]
 
     paths = (out_dir / f"{_COMPARE_STEM}.json", out_dir / f"{_COMPARE_STEM}.csv")
     written = write_split(paths, _table_heads(meta, "rows", columns), _JSON_TAIL, chunks.count, encode, other_parts)

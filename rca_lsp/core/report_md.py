@@ -250,7 +250,9 @@ CHART_HTML = "output_5_root_cause_report.html"
 CHART_PNG = "output_5_root_cause_report.png"
 
 
-def _chart(chart_image: str | None) -> list[str]:
+def _chart(chart_image: str | None, drawn: bool) -> list[str]:
+    if not drawn:
+        return ["Not drawn in this run (`--no-chart`); run the analysis without it for the chart and its image."]
     interactive = f"[{CHART_HTML}]({CHART_HTML}) (hover for each module's statistics, zoom, calls and ranks)"
     if chart_image is None:
         return [
@@ -266,9 +268,12 @@ def _chart(chart_image: str | None) -> list[str]:
     ]
 
 
-def render_markdown(analysis: "Analysis", run_id: str | None = None, chart_image: str | None = None) -> str:
+def render_markdown(
+    analysis: "Analysis", run_id: str | None = None, chart_image: str | None = None, chart: bool = True
+) -> str:
     """The report; `run_id`: the run writing it, named in the Context (see manifest); `chart_image`: the file name
-    of the chart's image next to the report (None: it could not be drawn, the report says how to get it)."""
+    of the chart's image next to the report (None: it could not be drawn, the report says how to get it); `chart`:
+    whether the run drew the chart at all."""
     sections = [
         (
             "Context",
@@ -281,7 +286,7 @@ def render_markdown(analysis: "Analysis", run_id: str | None = None, chart_image
         ),
         *([("Calibration, ranks and calls", provenance)] if (provenance := _provenance(analysis)) else []),
         ("Final judgement", _judgement(analysis)),
-        *([("Divergence chart", _chart(chart_image))] if analysis.records else []),
+        *([("Divergence chart", _chart(chart_image, chart))] if analysis.records else []),
         ("Evidence chain", _evidence_chain(analysis)),
         ("Key suspects", _suspect_table(analysis.suspects)),
         ("Excluded candidates", _excluded(analysis)),
