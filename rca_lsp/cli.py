@@ -18,7 +18,7 @@ from rca_lsp.core.report_md import NOTHING_COMPARED
 from rca_lsp.core.run import analyze_paths, raise_if_unusable
 from rca_lsp.core.stepjoin import steps_joined
 from rca_lsp.core.tolerance import Tolerances, checked_tolerance
-from rca_lsp.source_args import add_source_arguments, side_options
+from rca_lsp.source_args import add_dump_arguments, add_source_arguments, side_options
 from rca_lsp.suggest import cli as suggest_cli
 
 DEMO_DIR = Path(__file__).parent / "demo"
@@ -31,8 +31,7 @@ def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
         description="Compare a train and a rollout msprobe dump through a mapping-key "
         "file and write output_1..output_5. Without arguments: the bundled demo.",
     )
-    parser.add_argument("--train", help="train dump.json or msprobe dump directory")
-    parser.add_argument("--rollout", help="rollout dump.json or msprobe dump directory")
+    add_dump_arguments(parser, required=False)  # none: the bundled demo
     parser.add_argument(
         "--mapping-key",
         "--mapping_key",

@@ -11,7 +11,7 @@ from rca_lsp.core.dump import DumpCache
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.msprobe_export import FORMATS, export_mapping
 from rca_lsp.core.run import raise_if_unusable, read_mapping_file
-from rca_lsp.source_args import add_source_arguments, side_options
+from rca_lsp.source_args import add_dump_arguments, add_source_arguments, side_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,8 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "YAML (module to module, -cm), train on the left (-tp), rollout on the right (-gp). Groups msprobe cannot "
         "express (1:N, N:1, keys not in the dumps) are written as comments naming them."
     )
-    parser.add_argument("--train", required=True, help="train dump.json or msprobe dump directory")
-    parser.add_argument("--rollout", required=True, help="rollout dump.json or msprobe dump directory")
+    add_dump_arguments(parser)
     parser.add_argument(
         "--mapping-key", "--mapping_key", dest="mapping_key", required=True, help="mapping-key JSON or msprobe YAML"
     )

@@ -8,6 +8,12 @@ from rca_lsp.core.dumpsource import parse_layout, parse_step
 from rca_lsp.core.run import SideOptions
 
 
+def add_dump_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """--train / --rollout: the two dumps (a dump.json or an msprobe dump directory each)."""
+    parser.add_argument("--train", required=required, help="train dump.json or msprobe dump directory")
+    parser.add_argument("--rollout", required=required, help="rollout dump.json or msprobe dump directory")
+
+
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     """--step / --parallel: which step of a dump directory, and how its ranks were laid out (both optional)."""
     parser.add_argument(

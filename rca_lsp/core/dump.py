@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping, Union
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 import msgspec
 
@@ -527,6 +527,23 @@ def load_dump_file(path: Path) -> Dump:
         document = decode_dump(data, str(path))
         del data
         return build_dump(str(path), document)
+
+
+def combined_dump(
+    label: str,
+    parts: Sequence[Dump],
+    keys: list[str],
+    entries: dict[str, ModuleEntry],
+    parallel: ParallelInfo | None,
+    null_keys: frozenset[str],
+    joined_steps: JoinedSteps | None = None,
+) -> Dump:
+    """One logical dump made of several (ranks merged, steps joined): the first part's task, level and framework."""
+    first = parts[0]
+    skipped = sum(d.skipped_keys for d in parts)
+    return Dump(
+        label, first.task, first.level, first.framework, keys, entries, skipped, parallel, null_keys, joined_steps
+    )
 
 
 class DumpCache:

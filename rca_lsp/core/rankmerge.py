@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Sequence
 import msgspec
 
 from rca_lsp.core.compare import aggregate, copy_difference
-from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, ParallelInfo, TensorStats, leading_size
+from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, ParallelInfo, TensorStats, combined_dump, leading_size
 from rca_lsp.core.dumpsource import DumpSource, ParallelLayout
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.qkvlayout import (
@@ -103,17 +103,8 @@ def merge_ranks(dumps: Sequence[Dump], source: DumpSource) -> Dump:
         merger.dropped,
         _tensor_parallel_peers(plan),
     )
-    first = dumps[0]
-    return Dump(
-        source.label,
-        first.task,
-        first.level,
-        first.framework,
-        keys,
-        entries,
-        sum(d.skipped_keys for d in dumps),
-        info,
-        frozenset().union(*(d.null_keys for d in dumps)) - set(entries),
+    return combined_dump(
+        source.label, dumps, keys, entries, info, frozenset().union(*(d.null_keys for d in dumps)) - set(entries)
     )
 
 

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import msgspec
 
-from rca_lsp.core.dump import Dump, JoinedSteps, ModuleEntry, ParallelInfo
+from rca_lsp.core.dump import Dump, JoinedSteps, ModuleEntry, ParallelInfo, combined_dump
 from rca_lsp.core.dumpsource import DumpSource
 
 
@@ -46,19 +46,15 @@ def join_steps(dumps: Sequence[Dump], source: DumpSource) -> Dump:
             keys.append(new_key)
         null_keys.update(renamed[k] for k in dump.null_keys)
         renamed_by_step.append(renamed)
-    first = dumps[0]
     parallel = _joined_ranks(dumps, source, renamed_by_step)
     step_files = tuple(
         str(step.files[0] if len(step.files) == 1 else step.files[0].parent.parent) for step in source.step_sources()
     )
-    return Dump(
+    return combined_dump(
         source.label,
-        first.task,
-        first.level,
-        first.framework,
+        dumps,
         keys,
         entries,
-        sum(d.skipped_keys for d in dumps),
         parallel,
         frozenset(null_keys),
         JoinedSteps(source.joined_steps, step_files, origins),

@@ -13,7 +13,7 @@ from rca_lsp.core.dump import Dump, DumpCache
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.mapping import MSPROBE_SUFFIXES
 from rca_lsp.core.run import raise_if_unusable, read_mapping_file
-from rca_lsp.source_args import add_source_arguments, side_options
+from rca_lsp.source_args import add_dump_arguments, add_source_arguments, side_options
 from rca_lsp.suggest import suggest_mapping
 from rca_lsp.suggest.coverage import render_coverage
 from rca_lsp.suggest.result import MappingValue
@@ -26,8 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the confident ones as a mapping-key file (train dump order) and print the coverage; "
         "low-confidence pairs are listed, not written."
     )
-    parser.add_argument("--train", required=True, help="train dump.json or msprobe dump directory")
-    parser.add_argument("--rollout", required=True, help="rollout dump.json or msprobe dump directory")
+    add_dump_arguments(parser)
     parser.add_argument("-o", "--output", required=True, help="mapping-key file to write")
     parser.add_argument(
         "--existing",
