@@ -7,7 +7,7 @@ import io
 import math
 from pathlib import Path
 
-from rca_lsp.core.outputs import _csv, _csv_module, write_atomically, write_table
+from rca_lsp.core.outputs import csv_reference, csv_table, write_atomically, write_table
 
 COLUMNS = ("key", "value", "flag", "reason", "parts")
 ROWS = [
@@ -33,16 +33,16 @@ def normalise(table: list[list[str]]) -> list[list[object]]:
 
 
 def test_fast_csv_matches_the_csv_module() -> None:
-    fast = read(_csv(COLUMNS, ROWS, (4,)))
+    fast = read(csv_table(COLUMNS, ROWS, (4,)))
     joined = [[*row[:4], "|".join(row[4]) if row[4] is not None else None] for row in ROWS]
-    reference = read(",".join(COLUMNS).encode() + b"\n" + _csv_module(joined))
+    reference = read(",".join(COLUMNS).encode() + b"\n" + csv_reference(joined))
     assert normalise(fast) == normalise(reference)
     assert fast[3][0] == "" and fast[4][3] == "null"
 
 
 def test_strings_needing_escapes_fall_back_to_the_csv_module() -> None:
     rows = [('a "quoted" key', math.pi, True, "back\\slash", None)]
-    assert read(_csv(COLUMNS, rows, (4,)))[1][:1] == ['a "quoted" key']
+    assert read(csv_table(COLUMNS, rows, (4,)))[1][:1] == ['a "quoted" key']
 
 
 def test_atomic_write_leaves_no_temporary_file(tmp_path: Path) -> None:
@@ -115,8 +115,10 @@ def test_non_finite_statistics_are_told_apart_from_missing_ones(tmp_path: Path) 
 
 
 def test_non_finite_cells_through_the_csv_module() -> None:
-    from rca_lsp.core.outputs import _marked
+    from rca_lsp.core.outputs import marked_non_finite
 
-    rows = [('a "quoted" key', _marked(math.nan), _marked(math.inf), _marked(-math.inf), None)]
-    assert read(_csv(COLUMNS, rows))[1] == ['a "quoted" key', "nan", "inf", "-inf", ""]
-    assert read(_csv(COLUMNS, [("plain", *rows[0][1:])]))[1] == ["plain", "nan", "inf", "-inf", ""]
+    rows = [
+        ('a "quoted" key', marked_non_finite(math.nan), marked_non_finite(math.inf), marked_non_finite(-math.inf), None)
+    ]
+    assert read(csv_table(COLUMNS, rows))[1] == ['a "quoted" key', "nan", "inf", "-inf", ""]
+    assert read(csv_table(COLUMNS, [("plain", *rows[0][1:])]))[1] == ["plain", "nan", "inf", "-inf", ""]

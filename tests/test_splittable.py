@@ -22,10 +22,10 @@ def _split_write(out: Path, parent_work) -> None:
     out.mkdir()
     write_split(
         (out / "t.json", out / "t.csv"),
-        outputs._table_heads({"tool": "x"}, "rows", COLUMNS),
-        outputs._JSON_TAIL,
+        outputs.table_heads({"tool": "x"}, "rows", COLUMNS),
+        outputs.JSON_TAIL,
         len(chunks),
-        lambda i: outputs._encode_chunk(i, chunks[i], COLUMNS, (2,)),
+        lambda i: outputs.encode_chunk(i, chunks[i], COLUMNS, (2,)),
         parent_work,
     )
 

@@ -49,7 +49,7 @@ def _json(document: Any, indent: bool = False) -> bytes:
     return orjson.dumps(document, option=orjson.OPT_INDENT_2 if indent else 0) + b"\n"
 
 
-def _csv(columns: Sequence[str], rows: Iterable[Sequence[Any]], list_columns: Sequence[int] = ()) -> bytes:
+def csv_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], list_columns: Sequence[int] = ()) -> bytes:
     """CSV with list cells joined by '|' and None as an empty cell."""
     return ",".join(columns).encode() + b"\n" + _csv_body(rows, list_columns)
 
@@ -59,7 +59,7 @@ def _csv_body(rows: Iterable[Sequence[Any]], list_columns: Sequence[int] = ()) -
     if not table:
         return b""
     fast = _csv_through_json(table)
-    return fast if fast is not None else _csv_module(table)
+    return fast if fast is not None else csv_reference(table)
 
 
 def _csv_through_json(rows: list[Sequence[Any]]) -> bytes | None:
@@ -75,7 +75,9 @@ def _csv_through_json(rows: list[Sequence[Any]]) -> bytes | None:
     return body + b"\n"
 
 
-def _csv_module(rows: list[Sequence[Any]]) -> bytes:
+def csv_reference(rows: list[Sequence[Any]]) -> bytes:
+    """Rows through Python's csv module: the fallback for cells needing quotes, and the reference csv_table is
+    tested against."""
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows(rows)
     return buffer.getvalue().encode()
@@ -198,7 +200,8 @@ def _csv_spelling(value: object) -> str:
     raise TypeError(f"cannot write {type(value).__name__}")
 
 
-def _marked(value: Any) -> Any:
+def marked_non_finite(value: Any) -> Any:
+    """A NaN or an infinity as the marker its cells spell it with ("nan", "inf", "-inf"); other values as they are."""
     if type(value) is not float or math.isfinite(value):
         return value
     return _NAN if value != value else (_INFINITY if value > 0 else _MINUS_INFINITY)
@@ -271,7 +274,7 @@ def write_table(
 ) -> list[Path]:
     """`<stem>.json` ({"meta", container: [row objects]}) and `<stem>.csv`, streamed chunk by chunk."""
     json_path, csv_path = out_dir / f"{stem}.json", out_dir / f"{stem}.csv"
-    json_head, csv_head = _table_heads(meta, container, columns)
+    json_head, csv_head = table_heads(meta, container, columns)
     iterator = iter(rows)
     with atomic_stream(json_path) as json_out, atomic_stream(csv_path) as csv_out:
         json_out.write(json_head)
@@ -280,21 +283,22 @@ def write_table(
             chunk = list(itertools.islice(iterator, CHUNK))
             if not chunk:
                 break
-            json_text, csv_text = _encode_chunk(index, chunk, columns, list_columns)
+            json_text, csv_text = encode_chunk(index, chunk, columns, list_columns)
             json_out.write(json_text)
             csv_out.write(csv_text)
-        json_out.write(_JSON_TAIL)
+        json_out.write(JSON_TAIL)
     return [json_path, csv_path]
 
 
-_JSON_TAIL = b"]}\n"
+JSON_TAIL = b"]}\n"  # closes what table_heads opened
 
 
-def _table_heads(meta: dict[str, Any], container: str, columns: Sequence[str]) -> tuple[bytes, bytes]:
+def table_heads(meta: dict[str, Any], container: str, columns: Sequence[str]) -> tuple[bytes, bytes]:
+    """The JSON table's opening (its meta and the container key) and the CSV header line."""
     return b'{"meta":' + orjson.dumps(meta) + b',"' + container.encode() + b'":[', ",".join(columns).encode() + b"\n"
 
 
-def _encode_chunk(
+def encode_chunk(
     index: int, rows: Sequence[Sequence[Any]], columns: Sequence[str], list_columns: Sequence[int]
 ) -> tuple[bytes, bytes]:
     """The JSON (row objects, comma-led after the first chunk) and CSV text of one chunk of a table."""
@@ -342,7 +346,7 @@ def _target_rows(records: Sequence[ModuleRecord], start: int = 0) -> Iterator[tu
             values = _stat_values(train, rollout) if train and rollout else _one_side_values(train, rollout)
             errors = errors or _MISSING_ERRORS
             if not _finite((*values, *errors[::2])):  # the statistics and their relative errors
-                values, errors = tuple(map(_marked, values)), tuple(map(_marked, errors))
+                values, errors = tuple(map(marked_non_finite, values)), tuple(map(marked_non_finite, errors))
             yield (
                 train_key,
                 rollout_key,
@@ -370,7 +374,7 @@ def _write_mapping(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: S
     written = write_table(out_dir, "output_1_key_mapping", meta, "rows", MAPPING_COLUMNS, _mapping_rows(analysis), (1,))
     matched = [(r.train_key, r.rollout_keys) for r in analysis.rows if r.rollout_keys]
     write_atomically(out_dir / "output_2_mapping.json", _json(dict(matched)))
-    write_atomically(out_dir / "output_2_mapping.csv", _csv(("train_key", "rollout_keys"), matched, (1,)))
+    write_atomically(out_dir / "output_2_mapping.csv", csv_table(("train_key", "rollout_keys"), matched, (1,)))
     return written + [out_dir / "output_2_mapping.json", out_dir / "output_2_mapping.csv"]
 
 
@@ -491,11 +495,11 @@ def _write_forked(analysis: Analysis, out_dir: Path, meta: Meta, style: str, oth
     columns, list_columns = _compare_columns(style)
 
     def encode(index: int) -> tuple[bytes, bytes]:
-        return _encode_chunk(index, list(_styled(chunks.rows(index), style)), columns, list_columns)
+        return encode_chunk(index, list(_styled(chunks.rows(index), style)), columns, list_columns)
 
     def other_parts() -> list[Path]:
         return [path for part in others for path in _write_part(part, analysis, out_dir, meta)]
 
     paths = (out_dir / f"{_COMPARE_STEM}.json", out_dir / f"{_COMPARE_STEM}.csv")
-    written = write_split(paths, _table_heads(meta, "rows", columns), _JSON_TAIL, chunks.count, encode, other_parts)
+    written = write_split(paths, table_heads(meta, "rows", columns), JSON_TAIL, chunks.count, encode, other_parts)
     return written + list(paths)
