@@ -13,7 +13,10 @@ from conftest import FIXTURES, rollout_options, variants
 
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.chart import TARGET_KINDS, ChartCall, ChartData, chart_data, encode_chart, key_text
+from rca_lsp.core.compare import relative_error
+from rca_lsp.core.dump import load_dump_file
 from rca_lsp.core.keys import is_activation_like
+from rca_lsp.core.rankmerge import slot_stats
 from rca_lsp.core.run import analyze_paths
 
 
@@ -168,6 +171,55 @@ def test_each_train_rank_s_copy_shows_where_a_desynced_replica_parts() -> None:
     keys = [key_text(chart, k) for k in call.modules.train_key]
     qkv = next(i for i, k in enumerate(keys) if "linear_qkv" in k)
     assert "output sharded" in sharded[keys[qkv]] and by_rank[0].output[qkv] is None
+
+
+RANK_FIXTURES = [v for v in variants() if v.startswith(("tp2_", "moe_ep2", "vllm_tp")) and "pp2" not in v]
+
+
+@pytest.mark.parametrize("variant", RANK_FIXTURES)
+def test_each_rank_series_is_that_rank_file_s_own_copy_against_the_rollout(variant: str) -> None:
+    """Oracle: every merged rank file loaded whole, its copy of each 1:1 module's replicated slots compared with the
+    rollout's (the chart takes keys whose copies the merge saw equal from the merged entry)."""
+    analysis, chart = analysed(variant)
+    info = analysis.train.parallel
+    if info is None or analysis.train.joined_steps is not None:
+        assert chart.rank_side is None
+        return
+    merged = sorted(info.peers) if info.peers else list(range(len(info.files)))
+    files = {index: load_dump_file(Path(info.files[index])).entries for index in merged}
+    rollout = analysis.rollout.entries
+    for call in chart.calls:
+        assert [series.rank for series in call.ranks] == [info.ranks[i] for i in merged]
+        records = analysis.calls[call.call_index].records
+        for index, record in enumerate(records):
+            comparison = record.comparison
+            single = len(comparison.train_keys) == 1 and len(comparison.rollout_keys) == 1
+            how = info.merges.get(comparison.train_key, "")
+            holder, original = info.origins.get(comparison.train_key, (None, comparison.train_key))
+            for file, series in zip(merged, call.ranks):
+                mine = files[file].get(original) if holder in (None, file) else None
+                if not single or mine is None:
+                    assert (series.output[index], series.input[index], series.parameters[index]) == (None,) * 3
+                    continue
+                theirs = rollout[comparison.rollout_key]
+                for kind, column in zip(
+                    ("output", "input", "parameters"), (series.output, series.input, series.parameters)
+                ):
+                    slots = (
+                        [kind]
+                        if kind != "parameters"
+                        else [f"parameters.{n}" for n in mine.parameters.keys() & theirs.parameters.keys()]
+                    )
+                    errors = [
+                        e
+                        for slot in slots
+                        if f"{slot} sharded" not in how
+                        and (e := relative_error(slot_stats(mine, slot), slot_stats(theirs, slot))) is not None
+                    ]
+                    expected = max(errors) if errors else None
+                    assert number(column[index]) == (
+                        None if expected is None else pytest.approx(expected, rel=1e-3, abs=1e-12)
+                    ), (variant, call.label, comparison.train_key, file, kind)
 
 
 def test_pipeline_stages_have_no_rank_series() -> None:

@@ -33,16 +33,17 @@ from __future__ import annotations
 
 import bisect
 import math
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import msgspec
 
 from rca_lsp.core.compare import quick_verdict, relative_error
-from rca_lsp.core.dump import ModuleEntry, TensorStats, signature
+from rca_lsp.core.dump import ModuleEntry, ParallelInfo, TensorStats, load_dump_file, signature
 from rca_lsp.core.keys import is_activation_like, layer_index, parse_module_key
 from rca_lsp.core.module import ModuleComparison, TargetSpec
-from rca_lsp.core.rankload import load_rank_files
+from rca_lsp.core.rankload import read_entries
 from rca_lsp.core.rankmerge import slot_stats
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.rootcause import Suspect
@@ -197,11 +198,11 @@ class _Strings:
 
 
 def _rounded(value: float | None, digits: int) -> Number | None:
-    if value is None:
-        return None
+    if not value:  # None, or 0.0 (aligned statistics: the common case)
+        return value
     if not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    return float(f"{value:.{digits}g}") if value else value
+    return float(f"{value:.{digits}g}")
 
 
 def _error(value: float | None) -> Number | None:
@@ -231,6 +232,14 @@ class _Thresholds:
 
 
 def _shape(shape: tuple[int, ...] | None) -> str:
+    try:
+        return _shape_text(shape)
+    except TypeError:  # not hashable: a malformed dump's shape holding lists
+        return "x".join(map(str, shape or ()))
+
+
+@lru_cache(maxsize=1 << 12)
+def _shape_text(shape: tuple[int, ...] | None) -> str:
     return "x".join(map(str, shape)) if shape is not None else ""
 
 
@@ -241,10 +250,19 @@ class _Stats:
     def __init__(self, strings: _Strings) -> None:
         self.strings = strings
         self.index: dict[Stats, int] = {}
+        # by object: one tensor's statistics are often the same object in several places (a weight in every call,
+        # a module's output as its parent's); each object is held here, so its id is not reused meanwhile
+        self.known: dict[int, tuple[TensorStats, int]] = {}
 
     def __call__(self, stats: TensorStats | None) -> int | None:
         if stats is None:
             return None
+        found = self.known.get(id(stats))
+        if found is None:
+            found = self.known[id(stats)] = (stats, self._add_stats(stats))
+        return found[1]
+
+    def _add_stats(self, stats: TensorStats) -> int:
         strings = self.strings
         return self.add(
             (
@@ -291,9 +309,17 @@ def _series() -> TargetSeries:
 
 
 def _label(key: str) -> str:
+    """A module's short label (the path below its layer), the same in every call."""
+    return _call_free_label(key.rpartition(".")[0]) or key
+
+
+@lru_cache(maxsize=1 << 16)
+def _call_free_label(head: str) -> str:
+    """'' for what is not a module key."""
+    key = head + ".0"
     parsed = parse_module_key(key)
     if parsed is None:
-        return key
+        return ""
     path = parsed.path
     layer = layer_index(key)
     if layer is not None:
@@ -418,14 +444,18 @@ RankResults = dict[tuple[str, str], list[RankResult | None]]  # per key pair, pe
 
 
 def _rank_results(analysis: Analysis, pairs: set[tuple[str, str]]) -> tuple[list[int], RankResults]:
-    """Each rank's copy of each (train key, rollout key) pair against the rollout, computed for the pairs not yet
-    known for these rank files (a chart after an edit reads the rank files again only for new pairs), with the rank
-    files read together. Not for pipeline stages: a stage names its layers by local index, so one key means other
-    modules on other stages. The ranks ([] when there are none to show) and the results."""
+    """Each merged rank's copy of each (train key, rollout key) pair against the rollout, computed for the pairs not
+    yet known for these rank files (a chart after an edit computes only new pairs). The ranks are those whose copies
+    were merged (other data-parallel groups ran other data). Where the merge saw every rank's copy of the
+    replicated slots equal (all keys but ParallelInfo.varied), each rank's result is the merged entry's, computed
+    once; only the varied keys' copies are read from the rank files. Not for pipeline stages (a stage names its
+    layers by local index: one key means other modules on other stages) nor joined steps (a step's copies are
+    calls, not ranks). The ranks ([] when there are none to show) and the results."""
     train = analysis.train
     info = train.parallel
-    if info is None or ", pp=1," not in info.layout:
+    if info is None or ", pp=1," not in info.layout or train.joined_steps is not None:
         return [], {}
+    merged = sorted(info.peers) if info.peers else list(range(len(info.files)))
     identity = (
         tuple((file, signature(Path(file))) for file in info.files),
         analysis.rollout.path,
@@ -436,26 +466,39 @@ def _rank_results(analysis: Analysis, pairs: set[tuple[str, str]]) -> tuple[list
         _RANK_RESULTS.clear()
         known = _RANK_RESULTS[identity] = {}
     missing = [pair for pair in pairs if pair not in known]
-    if not missing:
-        return list(info.ranks), known
-    # read against the first rank (rankload): a later rank's entry identical to the first rank's is the same
-    # object, so identical copies are compared once
-    copies = load_rank_files([Path(file) for file in info.files])
     tolerances, rollout_entries = analysis.judge.tolerances, analysis.rollout.entries
+    copies = _varied_copies(info, merged, [train_key for train_key, _ in missing if train_key in info.varied])
+    slot_of = {file: slot for slot, file in enumerate(merged)}
     for train_key, rollout_key in missing:
-        stored, original = train.file_key(train_key)  # an expert held by one rank is in that rank's file only
         theirs, how = rollout_entries[rollout_key], info.merges.get(train_key, "")
-        results: list[RankResult | None] = [None] * len(copies)
-        compared: dict[int, RankResult] = {}
-        for slot, copy in enumerate(copies):
-            mine = copy.entries.get(original) if train_key not in info.origins or stored == copy.path else None
-            if mine is not None:
-                result = compared.get(id(mine))
-                if result is None:
-                    result = compared[id(mine)] = _compare_rank(mine, theirs, how, tolerances)
-                results[slot] = result
+        index, original = info.origins.get(train_key, (None, train_key))
+        # an expert held by one rank is in that rank's file only
+        holders = merged if index is None else [index] if index in slot_of else []
+        results: list[RankResult | None] = [None] * len(merged)
+        if train_key in info.varied:
+            for file in holders:
+                mine = copies[file].get(original)
+                if mine is not None:
+                    results[slot_of[file]] = _compare_rank(mine, theirs, how, tolerances)
+        elif holders:
+            result = _compare_rank(train.entries[train_key], theirs, how, tolerances, verdicts=False)
+            for file in holders:
+                results[slot_of[file]] = result
         known[(train_key, rollout_key)] = results
-    return list(info.ranks), known
+    return [info.ranks[file] for file in merged], known
+
+
+def _varied_copies(info: ParallelInfo, files: list[int], keys: list[str]) -> dict[int, dict[str, ModuleEntry]]:
+    """The rank files' (indexes into info.files) own copies of some logical keys (under their names there)."""
+    if not keys:
+        return {}
+    names = [info.origins.get(key, (0, key))[1] for key in keys]
+    found: dict[int, dict[str, ModuleEntry]] = {}
+    for file in files:
+        path = Path(info.files[file])
+        entries = read_entries(path, names)
+        found[file] = entries if entries is not None else load_dump_file(path).entries
+    return found
 
 
 def _replicated(how: str, slot: str) -> bool:
@@ -475,17 +518,24 @@ def _rank_series(records: Sequence[ModuleRecord], ranks: list[int], known: RankR
         return []
     found = [RankSeries(rank, [], [], [], []) for rank in ranks]
     holders: dict[int, int] = {}  # module index -> how many ranks hold it
+    rounded: dict[int, tuple[Number | None, Number | None, Number | None]] = {}  # results live in `known`
     for index, record in enumerate(records):
         pair = _single(record)
         results = known[pair] if pair is not None else [None] * len(ranks)
         for series, result in zip(found, results):
-            output, input_, parameters, differs = result if result is not None else (None, None, None, False)
-            series.output.append(_error(output))
-            series.input.append(_error(input_))
-            series.parameters.append(_error(parameters))
-            if result is not None:
-                holders[index] = holders.get(index, 0) + 1
-            if differs:
+            if result is None:
+                series.output.append(None)
+                series.input.append(None)
+                series.parameters.append(None)
+                continue
+            shown = rounded.get(id(result))
+            if shown is None:  # the ranks of a key the merge saw equal share one result: rounded once
+                shown = rounded[id(result)] = (_error(result[0]), _error(result[1]), _error(result[2]))
+            series.output.append(shown[0])
+            series.input.append(shown[1])
+            series.parameters.append(shown[2])
+            holders[index] = holders.get(index, 0) + 1
+            if result[3]:
                 series.mismatch.append(index)
     # where a rank parts from the others: a difference every rank holding the module shares (what follows a
     # divergence) says nothing about the ranks
@@ -498,23 +548,27 @@ def _rank_series(records: Sequence[ModuleRecord], ranks: list[int], known: RankR
     return found
 
 
-def _compare_rank(mine: ModuleEntry, theirs: ModuleEntry, how: str, tolerances: Tolerances) -> RankResult:
-    """One rank's replicated slots against the other side's: the largest error per kind, and whether one differs
-    beyond the tolerance."""
-    errors: dict[str, float | None] = {kind: None for kind in TARGET_KINDS}
+def _compare_rank(
+    mine: ModuleEntry, theirs: ModuleEntry, how: str, tolerances: Tolerances, verdicts: bool = True
+) -> RankResult:
+    """One rank's replicated slots against the other side's: the largest error per kind, and (with `verdicts`)
+    whether one differs beyond the tolerance. A result every rank shares needs no verdicts: it cannot show a rank
+    parting from the others."""
+    errors: list[float | None] = [None, None, None]  # output, input, parameters
     differs = False
-    slots = [("output", "output"), ("input", "input")] + [
-        ("parameters", f"parameters.{name}") for name in sorted(mine.parameters.keys() & theirs.parameters.keys())
+    slots = [(0, "output"), (1, "input")] + [
+        (2, f"parameters.{name}") for name in sorted(mine.parameters.keys() & theirs.parameters.keys())
     ]
     for kind, slot in slots:
-        if not _replicated(how, slot):
+        if how and not _replicated(how, slot):
             continue
         a, b = slot_stats(mine, slot), slot_stats(theirs, slot)
         error, known = relative_error(a, b), errors[kind]
         if error is not None and (known is None or error > known):
             errors[kind] = error
-        differs |= quick_verdict(a, b, tolerances)[0] == "mismatch"
-    return errors["output"], errors["input"], errors["parameters"], differs
+        if verdicts and not differs:
+            differs = quick_verdict(a, b, tolerances)[0] == "mismatch"
+    return errors[0], errors[1], errors[2], differs
 
 
 def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:

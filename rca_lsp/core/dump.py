@@ -175,6 +175,11 @@ class ParallelInfo(msgspec.Struct, gc=False):
     # file index -> the file indexes whose copies of its keys were merged (its tensor-parallel peers in the analysed
     # data-parallel group, itself included; pipeline stages and other data-parallel groups hold other tensors)
     peers: dict[int, tuple[int, ...]] = {}
+    # logical keys whose merged ranks' copies differ in a slot that was not merged as shards (replicas differing
+    # within noise or disagreeing, expert-parallel partial results): there a rank's own copy is not the merged
+    # entry's; elsewhere every rank's copy of a replicated slot is the merged entry's (what the chart's per-rank
+    # series reads without reading the rank files again)
+    varied: frozenset[str] = frozenset()
 
     @property
     def rank_count(self) -> int:

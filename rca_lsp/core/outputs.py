@@ -23,6 +23,7 @@ from rca_lsp.core.cancel import ShouldStop, never, stop_if
 from rca_lsp.core.chart import chart_data
 from rca_lsp.core.compare import STAT_NAMES, priority_for
 from rca_lsp.core.dump import TensorStats
+from rca_lsp.core.forkpart import BackgroundWork
 from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.manifest import forget_manifest, new_run_id, write_manifest
 from rca_lsp.core.msprobe_columns import MSPROBE_LIST_COLUMNS, msprobe_rows
@@ -481,10 +482,18 @@ def write_outputs(
         _write_report: functools.partial(_write_report, chart=chart),
     }
     parts = [chosen.get(p, p) for p in PARTS]
-    others = [p for p in parts if p is not chosen[_write_compare]]
     if not fork or "fork" not in multiprocessing.get_all_start_methods():
         written = [path for part in parts for path in _write_part(part, analysis, out_dir, meta, should_stop)]
+    elif chart:
+        # the report with its chart is seconds of work for one process (10^5 modules): a second child writes it
+        # meanwhile
+        report = functools.partial(_write_part, chosen[_write_report], analysis, out_dir, meta)
+        with BackgroundWork(report) as background:
+            others = [p for p in parts if p not in (chosen[_write_compare], chosen[_write_report])]
+            written = _write_forked(analysis, out_dir, meta, columns, others)
+            written += background.result()
     else:
+        others = [p for p in parts if p is not chosen[_write_compare]]
         written = _write_forked(analysis, out_dir, meta, columns, others)
     return written + [write_manifest(out_dir, meta, written)]
 

@@ -78,10 +78,12 @@ def merge_ranks(dumps: Sequence[Dump], source: DumpSource) -> Dump:
     merger = _Merger(dumps, source)
     stage_dumps, stage_merges = [], []
     for ranks in plan.stages:
-        merger.merges = {}  # per stage: keys are the stage's local names until the stages are joined
+        merger.merges, merger.varied = {}, set()  # per stage: keys are the stage's local names until stages join
         stage_dumps.append(merger.stage(ranks, plan))
-        stage_merges.append(merger.merges)
-    keys, entries, origins, merger.merges = _join_stages(stage_dumps, [ranks[0] for ranks in plan.stages], stage_merges)
+        stage_merges.append((merger.merges, merger.varied))
+    keys, entries, origins, merger.merges, varied = _join_stages(
+        stage_dumps, [ranks[0] for ranks in plan.stages], stage_merges
+    )
     _renumber(keys, entries)
     merger.origins.update(origins)
     layout = f"tp={plan.tp}, pp={len(plan.stages)}, ep={plan.ep}, dp={plan.dp}" + (
@@ -102,6 +104,7 @@ def merge_ranks(dumps: Sequence[Dump], source: DumpSource) -> Dump:
         merger.origins,
         merger.dropped,
         _tensor_parallel_peers(plan),
+        frozenset(varied),
     )
     return combined_dump(
         source.label, dumps, keys, entries, info, frozenset().union(*(d.null_keys for d in dumps)) - set(entries)
@@ -347,6 +350,7 @@ class _Merger:
         self.merges: dict[str, str] = {}
         self.origins: dict[str, tuple[int, str]] = {}
         self.dropped: dict[str, str] = {}
+        self.varied: set[str] = set()  # see ParallelInfo.varied
         self.sequence_parallel = False
         self.qkv_layouts: dict[tuple[int, ...], QkvLayout] = {}  # per tensor-parallel group: decided once
 
@@ -439,6 +443,7 @@ class _Merger:
         assert first is not None
         if all(c == first for c in copies[1:]):
             return first  # the common case: nothing to compare slot by slot
+        self.varied.add(key)
         found = []
         for slot, _ in entry_slots(first):
             others = [slot_stats(c, slot) if c is not None else None for c in copies]
@@ -455,6 +460,7 @@ class _Merger:
         first = parts[0]
         if all(p == first for p in parts[1:]):
             return first
+        self.varied.add(key)
         merged: dict[str, TensorStats | None] = {}
         for slot, stats in entry_slots(first):
             copies = [slot_stats(p, slot) for p in parts]
@@ -481,6 +487,8 @@ class _Merger:
             copies = [slot_stats(p, slot) for p in parts]
             stats, how, disagreement = self._slot(slot, copies, kind, ranks, first.call_index, qkv)
             merged[slot] = stats
+            if not how.startswith("sharded") and any(c != copies[0] for c in copies[1:]):
+                self.varied.add(key)
             if how:
                 described.append(
                     f"{slot} {how}{merged_column_how(first.class_name) if how.startswith('sharded') else ''}"
@@ -639,19 +647,22 @@ def _layer_indices(keys: Iterable[str]) -> list[int]:
 
 
 def _join_stages(
-    stages: list[tuple[list[str], dict[str, ModuleEntry]]], first_ranks: list[int], merges: list[dict[str, str]]
-) -> tuple[list[str], dict[str, ModuleEntry], dict[str, tuple[int, str]], dict[str, str]]:
-    """Stages in order, layers renamed to global indices (in the keys and in each stage's `merges`, how its keys'
-    slots were merged); a module on several stages (model, block) completes on the last: its input comes from the
-    first stage that saw one, its output from the last."""
+    stages: list[tuple[list[str], dict[str, ModuleEntry]]],
+    first_ranks: list[int],
+    merges: list[tuple[dict[str, str], set[str]]],
+) -> tuple[list[str], dict[str, ModuleEntry], dict[str, tuple[int, str]], dict[str, str], set[str]]:
+    """Stages in order, layers renamed to global indices (in the keys and in each stage's `merges`: how its keys'
+    slots were merged, and its varied keys, see ParallelInfo.varied); a module on several stages (model, block)
+    completes on the last: its input comes from the first stage that saw one, its output from the last."""
     if len(stages) == 1:
         keys, entries = stages[0]
-        return list(keys), dict(entries), {}, merges[0]
+        return list(keys), dict(entries), {}, *merges[0]
     renamed: list[list[tuple[str, ModuleEntry]]] = []
     origins: dict[str, tuple[int, str]] = {}
     merged_how: dict[str, str] = {}
+    varied: set[str] = set()
     offset = 0
-    for (keys, entries), rank, how in zip(stages, first_ranks, merges):
+    for (keys, entries), rank, (how, stage_varied) in zip(stages, first_ranks, merges):
         stage = []
         for key in keys:
             entry = entries[key]
@@ -665,6 +676,8 @@ def _join_stages(
             stage.append((new_key, entry))
             if key in how:
                 merged_how[new_key] = how[key]  # a module on several stages: as its last stage merged it
+            if key in stage_varied:
+                varied.add(new_key)
             if rank != 0 or new_key != key:
                 origins.setdefault(new_key, (rank, key))
         renamed.append(stage)
@@ -691,7 +704,7 @@ def _join_stages(
                 continue
             keys_out.append(key)
             entries_out[key] = entry
-    return keys_out, entries_out, {k: v for k, v in origins.items() if k in entries_out}, merged_how
+    return keys_out, entries_out, {k: v for k, v in origins.items() if k in entries_out}, merged_how, varied
 
 
 def _renumber(keys: list[str], entries: dict[str, ModuleEntry]) -> None:

@@ -72,6 +72,7 @@ def _joined_ranks(dumps: Sequence[Dump], source: DumpSource, renamed: list[dict[
     origins: dict[str, tuple[int, str]] = {}
     dropped: dict[str, str] = {}
     peers: dict[int, tuple[int, ...]] = {}
+    varied: set[str] = set()
     notes = list(infos[0].notes)
     for index, (info, names) in enumerate(zip(infos, renamed)):
         assert info is not None and len(info.files) == per  # each step holds the first step's ranks (dumpsource)
@@ -82,6 +83,8 @@ def _joined_ranks(dumps: Sequence[Dump], source: DumpSource, renamed: list[dict[
                 origins[new_key] = (offset + file_index, original)
             if key in info.merges:
                 merges[new_key] = info.merges[key]
+            if key in info.varied:
+                varied.add(new_key)
         for key, why in info.dropped.items():
             dropped.setdefault(f"{key[: key.rindex('.') + 1]}*", f"step{source.joined_steps[index]}: {why}")
         for local in range(per):
@@ -100,6 +103,7 @@ def _joined_ranks(dumps: Sequence[Dump], source: DumpSource, renamed: list[dict[
         origins,
         dropped,
         peers,
+        frozenset(varied),
     )
 
 

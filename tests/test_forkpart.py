@@ -1,0 +1,60 @@
+"""The report written by a forked child while the tables are (forkpart): the same files as one process writes, and
+the work done here when the child fails."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+from rca_lsp.core.forkpart import BackgroundWork
+from rca_lsp.core.outputs import write_outputs
+from rca_lsp.core.run import analyze_paths
+
+
+def _written_by(pid_file: Path, fail_in_child: str) -> list[Path]:
+    """Work that records which process did it; in a child it fails as `fail_in_child` says."""
+    if os.getpid() != int(pid_file.read_text()):
+        if fail_in_child == "raise":
+            raise OSError("no space left on device")
+        if fail_in_child == "exit":
+            os._exit(3)
+    done = pid_file.with_suffix(f".{os.getpid()}")
+    done.write_text("done")
+    return [done]
+
+
+@pytest.mark.parametrize("fail_in_child", ["no", "raise", "exit"])
+def test_the_work_is_done_once_in_the_child_or_here_when_the_child_fails(tmp_path: Path, fail_in_child: str) -> None:
+    pid_file = tmp_path / "parent.pid"
+    pid_file.write_text(str(os.getpid()))
+    with BackgroundWork(lambda: _written_by(pid_file, fail_in_child)) as background:
+        (done,) = background.result()
+    assert done.read_text() == "done"
+    by_parent = done.suffix == f".{os.getpid()}"
+    assert by_parent == (fail_in_child != "no")
+    assert sorted(tmp_path.glob("parent.*")) == sorted([pid_file, done])  # the work ran once
+
+
+def _without_run_id(path: Path, run_id: str) -> bytes:
+    return path.read_bytes().replace(run_id.encode(), b"RUN")
+
+
+@pytest.mark.parametrize("variant", ["tp2_sp_replica_desync", "healthy_fp32"])
+def test_the_forked_report_is_what_one_process_writes(tmp_path: Path, variant: str) -> None:
+    import json
+
+    folder = FIXTURES / variant
+    analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
+    outputs = {}
+    for fork in (False, True):
+        out = tmp_path / f"fork_{fork}"
+        written = write_outputs(analysis, out, fork=fork)
+        run_id = json.loads((out / "output_manifest.json").read_bytes())["run_id"]
+        outputs[fork] = (sorted(p.name for p in written), {p.name: _without_run_id(p, run_id) for p in written})
+    (names, files), (forked_names, forked_files) = outputs[False], outputs[True]
+    assert forked_names == names and "output_5_root_cause_report.html" in names
+    for name in ("output_5_root_cause_report.json", "output_5_root_cause_report.md", "output_3_value_compare.csv"):
+        assert forked_files[name] == files[name], name
