@@ -4,6 +4,7 @@ decoding, each worker dumping every forward as its own step): each step's ranks 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from rca_lsp.core.dump import Dump, DumpCache
 from rca_lsp.core.dumpsource import StepSpan, resolve_dump_source
 from rca_lsp.core.rankview import held_by, merged_slots, per_rank_rows
 from rca_lsp.core.run import analyze_paths
+from rca_lsp.core.tolerance import Tolerances
 
 ROOT = FIXTURES / "vllm_tp2_decode_steps_healthy" / "rollout"
 DOWN = "Module.model.layers.0.mlp.down_proj.RowParallelLinear.forward."
@@ -78,13 +80,33 @@ def test_a_joined_key_opens_in_its_step_rank_file() -> None:
 
 def test_per_rank_statistics_of_a_joined_key_are_its_steps_ranks() -> None:
     joined = _joined()
-    assert merged_slots(joined, f"{DOWN}3") == ["input"]  # row-parallel: the input is sharded
+    assert merged_slots(joined, [f"{DOWN}3"]) == ["input"]  # row-parallel: the input is sharded
     for n in (0, 3):
-        rows = per_rank_rows(joined, f"{DOWN}{n}", ["input"])
+        rows = per_rank_rows(joined, [f"{DOWN}{n}"], ["input"], Tolerances())
         files = [json.loads((ROOT / f"step{n}" / f"rank{r}" / "dump.json").read_text())["data"] for r in (0, 1)]
         dumped = [tuple(f[f"{DOWN}0"]["input_args"][0][s] for s in STATS) for f in files]
         assert rows == [("input", 0, dumped[0]), ("input", 1, dumped[1])]
-    assert per_rank_rows(joined, f"{DOWN}0", ["input"]) != per_rank_rows(joined, f"{DOWN}3", ["input"])
+    assert per_rank_rows(joined, [f"{DOWN}0"], ["input"], Tolerances()) != per_rank_rows(
+        joined, [f"{DOWN}3"], ["input"], Tolerances()
+    )
+
+
+def test_per_rank_statistics_of_every_call_are_each_rank_s_calls_joined() -> None:
+    """A record joining the 5 calls: each rank's row is that rank's 5 step files' copies joined along the sequence
+    (exact aggregates: max of maxes, numel-weighted mean, root of summed squared norms)."""
+    joined = _joined()
+    calls = [f"{DOWN}{n}" for n in range(5)]
+    assert merged_slots(joined, calls) == ["input"]
+    rows = per_rank_rows(joined, calls, ["input"], Tolerances())
+    assert [(slot, rank) for slot, rank, _ in rows] == [("input", 0), ("input", 1)]
+    for _, rank, (high, low, mean, norm) in rows:
+        files = [json.loads((ROOT / f"step{n}" / f"rank{rank}" / "dump.json").read_text())["data"] for n in range(5)]
+        parts = [f[f"{DOWN}0"]["input_args"][0] for f in files]
+        tokens = [p["shape"][0] for p in parts]
+        assert tokens == [8, 1, 1, 1, 1]
+        assert high == max(p["Max"] for p in parts) and low == min(p["Min"] for p in parts)
+        assert mean == pytest.approx(sum(p["Mean"] * t for p, t in zip(parts, tokens)) / sum(tokens), rel=1e-12)
+        assert norm == pytest.approx(math.sqrt(sum(p["Norm"] ** 2 for p in parts)), rel=1e-12)
 
 
 def test_how_the_ranks_were_merged_is_said_once() -> None:
