@@ -1,5 +1,9 @@
 """One key's entry as each rank dumped it, read on demand from the rank files (the merged dump keeps only the
-merge): what the hover and the report show when a sharded slot diverges, so the rank carrying it can be seen."""
+merge): what the hover and the report show when a sharded slot diverges, so the rank carrying it can be seen.
+
+A record's rows and rank-by-rank verdicts are of its whole group: each rank's copies of every key of the group (a
+decoding rollout's calls, one per step file when its steps were joined), joined and combined by the code that joins
+and combines the logical dump's (calls, module), never by a second join here."""
 
 from __future__ import annotations
 
