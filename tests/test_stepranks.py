@@ -17,6 +17,7 @@ from rca_lsp.core.dump import Dump, DumpCache
 from rca_lsp.core.dumpsource import StepSpan, resolve_dump_source
 from rca_lsp.core.rankview import held_by, merged_slots, per_rank_rows, rank_by_rank
 from rca_lsp.core.records import ModuleRecord
+from rca_lsp.core.report_md import render_markdown
 from rca_lsp.core.run import analyze_paths
 from rca_lsp.core.tolerance import Tolerances
 from rca_lsp.server.hover import hover_markdown
@@ -199,3 +200,4 @@ def test_a_fault_on_one_rank_s_decode_steps_is_named_with_its_rank() -> None:
         assert close == (r != rank), r
     hover = hover_markdown(analysis, first["train_key"], None) or ""
     assert f"Rank by rank: rank {rank}: output.0 differ" in hover
+    assert f"- Rank by rank: rank {rank}: output.0 differ\n" in render_markdown(analysis)
