@@ -1,19 +1,26 @@
 """A tensor-parallel rollout dumped one msprobe step per engine step (vllm_tp2_decode_steps_*: real vLLM at TP=2
-decoding, each worker dumping every forward as its own step): each step's ranks merged, then the steps joined."""
+decoding, each worker dumping every forward as its own step): each step's ranks merged, then the steps joined; against
+a train run of the same TP layout, compared rank by rank over every joined call."""
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
 import pytest
 from conftest import FIXTURES, expected, rollout_options
 
+from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.dump import Dump, DumpCache
 from rca_lsp.core.dumpsource import StepSpan, resolve_dump_source
-from rca_lsp.core.rankview import held_by, merged_slots, per_rank_rows
+from rca_lsp.core.rankview import held_by, merged_slots, per_rank_rows, rank_by_rank
+from rca_lsp.core.records import ModuleRecord
+from rca_lsp.core.report_md import render_markdown
 from rca_lsp.core.run import analyze_paths
+from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.server.hover import hover_markdown
 
 ROOT = FIXTURES / "vllm_tp2_decode_steps_healthy" / "rollout"
 DOWN = "Module.model.layers.0.mlp.down_proj.RowParallelLinear.forward."
@@ -28,7 +35,7 @@ def _step(n: int, root: Path = ROOT) -> Dump:
     return DumpCache().get(resolve_dump_source(root, n))
 
 
-@pytest.mark.parametrize("fault", ["healthy", "norm_eps"])
+@pytest.mark.parametrize("fault", ["healthy", "norm_eps", "tp2_healthy", "rank_desync"])
 def test_the_joined_tp2_decode_is_diagnosed_over_every_call(fault: str) -> None:
     variant = f"vllm_tp2_decode_steps_{fault}"
     folder = FIXTURES / variant
@@ -78,13 +85,33 @@ def test_a_joined_key_opens_in_its_step_rank_file() -> None:
 
 def test_per_rank_statistics_of_a_joined_key_are_its_steps_ranks() -> None:
     joined = _joined()
-    assert merged_slots(joined, f"{DOWN}3") == ["input"]  # row-parallel: the input is sharded
+    assert merged_slots(joined, [f"{DOWN}3"]) == ["input"]  # row-parallel: the input is sharded
     for n in (0, 3):
-        rows = per_rank_rows(joined, f"{DOWN}{n}", ["input"])
+        rows = per_rank_rows(joined, [f"{DOWN}{n}"], ["input"], Tolerances())
         files = [json.loads((ROOT / f"step{n}" / f"rank{r}" / "dump.json").read_text())["data"] for r in (0, 1)]
         dumped = [tuple(f[f"{DOWN}0"]["input_args"][0][s] for s in STATS) for f in files]
         assert rows == [("input", 0, dumped[0]), ("input", 1, dumped[1])]
-    assert per_rank_rows(joined, f"{DOWN}0", ["input"]) != per_rank_rows(joined, f"{DOWN}3", ["input"])
+    assert per_rank_rows(joined, [f"{DOWN}0"], ["input"], Tolerances()) != per_rank_rows(
+        joined, [f"{DOWN}3"], ["input"], Tolerances()
+    )
+
+
+def test_per_rank_statistics_of_every_call_are_each_rank_s_calls_joined() -> None:
+    """A record joining the 5 calls: each rank's row is that rank's 5 step files' copies joined along the sequence
+    (exact aggregates: max of maxes, numel-weighted mean, root of summed squared norms)."""
+    joined = _joined()
+    calls = [f"{DOWN}{n}" for n in range(5)]
+    assert merged_slots(joined, calls) == ["input"]
+    rows = per_rank_rows(joined, calls, ["input"], Tolerances())
+    assert [(slot, rank) for slot, rank, _ in rows] == [("input", 0), ("input", 1)]
+    for _, rank, (high, low, mean, norm) in rows:
+        files = [json.loads((ROOT / f"step{n}" / f"rank{rank}" / "dump.json").read_text())["data"] for n in range(5)]
+        parts = [f[f"{DOWN}0"]["input_args"][0] for f in files]
+        tokens = [p["shape"][0] for p in parts]
+        assert tokens == [8, 1, 1, 1, 1]
+        assert high == max(p["Max"] for p in parts) and low == min(p["Min"] for p in parts)
+        assert mean == pytest.approx(sum(p["Mean"] * t for p, t in zip(parts, tokens)) / sum(tokens), rel=1e-12)
+        assert norm == pytest.approx(math.sqrt(sum(p["Norm"] ** 2 for p in parts)), rel=1e-12)
 
 
 def test_how_the_ranks_were_merged_is_said_once() -> None:
@@ -123,3 +150,54 @@ def test_a_step_merged_in_another_layout_is_said_so(tmp_path: Path) -> None:
     joined = _joined(tmp_path / "rollout")
     assert joined.parallel is not None and joined.parallel.layout.startswith("tp=2, pp=1")
     assert "step3: ranks laid out as tp=1, pp=2, ep=1, dp=1 (inferred from the dumps)" in joined.parallel.notes
+
+
+def _analysed(variant: str) -> Analysis:
+    folder = FIXTURES / variant
+    return analyze_paths(
+        folder / "train", folder / "rollout", folder / "mapping_key.json", rollout_options=rollout_options(variant)
+    )
+
+
+def _verdicts(analysis: Analysis, record: ModuleRecord, first_call_only: bool = False) -> list[str]:
+    c = record.comparison
+    rollout_keys = c.rollout_keys[:1] if first_call_only else c.rollout_keys
+    return rank_by_rank(analysis.train, analysis.rollout, c.train_keys, rollout_keys, analysis.comparator.tolerances)
+
+
+def test_both_sides_tp2_healthy_agree_rank_by_rank_on_every_record() -> None:
+    """Megatron TP=2 against vLLM TP=2 decoding (vllm_tp2_decode_steps_tp2_healthy): every record, each rank's 5
+    joined calls against the train rank's shard, agrees (fused-residual norms read as the records are)."""
+    analysis = _analysed("vllm_tp2_decode_steps_tp2_healthy")
+    assert analysis.report["parallel"]["train"]["ranks"] == [0, 1] and analysis.suspects == []
+    mapping = json.loads((FIXTURES / "vllm_tp2_decode_steps_tp2_healthy" / "mapping_key.json").read_text())
+    assert len(analysis.records) == len(mapping)
+    assert [(r.train_key, v) for r in analysis.records if (v := _verdicts(analysis, r))] == []
+
+
+def test_a_fault_on_one_rank_s_decode_steps_is_named_with_its_rank() -> None:
+    """vllm_tp2_decode_steps_rank_desync: rank 1's gate_up_proj is wrong on the 4 decode steps only. Rank by rank
+    over the joined calls names rank 1 alone."""
+    variant = "vllm_tp2_decode_steps_rank_desync"
+    truth = expected(variant)
+    rank = truth["true_fault"]["rank"]
+    analysis = _analysed(variant)
+    first = analysis.report["first_divergence"]
+    assert first["train_key"] == truth["root_cause"]["train_key"]
+    assert first["rank_by_rank"] == [f"rank {rank}: output.0 differ"]
+    record = analysis.suspects[0].record
+    assert len(record.comparison.rollout_keys) == 5
+    # the prefill call alone (what was compared before) holds 8 of the train's 12 tokens: both ranks "differ"
+    assert [v.split(":")[0] for v in _verdicts(analysis, record, first_call_only=True)] == ["rank 0", "rank 1"]
+    # each side's per-rank rows of the output: the rollout's are its 12 tokens' (5 calls joined), like the train's
+    rows = {
+        side: {row["rank"]: row for row in first[f"{side}_per_rank"] if row["slot"] == "output.0"}
+        for side in ("train", "rollout")
+    }
+    assert sorted(rows["train"]) == sorted(rows["rollout"]) == [0, 1]
+    for r in (0, 1):
+        close = all(rows["train"][r][s] == pytest.approx(rows["rollout"][r][s], rel=1e-4, abs=1e-5) for s in STATS)
+        assert close == (r != rank), r
+    hover = hover_markdown(analysis, first["train_key"], None) or ""
+    assert f"Rank by rank: rank {rank}: output.0 differ" in hover
+    assert f"- Rank by rank: rank {rank}: output.0 differ\n" in render_markdown(analysis)

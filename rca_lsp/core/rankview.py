@@ -1,13 +1,21 @@
 """One key's entry as each rank dumped it, read on demand from the rank files (the merged dump keeps only the
-merge): what the hover and the report show when a sharded slot diverges, so the rank carrying it can be seen."""
+merge): what the hover and the report show when a sharded slot diverges, so the rank carrying it can be seen.
+
+A record's rows and rank-by-rank verdicts are of its whole group: each rank's copies of every key of the group (a
+decoding rollout's calls, one per step file when its steps were joined), joined and combined by the code that joins
+and combines the logical dump's (calls, module), never by a second join here."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
+import msgspec
+
+from rca_lsp.core.calls import fold_calls
 from rca_lsp.core.compare import quick_verdict
-from rca_lsp.core.dump import Dump, ModuleEntry, ParallelInfo, raw_entry, slot_label
+from rca_lsp.core.dump import Dump, ModuleEntry, ParallelInfo, raw_entry
+from rca_lsp.core.module import compare_module
 from rca_lsp.core.rankfile import read_raw_entry
 from rca_lsp.core.rankmerge import slot_stats
 from rca_lsp.core.tolerance import Tolerances
@@ -62,42 +70,78 @@ def _read_entry(path: Path, key: str) -> ModuleEntry | None:
 StatRow = tuple[str, int, tuple[float | None, float | None, float | None, float | None]]
 
 
-def per_rank_rows(dump: Dump, key: str, slots: list[str]) -> list[StatRow]:
-    """(slot, rank, (Max, Min, Mean, Norm)) for each slot on each rank."""
+def rank_parts(dump: Dump, keys: Sequence[str]) -> dict[int, list[ModuleEntry]]:
+    """Each rank's copies of a record's keys on one side (in key order), named as in the logical dump (its key,
+    path and call number, not the rank file's local name), so that a rank's copies of one module's calls join as the
+    logical dump's calls do (a decoding rollout: one call per step file). Only ranks holding a copy of every key."""
+    found: dict[int, list[ModuleEntry]] = {}
+    for key in keys:
+        logical = dump.entries.get(key)
+        for copy in rank_copies(dump, key):
+            entry = copy.entry
+            if logical is not None:
+                entry = msgspec.structs.replace(
+                    entry, key=key, path=logical.path, call_index=logical.call_index, position=logical.position
+                )
+            found.setdefault(copy.rank, []).append(entry)
+    return {rank: parts for rank, parts in found.items() if len(parts) == len(keys)}
+
+
+def _first_module(keys: Sequence[str]) -> list[str]:
+    """The keys that are calls of the first key's module (`....forward.<n>` with the same stem)."""
+    stem = keys[0].rpartition(".")[0]
+    return [key for key in keys if key.rpartition(".")[0] == stem]
+
+
+def per_rank_rows(dump: Dump, keys: Sequence[str], slots: list[str], tolerances: Tolerances) -> list[StatRow]:
+    """(slot, rank, (Max, Min, Mean, Norm)) for each slot on each rank, of a record's first module on one side:
+    with several calls (decode steps, micro-batches), each rank's copies of them joined along the sequence as the
+    logical dump's are (calls.join_calls), so the rows are the whole group's, not its first call's."""
     rows: list[StatRow] = []
-    copies = rank_copies(dump, key)
+    joined = {}
+    for rank, parts in rank_parts(dump, _first_module(keys)).items():
+        folded, _ = fold_calls(parts, tolerances)
+        joined[rank] = folded[0]
     for slot in slots:
-        for copy in copies:
-            stats = slot_stats(copy.entry, slot)
+        for rank, entry in joined.items():
+            stats = slot_stats(entry, slot)
             if stats is not None:
-                rows.append((slot, copy.rank, (stats.max, stats.min, stats.mean, stats.norm)))
+                rows.append((slot, rank, (stats.max, stats.min, stats.mean, stats.norm)))
     return rows
 
 
-def merged_slots(dump: Dump, key: str) -> list[str]:
-    """The slots of a key that were merged from shards or whose copies disagree (what per-rank rows are for)."""
-    how = dump.parallel.merges.get(key, "") if dump.parallel is not None else ""
+def merged_slots(dump: Dump, keys: Sequence[str]) -> list[str]:
+    """The slots of a record's first module (any of its calls) that were merged from shards or whose copies
+    disagree (what per-rank rows are for)."""
+    merges = dump.parallel.merges if dump.parallel is not None else {}
+    how = "; ".join(merges[key] for key in _first_module(keys) if key in merges)
     return [slot for slot in ("input", "output") if f"{slot} sharded" in how] + sorted(
         {part.split(" ", 1)[0] for part in how.split("; ") if part.startswith("parameters.")}
     )
 
 
-def rank_by_rank(train: Dump, rollout: Dump, train_key: str, rollout_key: str, tolerances: Tolerances) -> list[str]:
-    """When both sides were merged from the same number of ranks: each rank's copy of each slot against the same
-    rank's on the other side, naming the ranks that differ ([] when the layouts differ or nothing differs)."""
+def rank_by_rank(
+    train: Dump, rollout: Dump, train_keys: Sequence[str], rollout_keys: Sequence[str], tolerances: Tolerances
+) -> list[str]:
+    """When both sides were merged from the same number of ranks: each rank's part of a record against the same
+    rank's on the other side, naming the ranks whose targets differ ([] when the layouts differ or nothing differs).
+    A rank's part is compared as the record is (module.compare_module on that rank's copies of the record's keys):
+    calls joined along the sequence, fused parts combined, a carried residual stream read the same way, so a
+    fault only in a rollout's decode steps on one rank is named with its rank."""
     if train.parallel is None or rollout.parallel is None or train.parallel.rank_count != rollout.parallel.rank_count:
         return []
-    theirs = {copy.rank: copy.entry for copy in rank_copies(rollout, rollout_key)}
+    theirs = rank_parts(rollout, rollout_keys)
     found = []
-    for copy in rank_copies(train, train_key):
-        other = theirs.get(copy.rank)
+    for rank, ours in rank_parts(train, train_keys).items():
+        other = theirs.get(rank)
         if other is None:
             continue
-        differing = [
-            slot
-            for slot in ("input", "output", *(f"parameters.{n}" for n in copy.entry.parameters))
-            if quick_verdict(slot_stats(copy.entry, slot), slot_stats(other, slot), tolerances)[0] == "mismatch"
-        ]
+        comparison = compare_module(ours, other, tolerances)
+        differing = dict.fromkeys(
+            spec.target
+            for spec in comparison.target_specs()
+            if quick_verdict(spec.train, spec.rollout, tolerances)[0] == "mismatch"
+        )
         if differing:
-            found.append(f"rank {copy.rank}: {', '.join(slot_label(s) for s in differing)} differ")
+            found.append(f"rank {rank}: {', '.join(differing)} differ")
     return found

@@ -242,21 +242,22 @@ def _with_ranks(analysis: Analysis, found: dict[str, Any], suspect: Suspect) -> 
     verdicts."""
     found["confidence"] = confidence(analysis, suspect)
     record = suspect.record
-    for side, dump, key in (
-        ("train", analysis.train, record.train_key),
-        ("rollout", analysis.rollout, record.rollout_key),
+    tolerances = analysis.comparator.tolerances
+    for side, dump, keys in (
+        ("train", analysis.train, record.comparison.train_keys),
+        ("rollout", analysis.rollout, record.comparison.rollout_keys),
     ):
-        holders = held_by(dump, key)
+        holders = held_by(dump, keys[0])
         if holders is not None:
             found[f"{side}_ranks"] = holders
-        slots = merged_slots(dump, key)
+        slots = merged_slots(dump, keys)
         if slots:
             found[f"{side}_per_rank"] = [
                 {"slot": slot_label(slot), "rank": rank, "Max": v[0], "Min": v[1], "Mean": v[2], "Norm": v[3]}
-                for slot, rank, v in per_rank_rows(dump, key, slots)
+                for slot, rank, v in per_rank_rows(dump, keys, slots, tolerances)
             ]
     verdicts = rank_by_rank(
-        analysis.train, analysis.rollout, record.train_key, record.rollout_key, analysis.comparator.tolerances
+        analysis.train, analysis.rollout, record.comparison.train_keys, record.comparison.rollout_keys, tolerances
     )
     if verdicts:
         found["rank_by_rank"] = verdicts

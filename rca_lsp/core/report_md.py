@@ -102,6 +102,9 @@ def _judgement(analysis: "Analysis") -> list[str]:
                 f"- In the {side} rank files: rank{'s' if len(holders['ranks']) > 1 else ''} "
                 f"{', '.join(map(str, holders['ranks']))}{named}"
             )
+    verdicts = (report["first_divergence"] or {}).get("rank_by_rank")
+    if verdicts:  # both sides merged from the same ranks: which rank carries the divergence
+        lines.append(f"- Rank by rank: {'; '.join(verdicts)}")
     if first.boundary is not None:
         lines.append(
             f"- Last aligned boundary before it: {_code(first.boundary.train_key)} ↔ "

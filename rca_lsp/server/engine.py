@@ -10,7 +10,7 @@ from rca_lsp.core.dumpsource import DumpSource
 from rca_lsp.core.errors import InputError
 from rca_lsp.core.forkload import BackgroundDump
 from rca_lsp.core.mapping import ParsedMapping
-from rca_lsp.core.rankview import rank_copies
+from rca_lsp.core.rankview import rank_parts
 from rca_lsp.core.records import Comparator
 from rca_lsp.core.tolerance import Tolerances
 from rca_lsp.server.diagnostics import related_dump_keys
@@ -98,5 +98,5 @@ class Engine:
         analysis.train.prefetch_lines(k for train, _ in related for k in train)
         analysis.rollout.prefetch_lines(k for _, rollout in related for k in rollout)
         for suspect in [s for s in analysis.suspects if s.credible_origin][:MAX_ORIGINS_PER_RANK_READ]:
-            rank_copies(analysis.train, suspect.record.train_key)  # what their hover shows per rank, read once
-            rank_copies(analysis.rollout, suspect.record.rollout_key)
+            rank_parts(analysis.train, suspect.record.comparison.train_keys)  # what their hover shows per rank
+            rank_parts(analysis.rollout, suspect.record.comparison.rollout_keys)  # (every call), read once

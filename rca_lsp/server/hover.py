@@ -122,12 +122,13 @@ def _per_rank_lines(analysis: Analysis, record: ModuleRecord) -> list[str]:
     """Each rank's statistics of the merged slots of a divergence, and rank-by-rank verdicts when both sides were
     merged from the same number of ranks: which rank carries it."""
     lines = []
-    for side, dump, key in (
-        ("train", analysis.train, record.train_key),
-        ("rollout", analysis.rollout, record.rollout_key),
+    tolerances = analysis.comparator.tolerances
+    for side, dump, keys in (
+        ("train", analysis.train, record.comparison.train_keys),
+        ("rollout", analysis.rollout, record.comparison.rollout_keys),
     ):
-        slots = merged_slots(dump, key)[:3]
-        rows = per_rank_rows(dump, key, slots) if slots else []
+        slots = merged_slots(dump, keys)[:3]
+        rows = per_rank_rows(dump, keys, slots, tolerances) if slots else []
         if rows:
             lines += [
                 f"Per-rank statistics ({side}):",
@@ -140,7 +141,7 @@ def _per_rank_lines(analysis: Analysis, record: ModuleRecord) -> list[str]:
                 for slot, rank, values in rows
             ] + [""]
     verdicts = rank_by_rank(
-        analysis.train, analysis.rollout, record.train_key, record.rollout_key, analysis.comparator.tolerances
+        analysis.train, analysis.rollout, record.comparison.train_keys, record.comparison.rollout_keys, tolerances
     )
     if verdicts:
         lines += ["Rank by rank: " + "; ".join(verdicts), ""]
