@@ -22,10 +22,11 @@ Shards aggregate exactly (max of maxes, min of mins, root of summed squared norm
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 import msgspec
 
@@ -66,6 +67,7 @@ class _Plan:
     """Which ranks are merged how (indexes into the source's files)."""
 
     stages: list[list[int]]  # per pipeline stage, the ranks of its first data-parallel group
+    dumps: Sequence[Dump]  # the ranks' dumps, the first group's entries carrying any disagreement with replicas
     tp: int
     ep: int
     dp: int
@@ -75,7 +77,7 @@ class _Plan:
 
 def merge_ranks(dumps: Sequence[Dump], source: DumpSource) -> Dump:
     plan = _plan(dumps, source)
-    merger = _Merger(dumps, source)
+    merger = _Merger(plan.dumps, source)
     stage_dumps, stage_merges = [], []
     for ranks in plan.stages:
         merger.merges = {}  # per stage: keys are the stage's local names until the stages are joined
@@ -163,10 +165,10 @@ def _plan(dumps: Sequence[Dump], source: DumpSource) -> _Plan:
     dp = stage_size // group
     if dp > 1:
         notes.append(_data_parallel_note(dumps, stages, group, source))
-        notes += _replica_weight_differences(dumps, stages, group, source)
     tp, ep = _tp_ep(dumps, stages[0][:group], given, source)
     return _Plan(
         [stage[:group] for stage in stages],
+        _replica_disagreements(dumps, stages, group, source) if dp > 1 else dumps,
         tp,
         ep,
         dp,
@@ -212,53 +214,112 @@ def _data_group_size(
         if len(stage) % given.dp:
             raise InputError(source.label, f"{len(stage)} ranks per stage cannot form dp={given.dp} groups")
         return len(stage) // given.dp
-    undecided: tuple[int, int] | None = None
+    undecided: tuple[int, int, str] | None = None
     for size in range(1, len(stage)):
         if len(stage) % size:
             continue
         pairs = [(stage[i], stage[i + size]) for i in range(len(stage) - size)]
         verdicts = [_replicas_of_other_data(dumps[a], dumps[b]) for a, b in pairs]
-        if all(verdicts):
+        if all(v.replicas for v in verdicts):
             return size
-        if undecided is None and None in verdicts and False not in verdicts:
-            undecided = pairs[verdicts.index(None)]
+        if undecided is None and not any(v.replicas is False for v in verdicts):
+            index = next(i for i, v in enumerate(verdicts) if v.replicas is None)
+            undecided = (*pairs[index], verdicts[index].why)
     if undecided is not None:
-        a, b = (source.ranks[i] for i in undecided)
+        a, b, why = undecided
         notes.append(
-            f"cannot tell data-parallel replicas from tensor-parallel peers: ranks {a} and {b} read the same first "
-            "input and dump no weights to compare; all ranks of a stage were merged as tensor-parallel peers. If "
-            "some are data-parallel replicas, pass --parallel dp=N (setting `parallel`)"
+            f"cannot tell data-parallel replicas from tensor-parallel peers: ranks {source.ranks[a]} and "
+            f"{source.ranks[b]} {why}; all ranks of a stage were merged as tensor-parallel peers. If some are "
+            "data-parallel replicas, pass --parallel dp=N (setting `parallel`)"
         )
     return len(stage)
 
 
-def _replicas_of_other_data(a: Dump, b: Dump) -> bool | None:
+class _Verdict(NamedTuple):
+    replicas: bool | None  # None: the dumps cannot tell
+    why: str  # for the report when they cannot
+
+
+def _replicas_of_other_data(a: Dump, b: Dump) -> _Verdict:
     """Are two ranks of one stage data-parallel replicas? Yes when they read other data (their first module, the
-    embedding, has another input: tensor-parallel peers always read the same batch) or hold the same weights
-    (tensor- and expert-parallel peers hold different shards of the parallel layers' weights, or different
-    experts); no when those weights differ; None when neither can be seen (no weights dumped)."""
+    embedding, has another input: tensor-parallel peers always read the same batch); else their weights decide (see
+    `_weights_differ`): tensor-parallel peers hold other shards of every weight a parallel layer shards and the same
+    replicated weights, expert-parallel peers other experts, replicas the same weights - all but any that drifted
+    out of sync."""
     first = a.keys[0]
     other = b.entries.get(first)
     if other is not None and a.entries[first].input is not None and other.input != a.entries[first].input:
-        return True
-    weighted = [(e, b.entries[k]) for k, e in a.entries.items() if e.parameters and k in b.entries]
-    sharded = [(e, o) for e, o in weighted if _parallel_kind(e.class_name)]
-    compared = sharded or weighted
-    if not compared:
-        return None
-    return all(e.parameters == o.parameters for e, o in compared)
+        return _Verdict(True, "")
+    sharded, replicated = _weights_differ(a, b)
+    if not sharded:
+        weighted = [(e, b.entries[k]) for k, e in a.entries.items() if e.parameters and k in b.entries]
+        if not weighted:
+            return _Verdict(None, "read the same first input and dump no weights to compare")
+        return _Verdict(all(e.parameters == o.parameters for e, o in weighted), "")
+    differing = [d for scope in sharded.values() for d in scope]
+    if not any(differing):
+        return _Verdict(True, "")
+    if any(all(scope) for scope in sharded.values()):
+        # A scope (the experts, the rest) whose every sharded weight differs: other shards or other experts, i.e.
+        # peers - unless most replicated weights differ too (peers share those: a replica that missed an update?)
+        if 2 * sum(replicated) < len(replicated) or not replicated:
+            return _Verdict(False, "")
+        return _Verdict(
+            None,
+            f"read the same first input and differ in every weight the parallel layers shard and in "
+            f"{sum(replicated)} of the {len(replicated)} replicated ones (tensor-parallel peers share those; a "
+            "data-parallel replica that missed an update differs in all)",
+        )
+    # Some sharded weights the same, some not: shards of one tensor never are the same, so these are replicas of
+    # which a few weights drifted (a replica out of sync, reported as a disagreement) - unless most differ, which
+    # no reading settles (a replica that missed most of an update, or peers with coinciding shards).
+    if 2 * sum(differing) < len(differing):
+        return _Verdict(True, "")
+    return _Verdict(
+        None,
+        f"read the same first input and differ in {sum(differing)} of the {len(differing)} weights the parallel "
+        "layers shard (tensor-parallel peers differ in all, data-parallel replicas in none)",
+    )
+
+
+def _weights_differ(a: Dump, b: Dump) -> tuple[dict[bool, list[bool]], list[bool]]:
+    """For every weight both ranks dump that carries information (not constant: the shards of a constant tensor
+    look alike), whether their copies differ: those a parallel layer shards (as its class says) grouped by scope (in
+    the experts or not: expert-parallel peers share everything but the experts), and the replicated ones."""
+    sharded: dict[bool, list[bool]] = {}
+    replicated: list[bool] = []
+    for key, entry in a.entries.items():
+        other = b.entries.get(key)
+        if other is None or not entry.parameters:
+            continue
+        kind = _parallel_kind(entry.class_name)
+        for name, stats in entry.parameters.items():
+            theirs = other.parameters.get(name)
+            if theirs is None or not stats.observable or stats.max == stats.min:
+                continue
+            if kind is not None and _shard_dim(f"parameters.{name}", kind, stats) is not None:
+                sharded.setdefault(bool(_EXPERTS_SCOPE_RE.search(entry.path)), []).append(_differ(stats, theirs))
+            else:
+                replicated.append(_differ(stats, theirs))
+    return sharded, replicated
+
+
+def _differ(a: TensorStats, b: TensorStats) -> bool:
+    return a != b and copy_difference(a, b) > _TOLERANCES.for_dtypes(a.dtype)
 
 
 def _data_parallel_note(dumps: Sequence[Dump], stages: list[list[int]], group: int, source: DumpSource) -> str:
     dp = len(stages[0]) // group
-    same = all(
-        dumps[stage[i]].entries == dumps[stage[i % group]].entries for stage in stages for i in range(group, len(stage))
-    )
-    seen = (
-        "read the same batch as the first (their dumps are copies of its ranks')"
-        if same
-        else "saw other data (other batches: their statistics are not those of the first group)"
-    )
+    pairs = [(dumps[stage[i]], dumps[stage[i % group]]) for stage in stages for i in range(group, len(stage))]
+    if all(mine.entries == peer.entries for mine, peer in pairs):
+        seen = "read the same batch as the first (their dumps are copies of its ranks')"
+    elif all(_same_but_weights(mine, peer) for mine, peer in pairs):
+        seen = (
+            "read the same batch as the first (their dumps are copies of its ranks' up to a weight that differs: "
+            "see the disagreements)"
+        )
+    else:
+        seen = "saw other data (other batches: their statistics are not those of the first group)"
     ranks = ", ".join(str(source.ranks[i]) for each in stages for i in each[:group])
     return (
         f"data parallel: dp={dp} (groups of {group} ranks per stage); the other data-parallel groups {seen} "
@@ -266,26 +327,46 @@ def _data_parallel_note(dumps: Sequence[Dump], stages: list[list[int]], group: i
     )
 
 
-def _replica_weight_differences(
+def _same_but_weights(a: Dump, b: Dump) -> bool:
+    """Copies up to the first weight that differs (a replica out of sync reading the same batch: what follows the
+    drifted weight differs too), or copies throughout."""
+    for key in a.keys:
+        mine, theirs = a.entries[key], b.entries.get(key)
+        if mine == theirs:
+            continue
+        return theirs is not None and mine.input == theirs.input and mine.parameters != theirs.parameters
+    return True
+
+
+def _replica_disagreements(
     dumps: Sequence[Dump], stages: list[list[int]], group: int, source: DumpSource
-) -> list[str]:
-    """Data-parallel replicas hold the same weights: the ranks of other groups whose weights differ from their
-    first-group peer's (a replica out of sync; the analysis sees the first group only)."""
-    notes = []
+) -> list[Dump]:
+    """Data-parallel replicas hold the same weights, whatever data they read: each weight of a first-group rank whose
+    copy on a replica in another group differs becomes a disagreement of that rank's entry (a replica out of sync;
+    the merge carries it into the logical entry, a finding of its own). The dumps, the first group's thus marked."""
+    marked = list(dumps)
     for stage in stages:
-        for i in range(group, len(stage)):
-            mine, peer = dumps[stage[i]], dumps[stage[i % group]]
-            differing = [
-                k for k, e in peer.entries.items() if k in mine.entries and mine.entries[k].parameters != e.parameters
-            ]
-            if differing:
-                notes.append(
-                    f"data-parallel replicas disagree on weights: rank {source.ranks[stage[i]]}'s parameters differ "
-                    f"from rank {source.ranks[stage[i % group]]}'s in {len(differing)} module"
-                    f"{'s' if len(differing) > 1 else ''}, e.g. "
-                    f"{', '.join(differing[:MAX_LISTED_KEYS])} (only the first data-parallel group is analysed)"
+        for i in range(group):
+            mine = dumps[stage[i]]
+            replicas = [stage[j] for j in range(i + group, len(stage), group)]
+            changed: dict[str, ModuleEntry] = {}
+            for key, entry in mine.entries.items():
+                found = []
+                for name, stats in entry.parameters.items():
+                    copies = [stats] + [
+                        dumps[r].entries[key].parameters.get(name) if key in dumps[r].entries else None
+                        for r in replicas
+                    ]
+                    disagreement = _disagreement(f"parameters.{name}", copies, [stage[i], *replicas], source)
+                    if disagreement is not None:
+                        found.append(disagreement)
+                if found:
+                    changed[key] = msgspec.structs.replace(entry, disagreements=entry.disagreements + tuple(found))
+            if changed:
+                marked[stage[i]] = dataclasses.replace(
+                    mine, entries={**mine.entries, **changed}, _line_cache={}, rank_entry_cache={}
                 )
-    return notes
+    return marked
 
 
 def _expert_free(dump: Dump) -> list[str]:
@@ -439,14 +520,14 @@ class _Merger:
         assert first is not None
         if all(c == first for c in copies[1:]):
             return first  # the common case: nothing to compare slot by slot
-        found = []
+        found = list(_carried(copies))
         for slot, _ in entry_slots(first):
             others = [slot_stats(c, slot) if c is not None else None for c in copies]
             disagreement = _disagreement(slot, others, ranks, self.source)
             if disagreement is not None:
                 found.append(disagreement)
         if found:
-            self.merges[key] = "; ".join(d.describe() for d in found)
+            self.merges[key] = "; ".join(d.describe() for d in found if d not in first.disagreements)
             return msgspec.structs.replace(first, disagreements=tuple(found))
         return first
 
@@ -463,7 +544,7 @@ class _Merger:
             else:
                 merged[slot] = aggregate(copies, _concatenated(stats.shape, 0, len(copies)))  # type: ignore[arg-type]
         self.merges[key] = f"{what} partial results concatenated over {len(parts)} ranks"
-        return _with_slots(first, merged, ())
+        return _with_slots(first, merged, _carried(parts))
 
     def _tensor_parallel(self, key: str, parts: Sequence[ModuleEntry], ranks: list[int]) -> ModuleEntry:
         """Peers that are not all equal, slot by slot."""
@@ -476,7 +557,7 @@ class _Merger:
         )
         merged: dict[str, TensorStats | None] = {}
         described: list[str] = []
-        found: list[Disagreement] = []
+        found: list[Disagreement] = list(_carried(parts))
         for slot, _ in entry_slots(first):
             copies = [slot_stats(p, slot) for p in parts]
             stats, how, disagreement = self._slot(slot, copies, kind, ranks, first.call_index, qkv)
@@ -610,6 +691,12 @@ def slot_stats(entry: ModuleEntry, slot: str) -> TensorStats | None:
         return getattr(entry, slot)  # type: ignore[no-any-return]
     group, _, name = slot.partition(".")
     return (entry.kwargs if group == "input_kwargs" else entry.parameters).get(name)
+
+
+def _carried(entries: Sequence[ModuleEntry | None]) -> tuple[Disagreement, ...]:
+    """The disagreements the entries of one logical module already carry (with data-parallel replicas), once each:
+    merging the ranks keeps them."""
+    return tuple(dict.fromkeys(d for e in entries if e is not None for d in e.disagreements))
 
 
 def _with_slots(
