@@ -7,9 +7,10 @@ tensor, every pipeline stage names its layers by local index, every expert-paral
 1. pipeline stages: ranks with the same key set (or a prefix of it: a rank that died mid-dump) form a stage; a
    stage's layers are renamed to global indices (offset = distinct layers on the earlier stages); modules on every
    stage (model, block, rotary) take their input from the first stage and their output from the last;
-2. data parallel: ranks one data-parallel group apart that hold the same weights of the parallel layers, or whose
-   first module (the embedding) read other data, are replicas: the first data-parallel group is analysed, and the
-   report says so (when the dumps cannot tell, too);
+2. data parallel: ranks one data-parallel group apart whose first module (the embedding) read other data, or that
+   hold the same sharded weights of the parallel layers but for a few (a replica out of sync), are replicas: the
+   first data-parallel group is analysed, and the report says so (when the dumps cannot tell, too); a weight a
+   replica holds otherwise than its first-group peer is a disagreement of replicas on the merged entry;
 3. expert parallel: ranks identical outside their experts hold different experts: `local_experts.<j>` of EP rank
    e becomes `local_experts.<e * local + j>`;
 4. tensor parallel, per slot: identical copies are replicas; differing activations are shards (column-parallel
@@ -38,8 +39,8 @@ from rca_lsp.core.qkvlayout import (
     QKV_CLASS,
     QkvEntry,
     QkvLayout,
-    find_qkv_layout,
-    layout_note,
+    find_qkv_layouts,
+    layout_notes,
     merged_column_how,
     qkv_entry,
 )
@@ -429,7 +430,7 @@ class _Merger:
         self.origins: dict[str, tuple[int, str]] = {}
         self.dropped: dict[str, str] = {}
         self.sequence_parallel = False
-        self.qkv_layouts: dict[tuple[int, ...], QkvLayout] = {}  # per tensor-parallel group: decided once
+        self.qkv_layouts: dict[tuple[int, ...], dict[str, QkvLayout]] = {}  # per tensor-parallel group, per key
 
     def stage(self, ranks: list[int], plan: _Plan) -> tuple[list[str], dict[str, ModuleEntry]]:
         """One stage's logical keys (local layer names) and entries: experts joined, then tensor shards merged."""
@@ -574,16 +575,20 @@ class _Merger:
         return _with_slots(first, merged, tuple(found))
 
     def _qkv_layout(self, key: str, ranks: list[int]) -> QkvLayout:
-        """How the fused q/k/v projections of these tensor-parallel peers spread KV heads (decided on the first one
-        merged, the same for every layer); said once in the notes."""
+        """How the fused q/k/v projection `key` of these tensor-parallel peers spreads KV heads: decided for every
+        projection of the group when the first is merged (each on its own evidence, checked against the others);
+        said once in the notes."""
         group = tuple(ranks)
-        layout = self.qkv_layouts.get(group)
-        if layout is None:
-            layout = find_qkv_layout(self.dumps, self.source.files, ranks, key)
-            self.qkv_layouts[group] = layout
+        layouts = self.qkv_layouts.get(group)
+        if layouts is None:
+            first = self.dumps[ranks[0]]
+            keys = [k for k in first.keys if QKV_CLASS in first.entries[k].class_name]
+            names = [self.source.ranks[r] for r in ranks]
+            layouts = find_qkv_layouts(self.dumps, self.source.files, ranks, keys, names)
+            self.qkv_layouts[group] = layouts
             if len(self.qkv_layouts) == 1:
-                self.notes.append(layout_note(layout, len(ranks)))
-        return layout
+                self.notes += layout_notes(layouts, {k: first.entries[k].path for k in keys}, len(ranks))
+        return layouts[key]
 
     def _slot(
         self,
