@@ -219,13 +219,17 @@ def _data_group_size(
     for size in range(1, len(stage)):
         if len(stage) % size:
             continue
-        pairs = [(stage[i], stage[i + size]) for i in range(len(stage) - size)]
-        verdicts = [_replicas_of_other_data(dumps[a], dumps[b]) for a, b in pairs]
-        if all(v.replicas for v in verdicts):
-            return size
-        if undecided is None and not any(v.replicas is False for v in verdicts):
-            index = next(i for i, v in enumerate(verdicts) if v.replicas is None)
-            undecided = (*pairs[index], verdicts[index].why)
+        first_undecided: tuple[int, int, str] | None = None
+        for a, b in ((stage[i], stage[i + size]) for i in range(len(stage) - size)):
+            verdict = _replicas_of_other_data(dumps[a], dumps[b])
+            if verdict.replicas is False:
+                break  # not this size (nor undecided at it): the other pairs need no look
+            if verdict.replicas is None and first_undecided is None:
+                first_undecided = (a, b, verdict.why)
+        else:
+            if first_undecided is None:
+                return size
+            undecided = undecided or first_undecided
     if undecided is not None:
         a, b, why = undecided
         notes.append(
@@ -263,7 +267,7 @@ def _replicas_of_other_data(a: Dump, b: Dump) -> _Verdict:
     if any(all(scope) for scope in sharded.values()):
         # A scope (the experts, the rest) whose every sharded weight differs: other shards or other experts, i.e.
         # peers - unless most replicated weights differ too (peers share those: a replica that missed an update?)
-        if 2 * sum(replicated) < len(replicated) or not replicated:
+        if not replicated or 2 * sum(replicated) < len(replicated):
             return _Verdict(False, "")
         return _Verdict(
             None,
@@ -298,15 +302,13 @@ def _weights_differ(a: Dump, b: Dump) -> tuple[dict[bool, list[bool]], list[bool
             theirs = other.parameters.get(name)
             if theirs is None or not stats.observable or stats.max == stats.min:
                 continue
+            # Exact: replicas hold bit-identical weights (no arithmetic between them), and so every pair compares
+            # in C (a TP=8 dump has 10^4 weights per rank).
             if kind is not None and _shard_dim(f"parameters.{name}", kind, stats) is not None:
-                sharded.setdefault(bool(_EXPERTS_SCOPE_RE.search(entry.path)), []).append(_differ(stats, theirs))
+                sharded.setdefault(bool(_EXPERTS_SCOPE_RE.search(entry.path)), []).append(stats != theirs)
             else:
-                replicated.append(_differ(stats, theirs))
+                replicated.append(stats != theirs)
     return sharded, replicated
-
-
-def _differ(a: TensorStats, b: TensorStats) -> bool:
-    return a != b and copy_difference(a, b) > _TOLERANCES.for_dtypes(a.dtype)
 
 
 def _data_parallel_note(dumps: Sequence[Dump], stages: list[list[int]], group: int, source: DumpSource) -> str:
@@ -352,12 +354,12 @@ def _replica_disagreements(
             replicas = [stage[j] for j in range(i + group, len(stage), group)]
             changed: dict[str, ModuleEntry] = {}
             for key, entry in mine.entries.items():
+                others = [dumps[r].entries.get(key) for r in replicas]
+                if not entry.parameters or all(o is not None and o.parameters == entry.parameters for o in others):
+                    continue  # the common case, in C
                 found = []
                 for name, stats in entry.parameters.items():
-                    copies = [stats] + [
-                        dumps[r].entries[key].parameters.get(name) if key in dumps[r].entries else None
-                        for r in replicas
-                    ]
+                    copies = [stats] + [o.parameters.get(name) if o is not None else None for o in others]
                     disagreement = _disagreement(f"parameters.{name}", copies, [stage[i], *replicas], source)
                     if disagreement is not None:
                         found.append(disagreement)
@@ -528,7 +530,9 @@ class _Merger:
             if disagreement is not None:
                 found.append(disagreement)
         if found:
-            self.merges[key] = "; ".join(d.describe() for d in found if d not in first.disagreements)
+            described = [d.describe() for d in found if d not in first.disagreements]
+            if described:
+                self.merges[key] = "; ".join(described)
             return msgspec.structs.replace(first, disagreements=tuple(found))
         return first
 
