@@ -175,19 +175,27 @@ def _edit_rank1_layer1_key_copy(rank: int, data: dict) -> None:
         data[ATTENTION.format(1)]["input_args"][1]["Norm"] *= 1.05
 
 
+def _layer1_with_sharded_kv_heads(rank: int, data: dict) -> None:
+    """Layer 1's attention inputs as in vllm_tp2_healthy (2 kv heads: each rank its own, the same per-rank widths):
+    a model whose layer 1 has other KV heads than layer 0."""
+    sharded = json.loads((FIXTURES / f"vllm_tp2_healthy/rollout/step0/rank{rank}/dump.json").read_text())["data"]
+    data[ATTENTION.format(1)]["input_args"] = sharded[ATTENTION.format(1)]["input_args"]
+
+
 @pytest.mark.parametrize(
     ("variant", "edit", "layer", "tp"),
     [
         ("vllm_tp2_kv_replica_desync", None, 0, 2),  # real: rank 1's copy of layer 0's key rows scaled in vLLM
         ("vllm_tp4_kv_replicated", _edit_rank1_layer1_key_copy, 1, 4),  # kv heads in pairs; layer 1 edited
+        ("vllm_tp2_kv_replicated", _layer1_with_sharded_kv_heads, 1, 2),  # layers of other KV layouts
     ],
 )
 def test_the_kv_layout_is_decided_per_layer_and_a_disagreeing_copy_is_said(
     variant: str, edit: Callable[[int, dict], None] | None, layer: int, tp: int, tmp_path: Path
 ) -> None:
-    """Replicated KV heads where one layer's copies on rank 1 differ from rank 0's: that layer alone is undecided (a
-    desynced copy or another KV layout: the dumps cannot tell), said with the rank and the layer whose identical
-    copies say replicated; Max/Min only there (exact either way). The other layer keeps its replicated layout and its
+    """Replicated KV heads where one layer's copies on rank 1 differ from rank 0's (a desynced copy, or a layer with
+    other KV heads of the same per-rank widths: the dumps cannot tell which): that layer alone is undecided, said
+    with the rank and the layer whose identical copies say replicated; Max/Min only there (exact either way). The other layer keeps its replicated layout and its
     exact merge. (Decided on the first layer alone, a fault there made the whole model look sharded and set both qkv
     pairs aside as a size mismatch.)"""
     merged = edited(variant, tmp_path, edit) if edit else rollout(variant)
