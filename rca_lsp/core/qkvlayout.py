@@ -11,9 +11,9 @@ computable (the shared part's sum and squared norm are unknown), so they are lef
 
 Which ranks share KV heads is read, for each projection, from the attention module called after it (vLLM
 `Attention`: inputs (q, k, v)), whose per-rank k and v copies are identical on ranks sharing a head; the layers are
-then checked against each other (see find_qkv_layouts). The output's own q, k, v parts are
-in the dump too (the rotary's q, k inputs and the attention's v input): where they add up to each rank's output,
-the replicated case merges exactly from them.
+then checked against each other (see find_qkv_layouts). The output's own q, k, v parts are in the dump too (the
+rotary's q, k inputs and the attention's v input): where they add up to each rank's output, the replicated case
+merges exactly from them.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from rca_lsp.core.tolerance import Tolerances
 
 QKV_CLASS = "QKVParallel"
 MERGED_CLASS = "MergedColumnParallel"
+_INPUTS_OF = "the q, k, v inputs of "  # how a layout's evidence names its attention module
 _LOOKAHEAD = 16  # keys after the projection searched for its attention module (rotary and norms come between)
 _TOLERANCES = Tolerances()
 
@@ -83,9 +84,9 @@ def find_qkv_layouts(
             None,
             layout.q_width,
             layout.kv_width,
-            f"{found.where}: {_differing(found.kv, replicas, names)}, where {where.removeprefix('the ')} (the same "
-            f"widths) are identical on {replicas} ranks each (replicated KV heads): a replicated copy out of sync or "
-            "a layer of another KV layout, which the dumps cannot tell apart",
+            f"{found.where}: {_differing(found.kv, replicas, names)}, where those of "
+            f"{where.removeprefix(_INPUTS_OF)} (the same widths) are identical on {replicas} ranks each (replicated KV "
+            "heads): a replicated copy out of sync or a layer of another KV layout, which the dumps cannot tell apart",
         )
     return layouts
 
@@ -108,7 +109,7 @@ def _kv_evidence(
     entry = first.entries[key]
     if attention is None:
         return QkvLayout(None, None, None, f"no attention module after {entry.path} to read its q, k, v from")
-    where = f"the q, k, v inputs of {first.entries[attention].path}"
+    where = f"{_INPUTS_OF}{first.entries[attention].path}"
     if any(inputs is None or len(inputs) < 3 for inputs in qkv_inputs):
         return QkvLayout(None, None, None, f"{where} are not three tensors on every rank")
     widths = {tuple(_width(t) for t in inputs[:3]) for inputs in qkv_inputs}  # type: ignore[index]
