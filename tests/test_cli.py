@@ -180,6 +180,28 @@ def test_a_parallel_run_is_merged_and_its_replica_disagreement_named(tmp_path: P
     assert "- Calibration: float32: noise floor" in markdown
 
 
+def test_a_drifted_data_parallel_replica_is_named_not_merged_as_shards(tmp_path: Path) -> None:
+    folder = FIXTURES / "tp2_dp2_same_data_replica_drift"
+    result = rca(
+        "analyze",
+        "--train",
+        str(folder / "train"),
+        "--rollout",
+        str(folder / "rollout"),
+        "--mapping-key",
+        str(folder / "mapping_key.json"),
+        "--out-dir",
+        str(tmp_path / "o"),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "- train: merged 4 ranks (tp=2, pp=1, ep=1, dp=2 (inferred from the dumps))" in result.stdout
+    key = "Module.module.module.decoder.layers.1.mlp.linear_fc1.ColumnParallelLinear.forward.0"
+    assert f"rank_replica_disagreement: {key}" in result.stdout
+    assert "- disagreements: 2" in result.stdout
+    assert "ranks 0 and 2 disagree" in result.stdout and "ranks 1 and 3 disagree" in result.stdout
+
+
 def test_pipeline_stages_given_explicitly(tmp_path: Path) -> None:
     folder = FIXTURES / "pp2_in_module_diff"
     args = (

@@ -29,6 +29,8 @@ COMBINED = [
     if sum(expected(v).get("parallel", {}).get(dim, 1) > 1 for dim in ("tp", "pp", "ep", "dp")) > 1
 ]
 DATA_PARALLEL = [v for v in COMBINED if (layout_of(v).dp or 1) > 1]
+HEALTHY_DATA_PARALLEL = [v for v in DATA_PARALLEL if expected(v)["clean"]]
+DRIFTED_REPLICAS = [v for v in DATA_PARALLEL if not expected(v)["clean"]]  # a replica's weight out of sync
 
 
 def analyse(variant: str, layout: ParallelLayout | None = None):
@@ -46,8 +48,10 @@ def test_the_combined_fixtures_are_there() -> None:
         "tp2_dp2_healthy",
         "tp2_dp2_same_data",
         "tp2_dp2_shuffled_data",
+        "tp2_dp2_same_data_replica_drift",
         "tp2_pp2_dp2_healthy",
     } <= set(COMBINED)
+    assert DRIFTED_REPLICAS
 
 
 @pytest.mark.parametrize("variant", COMBINED)
@@ -81,6 +85,8 @@ def test_only_the_first_data_parallel_group_is_analysed_and_the_report_says_so(v
     # the merged ranks are the first group's only: per-rank statistics never show the other group's ranks
     assert set(info.peers) == set(analysed)
     assert all(set(p) <= set(analysed) and len(p) == truth["tp"] for p in info.peers.values())
+    if variant in DRIFTED_REPLICAS:
+        return  # their disagreement and finding: test_a_data_parallel_replica_whose_weight_drifted_is_a_finding
     assert analysis.report["disagreements"] == []  # other data is not a disagreement of replicas
     assert analysis.suspects == []  # the merged first group analyses clean against the rollout of its batch
 
@@ -88,7 +94,7 @@ def test_only_the_first_data_parallel_group_is_analysed_and_the_report_says_so(v
 def test_data_parallel_groups_of_other_data_differ_everywhere_but_in_the_weights() -> None:
     """What the inference relies on, in the real dumps: the second group's ranks read other input ids (with the same
     Max/Min for the shuffled batch) and hold the same weights as their first-group peers."""
-    for variant in DATA_PARALLEL:
+    for variant in HEALTHY_DATA_PARALLEL:
         step = FIXTURES / variant / "train" / "step0"
         ranks = [
             json.loads((step / f"rank{r}" / "dump.json").read_text())["data"] for r in range(len(list(step.iterdir())))
@@ -150,9 +156,36 @@ def test_ranks_the_dumps_cannot_tell_apart_are_said_so_and_the_flag_decides(tmp_
     assert [told.entries[k].output for k in told.keys] == [reference.entries[k].output for k in reference.keys]
 
 
-def test_a_data_parallel_replica_out_of_sync_is_said(tmp_path: Path) -> None:
-    """tp2_dp2_healthy with rank 3's copy of layer 1 linear_fc1's weight changed (a replica whose weights drifted):
-    the other group is still not analysed, but the report says its weights differ."""
+def _rank_disagreements(analysis) -> list[tuple[str, str, list[int]]]:
+    return sorted((r["key"], r["slot"], [r["reference"], *r["members"]]) for r in analysis.report["disagreements"])
+
+
+@pytest.mark.parametrize("variant", DRIFTED_REPLICAS)
+def test_a_data_parallel_replica_whose_weight_drifted_is_a_finding(variant: str) -> None:
+    """Both data-parallel groups read the same batch and one group's copy of a sharded weight drifted: the dumps of
+    the two groups differ only from that weight on, so the ranks are not merged as tp=4 shards (the layout is the
+    true one: test_the_inferred_layout_is_the_true_one) and the drift is a disagreement of replicas naming the ranks,
+    the module's finding; the analysed group itself matches the rollout."""
+    truth = expected(variant)
+    analysis = analyse(variant)
+    cause = truth["root_cause"]
+    assert _rank_disagreements(analysis) == sorted(
+        (row["train_key"], row["slot"], row["ranks"]) for row in cause["rank_disagreement"]
+    )
+    (suspect,) = [s for s in analysis.suspects if s.credible_origin]
+    assert (suspect.train_key, suspect.classification) == (cause["train_key"], "rank_replica_disagreement")
+    for row in cause["rank_disagreement"]:
+        assert f"ranks {row['ranks'][0]} and {row['ranks'][1]} disagree" in suspect.rationale
+    (note,) = [n for n in analysis.report["parallel"]["train"]["notes"] if n.startswith("data parallel")]
+    assert "up to a weight that differs" in note
+    # only the drifted module disagrees: the group read by the analysis is the healthy one
+    assert {key for key, _, _ in _rank_disagreements(analysis)} == {cause["train_key"]}
+    assert all(r.comparison.output_consistency == "aligned" for r in analysis.records)
+
+
+def test_a_data_parallel_replica_of_other_data_out_of_sync_is_a_finding_too(tmp_path: Path) -> None:
+    """tp2_dp2_healthy (each group its own batch) with rank 3's copy of layer 1 linear_fc1's weight changed: replicas
+    hold the same weights whatever they read, so this is the same finding, naming ranks 1 and 3."""
     folder = tmp_path / "tp2_dp2_healthy"
     shutil.copytree(FIXTURES / "tp2_dp2_healthy", folder)
     rank3 = folder / "train" / "step0" / "rank3" / "dump.json"
@@ -161,9 +194,34 @@ def test_a_data_parallel_replica_out_of_sync_is_said(tmp_path: Path) -> None:
     document["data"][key]["parameters"]["weight"]["Norm"] *= 1.03
     rank3.write_text(json.dumps(document))
     analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
-    notes = analysis.report["parallel"]["train"]["notes"]
-    (note,) = [n for n in notes if n.startswith("data-parallel replicas disagree")]
-    assert "rank 3's parameters differ from rank 1's in 1 module, e.g." in note and key in note
-    assert any("analysed the first group (ranks 0, 1)" in n for n in notes)
-    assert analysis.suspects == []
-    assert not any("disagree" in n for n in analyse("tp2_dp2_healthy").report["parallel"]["train"]["notes"])
+    assert _rank_disagreements(analysis) == [(key, "parameters.weight", [1, 3])]
+    assert [(s.train_key, s.classification) for s in analysis.suspects] == [(key, "rank_replica_disagreement")]
+    assert any("analysed the first group (ranks 0, 1)" in n for n in analysis.report["parallel"]["train"]["notes"])
+    assert analyse("tp2_dp2_healthy").report["disagreements"] == []
+
+
+def test_a_replica_that_differs_in_most_weights_is_said_undecided_and_the_flag_decides(tmp_path: Path) -> None:
+    """The drifted replica with most of its sharded weights changed as well (a replica that missed most of an
+    update): neither shards (those differ in all) nor a replica with a few drifted weights - the note says so and
+    names --parallel; given dp=2, every changed weight is a disagreement of the replicas."""
+    variant = DRIFTED_REPLICAS[0]
+    train = tmp_path / "train"
+    shutil.copytree(FIXTURES / variant / "train", train)
+    changed = 0
+    for rank in (2, 3):
+        path = train / "step0" / f"rank{rank}" / "dump.json"
+        document = json.loads(path.read_text())
+        for key, entry in document["data"].items():
+            if "Parallel" in key and "layers.3" not in key:  # layer 3's weights stay the same
+                for stats in (entry.get("parameters") or {}).values():
+                    stats["Norm"] *= 1.01
+                    changed += rank == 2
+        path.write_text(json.dumps(document))
+    guessed = DumpCache().get(train)
+    assert guessed.parallel is not None and guessed.parallel.layout.startswith("tp=4")
+    (note,) = [n for n in guessed.parallel.notes if n.startswith("cannot tell data-parallel replicas")]
+    assert "ranks 0 and 2" in note and "--parallel dp=N" in note
+    told = DumpCache().get(resolve_dump_source(train, layout=ParallelLayout(dp=2)))
+    assert told.parallel is not None and told.parallel.layout.startswith("tp=2, pp=1, ep=1, dp=2")
+    found = {(key, d.slot) for key in told.keys for d in told.entries[key].disagreements}
+    assert len(found) == changed

@@ -248,6 +248,7 @@ def test_an_explicit_layout_overrides_inference(tmp_path: Path) -> None:
         "tp2_dp2_healthy",
         "tp2_dp2_same_data",
         "tp2_dp2_shuffled_data",
+        "tp2_dp2_same_data_replica_drift",
         "tp2_pp2_dp2_healthy",
     ],
 )

@@ -167,3 +167,62 @@ def test_the_desynced_shard_is_found_at_its_module_and_rank() -> None:
     cause = truth["root_cause"]
     assert (first["train_key"], first["rollout_key"]) == (cause["train_key"], cause["rollout_key"])
     assert first["rank_by_rank"] == [f"rank {truth['true_fault']['rank']}: output.0 differ"]
+
+
+def _edit_rank1_layer1_key_copy(rank: int, data: dict) -> None:
+    """Rank 1's copy of layer 1's replicated key, as its attention module received it, 5 % larger."""
+    if rank == 1:
+        data[ATTENTION.format(1)]["input_args"][1]["Norm"] *= 1.05
+
+
+def _layer1_with_sharded_kv_heads(rank: int, data: dict) -> None:
+    """Layer 1's attention inputs as in vllm_tp2_healthy (2 kv heads: each rank its own, the same per-rank widths):
+    a model whose layer 1 has other KV heads than layer 0."""
+    sharded = json.loads((FIXTURES / f"vllm_tp2_healthy/rollout/step0/rank{rank}/dump.json").read_text())["data"]
+    data[ATTENTION.format(1)]["input_args"] = sharded[ATTENTION.format(1)]["input_args"]
+
+
+@pytest.mark.parametrize(
+    ("variant", "edit", "layer", "tp"),
+    [
+        ("vllm_tp2_kv_replica_desync", None, 0, 2),  # real: rank 1's copy of layer 0's key rows scaled in vLLM
+        ("vllm_tp4_kv_replicated", _edit_rank1_layer1_key_copy, 1, 4),  # kv heads in pairs; layer 1 edited
+        ("vllm_tp2_kv_replicated", _layer1_with_sharded_kv_heads, 1, 2),  # layers of other KV layouts
+    ],
+)
+def test_the_kv_layout_is_decided_per_layer_and_a_disagreeing_copy_is_said(
+    variant: str, edit: Callable[[int, dict], None] | None, layer: int, tp: int, tmp_path: Path
+) -> None:
+    """Replicated KV heads where one layer's copies on rank 1 differ from rank 0's (a desynced copy, or a layer with
+    other KV heads of the same per-rank widths: the dumps cannot tell which): that layer alone is undecided, said
+    with the rank and the layer whose identical copies say replicated; Max/Min only there (exact either way). The other layer keeps its replicated layout and its
+    exact merge. (Decided on the first layer alone, a fault there made the whole model look sharded and set both qkv
+    pairs aside as a size mismatch.)"""
+    merged = edited(variant, tmp_path, edit) if edit else rollout(variant)
+    assert merged.parallel is not None
+    notes = merged.parallel.notes
+    other = 1 - layer
+    (undecided,) = [n for n in notes if n.startswith(f"model.layers.{layer}.self_attn.qkv_proj: ")]
+    assert "could not be told" in undecided and "rank 1's k/v copy differs from rank 0's" in undecided
+    assert f"model.layers.{other}.self_attn.attn (the same widths) are identical on 2 ranks each" in undecided
+    (replicated,) = [n for n in notes if n.startswith(f"model.layers.{other}.self_attn.qkv_proj: ")]
+    assert f"KV heads replicated on 2 ranks each (TP {tp} > KV heads {tp // 2}" in replicated
+    output = merged.entries[QKV.format(layer)].output
+    assert output is not None and output.max is not None and (output.mean, output.norm) == (None, None)
+    assert "whether KV heads are replicated is unknown" in merged.parallel.merges[QKV.format(layer)]
+    exact = merged.entries[QKV.format(other)].output
+    assert exact is not None and exact.norm is not None and exact.shape is not None
+    assert "merged exactly" in merged.parallel.merges[QKV.format(other)]
+
+
+def test_a_disagreeing_kv_copy_in_the_first_layer_leaves_the_qkv_pairs_compared() -> None:
+    """The real fault variant analysed: no qkv pair set aside as a size mismatch; the divergence is placed after
+    layer 0's qkv_proj (aligned on Max/Min), at o_proj, with the unmapped rotary / attention between."""
+    folder = FIXTURES / "vllm_tp2_kv_replica_desync"
+    analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
+    assert analysis.report["structural_false_positives"] == []
+    qkv = [r.comparison for r in analysis.records if r.rollout_paths[0].endswith("qkv_proj")]
+    assert [c.output_consistency for c in qkv] == ["aligned", "mismatch"]  # layer 1 after the divergence
+    cause = expected("vllm_tp2_kv_replica_desync")["root_cause"]
+    first = analysis.report["first_divergence"]
+    assert (first["train_key"], first["rollout_key"]) == (cause["train_key"], cause["rollout_key"])

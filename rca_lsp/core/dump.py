@@ -128,7 +128,7 @@ class Disagreement(msgspec.Struct, frozen=True, array_like=True, gc=False):
         others = ", ".join(map(str, self.members))
         noun = "rank" if self.across == "ranks" else "call"
         what = (
-            "a tensor that should be identical on every rank"
+            "a tensor that should be identical on these ranks (replicas)"
             if self.across == "ranks"
             else "a parameter that should be the same in every call (did the weights change mid-generation?)"
         )

@@ -9,27 +9,29 @@ heads, the engine gives each KV head to tp / kv_heads ranks: their k and v parts
 whole tensors cannot take a copy out again. Max and Min stay exact (a copy changes neither); Mean and Norm are not
 computable (the shared part's sum and squared norm are unknown), so they are left out rather than guessed.
 
-Which ranks share KV heads is read from the attention module called after the projection (vLLM `Attention`: inputs
-(q, k, v)), whose per-rank k and v copies are identical on ranks sharing a head. The output's own q, k, v parts are
-in the dump too (the rotary's q, k inputs and the attention's v input): where they add up to each rank's output,
-the replicated case merges exactly from them.
+Which ranks share KV heads is read, for each projection, from the attention module called after it (vLLM
+`Attention`: inputs (q, k, v)), whose per-rank k and v copies are identical on ranks sharing a head; the layers are
+then checked against each other (see find_qkv_layouts). The output's own q, k, v parts are in the dump too (the
+rotary's q, k inputs and the attention's v input): where they add up to each rank's output, the replicated case
+merges exactly from them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import msgspec
 
 from rca_lsp.core.compare import aggregate, copy_difference
 from rca_lsp.core.dump import Dump, TensorStats
-from rca_lsp.core.rankfile import read_raw_entry
+from rca_lsp.core.rankfile import read_raw_entries, read_raw_entry
 from rca_lsp.core.tolerance import Tolerances
 
 QKV_CLASS = "QKVParallel"
 MERGED_CLASS = "MergedColumnParallel"
+_INPUTS_OF = "the q, k, v inputs of "  # how a layout's evidence names its attention module
 _LOOKAHEAD = 16  # keys after the projection searched for its attention module (rotary and norms come between)
 _TOLERANCES = Tolerances()
 
@@ -49,16 +51,65 @@ class QkvLayout:
         return ranks * self.q_width + 2 * (ranks // self.replicas) * self.kv_width
 
 
-def find_qkv_layout(dumps: Sequence[Dump], files: Sequence[Path], ranks: Sequence[int], key: str) -> QkvLayout:
-    """The layout of the QKVParallelLinear `key` on the tensor-parallel peers `ranks` (indexes into dumps/files),
-    from the q, k, v inputs of the attention module that follows it in the first peer's dump."""
+def find_qkv_layouts(
+    dumps: Sequence[Dump], files: Sequence[Path], ranks: Sequence[int], keys: Sequence[str], names: Sequence[int]
+) -> dict[str, QkvLayout]:
+    """The layout of every QKVParallelLinear of `keys` on the tensor-parallel peers `ranks` (indexes into
+    dumps/files; `names` their rank numbers, for the report), each from the q, k, v inputs of the attention module
+    that follows it (layers may differ: a model whose layers have other KV head counts).
+
+    Identical k/v copies on several ranks can only be replicated KV heads; copies that differ can be other heads
+    or a replicated copy out of sync. So a projection whose copies differ, where another of the same per-rank
+    widths has identical ones, is left undecided (Max/Min only, exact either way) rather than taken as sharded."""
     first = dumps[ranks[0]]
+    attentions = {key: _attention_after(first, key) for key in keys}
+    wanted = [a for a in attentions.values() if a is not None]
+    raw = [read_raw_entries(files[r], wanted) for r in ranks]  # one pass over each rank file
+    evidence = {
+        key: _kv_evidence(first, key, attention, [_tensors(entries[attention]) for entries in raw] if attention else [])
+        for key, attention in attentions.items()
+    }
+    layouts = {key: _layout(found) for key, found in evidence.items()}
+    replicated: dict[tuple[int | None, int | None], tuple[int, str]] = {}
+    for layout in layouts.values():
+        if layout.replicas is not None and layout.replicas > 1:
+            replicated.setdefault((layout.q_width, layout.kv_width), (layout.replicas, layout.evidence))
+    for key, layout in layouts.items():
+        found = evidence[key]
+        known = replicated.get((layout.q_width, layout.kv_width))
+        if known is None or isinstance(found, QkvLayout) or layout.replicas not in (None, 1):
+            continue
+        replicas, where = known
+        layouts[key] = QkvLayout(
+            None,
+            layout.q_width,
+            layout.kv_width,
+            f"{found.where}: {_differing(found.kv, replicas, names)}, where those of "
+            f"{where.removeprefix(_INPUTS_OF)} (the same widths) are identical on {replicas} ranks each (replicated KV "
+            "heads): a replicated copy out of sync or a layer of another KV layout, which the dumps cannot tell apart",
+        )
+    return layouts
+
+
+@dataclass(frozen=True)
+class _KvCopies:
+    """Each peer's k and v (the inputs of the attention module after a projection) and the per-rank widths."""
+
+    kv: list[list[TensorStats]]
+    q_width: int
+    kv_width: int
+    where: str
+
+
+def _kv_evidence(
+    first: Dump, key: str, attention: str | None, qkv_inputs: list[list[TensorStats] | None]
+) -> _KvCopies | QkvLayout:
+    """The peers' k/v copies from the attention module's inputs on each rank, or the undecided layout saying why
+    there are none."""
     entry = first.entries[key]
-    attention = _attention_after(first, key)
     if attention is None:
         return QkvLayout(None, None, None, f"no attention module after {entry.path} to read its q, k, v from")
-    qkv_inputs = [_positional_tensors(files[r], attention) for r in ranks]
-    where = f"the q, k, v inputs of {first.entries[attention].path}"
+    where = f"{_INPUTS_OF}{first.entries[attention].path}"
     if any(inputs is None or len(inputs) < 3 for inputs in qkv_inputs):
         return QkvLayout(None, None, None, f"{where} are not three tensors on every rank")
     widths = {tuple(_width(t) for t in inputs[:3]) for inputs in qkv_inputs}  # type: ignore[index]
@@ -66,19 +117,39 @@ def find_qkv_layout(dumps: Sequence[Dump], files: Sequence[Path], ranks: Sequenc
     q_width, k_width, v_width = widths.pop() if len(widths) == 1 else (None, None, None)
     if q_width is None or k_width is None or k_width != v_width or out is None or _width(out) != q_width + 2 * k_width:
         return QkvLayout(None, None, None, f"{where} do not add up to the projection's per-rank width")
-    kv = [inputs[1:3] for inputs in qkv_inputs]  # type: ignore[index]
+    return _KvCopies([inputs[1:3] for inputs in qkv_inputs], q_width, k_width, where)  # type: ignore[index]
+
+
+def _layout(found: _KvCopies | QkvLayout) -> QkvLayout:
+    """Consecutive ranks whose k and v copies agree hold the same KV heads (checked to form equal groups)."""
+    if isinstance(found, QkvLayout):
+        return found
+    kv = found.kv
     replicas = 1
-    while replicas < len(ranks) and _same(kv[0], kv[replicas]):
+    while replicas < len(kv) and _same(kv[0], kv[replicas]):
         replicas += 1
-    starts = range(0, len(ranks), replicas)
-    regular = len(ranks) % replicas == 0 and all(
+    regular = len(kv) % replicas == 0 and all(
         all(_same(kv[start], kv[start + i]) for i in range(replicas))
-        and (start + replicas >= len(ranks) or not _same(kv[start], kv[start + replicas]))
-        for start in starts
+        and (start + replicas >= len(kv) or not _same(kv[start], kv[start + replicas]))
+        for start in range(0, len(kv), replicas)
     )
     if not regular:
-        return QkvLayout(None, q_width, k_width, f"{where}: the ranks' k/v copies form no regular replica groups")
-    return QkvLayout(replicas, q_width, k_width, where)
+        where = f"{found.where}: the ranks' k/v copies form no regular replica groups"
+        return QkvLayout(None, found.q_width, found.kv_width, where)
+    return QkvLayout(replicas, found.q_width, found.kv_width, found.where)
+
+
+def _differing(kv: list[list[TensorStats]], replicas: int, names: Sequence[int]) -> str:
+    """Which ranks' k/v copies differ from the first of their group of `replicas` consecutive ranks."""
+    if len(kv) % replicas:
+        return "the ranks' k/v copies differ"
+    pairs = [
+        f"rank {names[start + i]}'s k/v copy differs from rank {names[start]}'s"
+        for start in range(0, len(kv), replicas)
+        for i in range(1, replicas)
+        if not _same(kv[start], kv[start + i])
+    ]
+    return "; ".join(pairs) or "the ranks' k/v copies differ"
 
 
 def qkv_parts(
@@ -194,6 +265,18 @@ def layout_note(layout: QkvLayout, ranks: int) -> str:
     )
 
 
+def layout_notes(layouts: Mapping[str, QkvLayout], paths: Mapping[str, str], ranks: int) -> list[str]:
+    """The report's parallel notes on the layouts of a tensor-parallel group's projections (key -> layout, key ->
+    module path): one line when all are alike, else one per layout naming its modules."""
+    alike: dict[tuple[object, ...], list[str]] = {}
+    for key, layout in layouts.items():
+        kind = (layout.replicas, layout.q_width, layout.kv_width, layout.evidence if layout.replicas is None else "")
+        alike.setdefault(kind, []).append(key)
+    if len(alike) == 1:
+        return [layout_note(next(iter(layouts.values())), ranks)]
+    return [f"{', '.join(paths[k] for k in keys)}: {layout_note(layouts[keys[0]], ranks)}" for keys in alike.values()]
+
+
 def merged_column_how(class_name: str) -> str:
     """What a MergedColumnParallelLinear shard holds, for the merge description ('' for other classes)."""
     if MERGED_CLASS not in class_name:
@@ -218,7 +301,11 @@ def _attention_after(dump: Dump, key: str) -> str | None:
 
 def _positional_tensors(path: Path, key: str) -> list[TensorStats] | None:
     """The statistics of every positional input of `key` in a rank file (non-tensors too, as nodes without them)."""
-    raw = read_raw_entry(path, key)
+    return _tensors(read_raw_entry(path, key))
+
+
+def _tensors(raw: dict[str, Any] | None) -> list[TensorStats] | None:
+    """The statistics of every positional input of a raw entry (non-tensors too, as nodes without them)."""
     args: Any = raw.get("input_args") if raw is not None else None
     if not isinstance(args, list) or not all(isinstance(a, dict) for a in args):
         return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import mmap
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from rca_lsp.core.dump import quoted_key
 
@@ -15,16 +15,38 @@ _WINDOW = 1 << 20  # bytes read after the key: an entry is a few KB, a module wi
 
 def read_raw_entry(path: Path, key: str) -> dict[str, Any] | None:
     """The JSON object msprobe wrote for `key` in the dump file; None when absent, unreadable or cut by the window."""
+    return read_raw_entries(path, [key])[key]
+
+
+def read_raw_entries(path: Path, keys: Sequence[str]) -> dict[str, dict[str, Any] | None]:
+    """`read_raw_entry` of several keys with one mapping of the file; keys in dump order are found in one pass (each
+    search starts where the previous entry was found)."""
+    found: dict[str, dict[str, Any] | None] = dict.fromkeys(keys)
     try:
         with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            start = data.find(quoted_key(key) + b":")
-            if start < 0:
-                start = data.find(quoted_key(key))
-            if start < 0:
-                return None
-            window = data[start : start + _WINDOW].decode("utf-8", errors="replace")
+            position = 0
+            for key in keys:
+                start = _find(data, quoted_key(key), position)
+                if start >= 0:
+                    position = start
+                    found[key] = _entry(data[start : start + _WINDOW].decode("utf-8", errors="replace"), key)
     except (OSError, ValueError):
-        return None
+        pass
+    return found
+
+
+def _find(data: mmap.mmap, quoted: bytes, position: int) -> int:
+    """Where the key's entry starts: after `position` if it is there, else anywhere (a key out of order)."""
+    for needle in (quoted + b":", quoted):
+        start = data.find(needle, position)
+        if start < 0 and position:
+            start = data.find(needle)
+        if start >= 0:
+            return start
+    return -1
+
+
+def _entry(window: str, key: str) -> dict[str, Any] | None:
     value_start = window.index(":", len(key) + 2) + 1
     while value_start < len(window) and window[value_start] in " \t\r\n":
         value_start += 1

@@ -7,9 +7,10 @@ tensor, every pipeline stage names its layers by local index, every expert-paral
 1. pipeline stages: ranks with the same key set (or a prefix of it: a rank that died mid-dump) form a stage; a
    stage's layers are renamed to global indices (offset = distinct layers on the earlier stages); modules on every
    stage (model, block, rotary) take their input from the first stage and their output from the last;
-2. data parallel: ranks one data-parallel group apart that hold the same weights of the parallel layers, or whose
-   first module (the embedding) read other data, are replicas: the first data-parallel group is analysed, and the
-   report says so (when the dumps cannot tell, too);
+2. data parallel: ranks one data-parallel group apart whose first module (the embedding) read other data, or that
+   hold the same sharded weights of the parallel layers but for a few (a replica out of sync), are replicas: the
+   first data-parallel group is analysed, and the report says so (when the dumps cannot tell, too); a weight a
+   replica holds otherwise than its first-group peer is a disagreement of replicas on the merged entry;
 3. expert parallel: ranks identical outside their experts hold different experts: `local_experts.<j>` of EP rank
    e becomes `local_experts.<e * local + j>`;
 4. tensor parallel, per slot: identical copies are replicas; differing activations are shards (column-parallel
@@ -22,10 +23,11 @@ Shards aggregate exactly (max of maxes, min of mins, root of summed squared norm
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 import msgspec
 
@@ -37,8 +39,8 @@ from rca_lsp.core.qkvlayout import (
     QKV_CLASS,
     QkvEntry,
     QkvLayout,
-    find_qkv_layout,
-    layout_note,
+    find_qkv_layouts,
+    layout_notes,
     merged_column_how,
     qkv_entry,
 )
@@ -66,6 +68,7 @@ class _Plan:
     """Which ranks are merged how (indexes into the source's files)."""
 
     stages: list[list[int]]  # per pipeline stage, the ranks of its first data-parallel group
+    dumps: Sequence[Dump]  # the ranks' dumps, the first group's entries carrying any disagreement with replicas
     tp: int
     ep: int
     dp: int
@@ -75,7 +78,7 @@ class _Plan:
 
 def merge_ranks(dumps: Sequence[Dump], source: DumpSource) -> Dump:
     plan = _plan(dumps, source)
-    merger = _Merger(dumps, source)
+    merger = _Merger(plan.dumps, source)
     stage_dumps, stage_merges = [], []
     for ranks in plan.stages:
         merger.merges, merger.varied = {}, set()  # per stage: keys are the stage's local names until stages join
@@ -166,10 +169,10 @@ def _plan(dumps: Sequence[Dump], source: DumpSource) -> _Plan:
     dp = stage_size // group
     if dp > 1:
         notes.append(_data_parallel_note(dumps, stages, group, source))
-        notes += _replica_weight_differences(dumps, stages, group, source)
     tp, ep = _tp_ep(dumps, stages[0][:group], given, source)
     return _Plan(
         [stage[:group] for stage in stages],
+        _replica_disagreements(dumps, stages, group, source) if dp > 1 else dumps,
         tp,
         ep,
         dp,
@@ -215,53 +218,114 @@ def _data_group_size(
         if len(stage) % given.dp:
             raise InputError(source.label, f"{len(stage)} ranks per stage cannot form dp={given.dp} groups")
         return len(stage) // given.dp
-    undecided: tuple[int, int] | None = None
+    undecided: tuple[int, int, str] | None = None
     for size in range(1, len(stage)):
         if len(stage) % size:
             continue
-        pairs = [(stage[i], stage[i + size]) for i in range(len(stage) - size)]
-        verdicts = [_replicas_of_other_data(dumps[a], dumps[b]) for a, b in pairs]
-        if all(verdicts):
-            return size
-        if undecided is None and None in verdicts and False not in verdicts:
-            undecided = pairs[verdicts.index(None)]
+        first_undecided: tuple[int, int, str] | None = None
+        for a, b in ((stage[i], stage[i + size]) for i in range(len(stage) - size)):
+            verdict = _replicas_of_other_data(dumps[a], dumps[b])
+            if verdict.replicas is False:
+                break  # not this size (nor undecided at it): the other pairs need no look
+            if verdict.replicas is None and first_undecided is None:
+                first_undecided = (a, b, verdict.why)
+        else:
+            if first_undecided is None:
+                return size
+            undecided = undecided or first_undecided
     if undecided is not None:
-        a, b = (source.ranks[i] for i in undecided)
+        a, b, why = undecided
         notes.append(
-            f"cannot tell data-parallel replicas from tensor-parallel peers: ranks {a} and {b} read the same first "
-            "input and dump no weights to compare; all ranks of a stage were merged as tensor-parallel peers. If "
-            "some are data-parallel replicas, pass --parallel dp=N (setting `parallel`)"
+            f"cannot tell data-parallel replicas from tensor-parallel peers: ranks {source.ranks[a]} and "
+            f"{source.ranks[b]} {why}; all ranks of a stage were merged as tensor-parallel peers. If some are "
+            "data-parallel replicas, pass --parallel dp=N (setting `parallel`)"
         )
     return len(stage)
 
 
-def _replicas_of_other_data(a: Dump, b: Dump) -> bool | None:
+class _Verdict(NamedTuple):
+    replicas: bool | None  # None: the dumps cannot tell
+    why: str  # for the report when they cannot
+
+
+def _replicas_of_other_data(a: Dump, b: Dump) -> _Verdict:
     """Are two ranks of one stage data-parallel replicas? Yes when they read other data (their first module, the
-    embedding, has another input: tensor-parallel peers always read the same batch) or hold the same weights
-    (tensor- and expert-parallel peers hold different shards of the parallel layers' weights, or different
-    experts); no when those weights differ; None when neither can be seen (no weights dumped)."""
+    embedding, has another input: tensor-parallel peers always read the same batch); else their weights decide (see
+    `_weights_differ`): tensor-parallel peers hold other shards of every weight a parallel layer shards and the same
+    replicated weights, expert-parallel peers other experts, replicas the same weights - all but any that drifted
+    out of sync."""
     first = a.keys[0]
     other = b.entries.get(first)
     if other is not None and a.entries[first].input is not None and other.input != a.entries[first].input:
-        return True
-    weighted = [(e, b.entries[k]) for k, e in a.entries.items() if e.parameters and k in b.entries]
-    sharded = [(e, o) for e, o in weighted if _parallel_kind(e.class_name)]
-    compared = sharded or weighted
-    if not compared:
-        return None
-    return all(e.parameters == o.parameters for e, o in compared)
+        return _Verdict(True, "")
+    sharded, replicated = _weights_differ(a, b)
+    if not sharded:
+        weighted = [(e, b.entries[k]) for k, e in a.entries.items() if e.parameters and k in b.entries]
+        if not weighted:
+            return _Verdict(None, "read the same first input and dump no weights to compare")
+        return _Verdict(all(e.parameters == o.parameters for e, o in weighted), "")
+    differing = [d for scope in sharded.values() for d in scope]
+    if not any(differing):
+        return _Verdict(True, "")
+    if any(all(scope) for scope in sharded.values()):
+        # A scope (the experts, the rest) whose every sharded weight differs: other shards or other experts, i.e.
+        # peers - unless most replicated weights differ too (peers share those: a replica that missed an update?)
+        if not replicated or 2 * sum(replicated) < len(replicated):
+            return _Verdict(False, "")
+        return _Verdict(
+            None,
+            f"read the same first input and differ in every weight the parallel layers shard and in "
+            f"{sum(replicated)} of the {len(replicated)} replicated ones (tensor-parallel peers share those; a "
+            "data-parallel replica that missed an update differs in all)",
+        )
+    # Some sharded weights the same, some not: shards of one tensor never are the same, so these are replicas of
+    # which a few weights drifted (a replica out of sync, reported as a disagreement) - unless most differ, which
+    # no reading settles (a replica that missed most of an update, or peers with coinciding shards).
+    if 2 * sum(differing) < len(differing):
+        return _Verdict(True, "")
+    return _Verdict(
+        None,
+        f"read the same first input and differ in {sum(differing)} of the {len(differing)} weights the parallel "
+        "layers shard (tensor-parallel peers differ in all, data-parallel replicas in none)",
+    )
+
+
+def _weights_differ(a: Dump, b: Dump) -> tuple[dict[bool, list[bool]], list[bool]]:
+    """For every weight both ranks dump that carries information (not constant: the shards of a constant tensor
+    look alike), whether their copies differ: those a parallel layer shards (as its class says) grouped by scope (in
+    the experts or not: expert-parallel peers share everything but the experts), and the replicated ones."""
+    sharded: dict[bool, list[bool]] = {}
+    replicated: list[bool] = []
+    for key, entry in a.entries.items():
+        other = b.entries.get(key)
+        if other is None or not entry.parameters:
+            continue
+        kind = _parallel_kind(entry.class_name)
+        for name, stats in entry.parameters.items():
+            theirs = other.parameters.get(name)
+            if theirs is None or not stats.observable or stats.max == stats.min:
+                continue
+            # Exact: replicas hold bit-identical weights (no arithmetic between them), and so every pair compares
+            # in C (a TP=8 dump has 10^4 weights per rank).
+            if kind is not None and _shard_dim(f"parameters.{name}", kind, stats) is not None:
+                sharded.setdefault(bool(_EXPERTS_SCOPE_RE.search(entry.path)), []).append(stats != theirs)
+            else:
+                replicated.append(stats != theirs)
+    return sharded, replicated
 
 
 def _data_parallel_note(dumps: Sequence[Dump], stages: list[list[int]], group: int, source: DumpSource) -> str:
     dp = len(stages[0]) // group
-    same = all(
-        dumps[stage[i]].entries == dumps[stage[i % group]].entries for stage in stages for i in range(group, len(stage))
-    )
-    seen = (
-        "read the same batch as the first (their dumps are copies of its ranks')"
-        if same
-        else "saw other data (other batches: their statistics are not those of the first group)"
-    )
+    pairs = [(dumps[stage[i]], dumps[stage[i % group]]) for stage in stages for i in range(group, len(stage))]
+    if all(mine.entries == peer.entries for mine, peer in pairs):
+        seen = "read the same batch as the first (their dumps are copies of its ranks')"
+    elif all(_same_but_weights(mine, peer) for mine, peer in pairs):
+        seen = (
+            "read the same batch as the first (their dumps are copies of its ranks' up to a weight that differs: "
+            "see the disagreements)"
+        )
+    else:
+        seen = "saw other data (other batches: their statistics are not those of the first group)"
     ranks = ", ".join(str(source.ranks[i]) for each in stages for i in each[:group])
     return (
         f"data parallel: dp={dp} (groups of {group} ranks per stage); the other data-parallel groups {seen} "
@@ -269,26 +333,46 @@ def _data_parallel_note(dumps: Sequence[Dump], stages: list[list[int]], group: i
     )
 
 
-def _replica_weight_differences(
+def _same_but_weights(a: Dump, b: Dump) -> bool:
+    """Copies up to the first weight that differs (a replica out of sync reading the same batch: what follows the
+    drifted weight differs too), or copies throughout."""
+    for key in a.keys:
+        mine, theirs = a.entries[key], b.entries.get(key)
+        if mine == theirs:
+            continue
+        return theirs is not None and mine.input == theirs.input and mine.parameters != theirs.parameters
+    return True
+
+
+def _replica_disagreements(
     dumps: Sequence[Dump], stages: list[list[int]], group: int, source: DumpSource
-) -> list[str]:
-    """Data-parallel replicas hold the same weights: the ranks of other groups whose weights differ from their
-    first-group peer's (a replica out of sync; the analysis sees the first group only)."""
-    notes = []
+) -> list[Dump]:
+    """Data-parallel replicas hold the same weights, whatever data they read: each weight of a first-group rank whose
+    copy on a replica in another group differs becomes a disagreement of that rank's entry (a replica out of sync;
+    the merge carries it into the logical entry, a finding of its own). The dumps, the first group's thus marked."""
+    marked = list(dumps)
     for stage in stages:
-        for i in range(group, len(stage)):
-            mine, peer = dumps[stage[i]], dumps[stage[i % group]]
-            differing = [
-                k for k, e in peer.entries.items() if k in mine.entries and mine.entries[k].parameters != e.parameters
-            ]
-            if differing:
-                notes.append(
-                    f"data-parallel replicas disagree on weights: rank {source.ranks[stage[i]]}'s parameters differ "
-                    f"from rank {source.ranks[stage[i % group]]}'s in {len(differing)} module"
-                    f"{'s' if len(differing) > 1 else ''}, e.g. "
-                    f"{', '.join(differing[:MAX_LISTED_KEYS])} (only the first data-parallel group is analysed)"
+        for i in range(group):
+            mine = dumps[stage[i]]
+            replicas = [stage[j] for j in range(i + group, len(stage), group)]
+            changed: dict[str, ModuleEntry] = {}
+            for key, entry in mine.entries.items():
+                others = [dumps[r].entries.get(key) for r in replicas]
+                if not entry.parameters or all(o is not None and o.parameters == entry.parameters for o in others):
+                    continue  # the common case, in C
+                found = []
+                for name, stats in entry.parameters.items():
+                    copies = [stats] + [o.parameters.get(name) if o is not None else None for o in others]
+                    disagreement = _disagreement(f"parameters.{name}", copies, [stage[i], *replicas], source)
+                    if disagreement is not None:
+                        found.append(disagreement)
+                if found:
+                    changed[key] = msgspec.structs.replace(entry, disagreements=entry.disagreements + tuple(found))
+            if changed:
+                marked[stage[i]] = dataclasses.replace(
+                    mine, entries={**mine.entries, **changed}, _line_cache={}, rank_entry_cache={}
                 )
-    return notes
+    return marked
 
 
 def _expert_free(dump: Dump) -> list[str]:
@@ -352,7 +436,7 @@ class _Merger:
         self.dropped: dict[str, str] = {}
         self.varied: set[str] = set()  # see ParallelInfo.varied
         self.sequence_parallel = False
-        self.qkv_layouts: dict[tuple[int, ...], QkvLayout] = {}  # per tensor-parallel group: decided once
+        self.qkv_layouts: dict[tuple[int, ...], dict[str, QkvLayout]] = {}  # per tensor-parallel group, per key
 
     def stage(self, ranks: list[int], plan: _Plan) -> tuple[list[str], dict[str, ModuleEntry]]:
         """One stage's logical keys (local layer names) and entries: experts joined, then tensor shards merged."""
@@ -444,14 +528,16 @@ class _Merger:
         if all(c == first for c in copies[1:]):
             return first  # the common case: nothing to compare slot by slot
         self.varied.add(key)
-        found = []
+        found = list(_carried(copies))
         for slot, _ in entry_slots(first):
             others = [slot_stats(c, slot) if c is not None else None for c in copies]
             disagreement = _disagreement(slot, others, ranks, self.source)
             if disagreement is not None:
                 found.append(disagreement)
         if found:
-            self.merges[key] = "; ".join(d.describe() for d in found)
+            described = [d.describe() for d in found if d not in first.disagreements]
+            if described:
+                self.merges[key] = "; ".join(described)
             return msgspec.structs.replace(first, disagreements=tuple(found))
         return first
 
@@ -469,7 +555,7 @@ class _Merger:
             else:
                 merged[slot] = aggregate(copies, _concatenated(stats.shape, 0, len(copies)))  # type: ignore[arg-type]
         self.merges[key] = f"{what} partial results concatenated over {len(parts)} ranks"
-        return _with_slots(first, merged, ())
+        return _with_slots(first, merged, _carried(parts))
 
     def _tensor_parallel(self, key: str, parts: Sequence[ModuleEntry], ranks: list[int]) -> ModuleEntry:
         """Peers that are not all equal, slot by slot."""
@@ -482,7 +568,7 @@ class _Merger:
         )
         merged: dict[str, TensorStats | None] = {}
         described: list[str] = []
-        found: list[Disagreement] = []
+        found: list[Disagreement] = list(_carried(parts))
         for slot, _ in entry_slots(first):
             copies = [slot_stats(p, slot) for p in parts]
             stats, how, disagreement = self._slot(slot, copies, kind, ranks, first.call_index, qkv)
@@ -501,16 +587,20 @@ class _Merger:
         return _with_slots(first, merged, tuple(found))
 
     def _qkv_layout(self, key: str, ranks: list[int]) -> QkvLayout:
-        """How the fused q/k/v projections of these tensor-parallel peers spread KV heads (decided on the first one
-        merged, the same for every layer); said once in the notes."""
+        """How the fused q/k/v projection `key` of these tensor-parallel peers spreads KV heads: decided for every
+        projection of the group when the first is merged (each on its own evidence, checked against the others);
+        said once in the notes."""
         group = tuple(ranks)
-        layout = self.qkv_layouts.get(group)
-        if layout is None:
-            layout = find_qkv_layout(self.dumps, self.source.files, ranks, key)
-            self.qkv_layouts[group] = layout
+        layouts = self.qkv_layouts.get(group)
+        if layouts is None:
+            first = self.dumps[ranks[0]]
+            keys = [k for k in first.keys if QKV_CLASS in first.entries[k].class_name]
+            names = [self.source.ranks[r] for r in ranks]
+            layouts = find_qkv_layouts(self.dumps, self.source.files, ranks, keys, names)
+            self.qkv_layouts[group] = layouts
             if len(self.qkv_layouts) == 1:
-                self.notes.append(layout_note(layout, len(ranks)))
-        return layout
+                self.notes += layout_notes(layouts, {k: first.entries[k].path for k in keys}, len(ranks))
+        return layouts[key]
 
     def _slot(
         self,
@@ -618,6 +708,12 @@ def slot_stats(entry: ModuleEntry, slot: str) -> TensorStats | None:
         return getattr(entry, slot)  # type: ignore[no-any-return]
     group, _, name = slot.partition(".")
     return (entry.kwargs if group == "input_kwargs" else entry.parameters).get(name)
+
+
+def _carried(entries: Sequence[ModuleEntry | None]) -> tuple[Disagreement, ...]:
+    """The disagreements the entries of one logical module already carry (with data-parallel replicas), once each:
+    merging the ranks keeps them."""
+    return tuple(dict.fromkeys(d for e in entries if e is not None for d in e.disagreements))
 
 
 def _with_slots(
