@@ -530,12 +530,8 @@ class _Merger:
         every rank's batch, not a one-batch run's: left out (and flagged for the comparison), parameters kept."""
         if entry.input is None and entry.output is None and not entry.kwargs:
             return msgspec.structs.replace(entry, other_batches=True)
-        rows = leading_size(entry.input) if entry.input is not None and entry.input.shape else None
-        self.merges[key] = (
-            "activations left out: they hold the routed tokens of every expert-parallel rank's own batch"
-            + (f" (input of {rows} rows)" if rows is not None else "")
-            + ("; parameters compared" if entry.parameters else "")
-        )
+        left_out = "activations left out: they hold the routed tokens of every expert-parallel rank's batch"
+        self.merges[key] = left_out + ("; parameters compared" if entry.parameters else "")
         return msgspec.structs.replace(
             entry, input=None, output=None, kwargs={}, stream_input=None, stream_output=None, other_batches=True
         )
