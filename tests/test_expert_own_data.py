@@ -181,3 +181,25 @@ def test_a_replicated_weight_out_of_sync_between_own_data_ep_ranks_is_a_disagree
     assert [(d["key"], d["slot"], d["members"]) for d in analysis.report["disagreements"]] == [
         (key, "parameters.weight", [1])
     ]
+
+
+def test_without_weights_the_dumps_cannot_tell_and_say_so_and_the_flag_decides(tmp_path: Path) -> None:
+    """The own-data run with every weight removed from the dumps: other data alone looks like data-parallel
+    replicas, which the note says, naming --parallel ep=N; given ep=2 the ranks merge as with weights."""
+    train = tmp_path / "train"
+    shutil.copytree(FIXTURES / "moe_ep2_own_data_healthy" / "train", train)
+    for path in train.glob("step0/rank*/dump.json"):
+        document = json.loads(path.read_text())
+        for entry in document["data"].values():
+            entry.pop("parameters", None)
+        path.write_text(json.dumps(document))
+    guessed = DumpCache().get(train)
+    assert guessed.parallel is not None and "dp=2" in guessed.parallel.layout
+    (note,) = [n for n in guessed.parallel.notes if "told by their other data alone" in n]
+    assert "--parallel ep=N" in note
+    told = DumpCache().get(resolve_dump_source(train, layout=ParallelLayout(ep=2)))
+    assert told.parallel is not None and told.parallel.layout == "tp=1, pp=1, ep=2, dp=1 (given: ep=2)"
+    assert any(n.startswith(NOTE) for n in told.parallel.notes)
+    reference = DumpCache().get(FIXTURES / "moe_ep2_own_data_healthy" / "train")
+    assert told.keys == reference.keys
+    assert all(told.entries[k].output == reference.entries[k].output for k in reference.keys)

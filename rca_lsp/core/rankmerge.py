@@ -168,6 +168,12 @@ def _plan(dumps: Sequence[Dump], source: DumpSource) -> _Plan:
     if dp > 1:
         notes.append(_data_parallel_note(dumps, stages, group, source))
         notes += _replica_weight_differences(dumps, stages, group, source)
+        if given.ep is None and _unweighed_experts(dumps[stages[0][0]]):
+            notes.append(
+                "the data-parallel groups were told by their other data alone: their expert weights were not "
+                "dumped, and expert-parallel ranks that read their own batches look the same; if they are such "
+                "ranks, pass --parallel ep=N (setting `parallel`)"
+            )
     tp, ep = _tp_ep(dumps, stages[0][:group], given, source)
     own_data = ep > 1 and any(_ep_reads_own_data(dumps, stage[:group], tp, ep) for stage in stages)
     if own_data:
@@ -219,8 +225,9 @@ def _data_group_size(
     if given.dp is not None:
         return _given_group_size(len(stage), given, source, notes)
     undecided: tuple[int, int] | None = None
+    unit = (given.tp or 1) * (given.ep or 1)  # a data-parallel group holds tp x ep ranks
     for size in range(1, len(stage)):
-        if len(stage) % size:
+        if len(stage) % size or size % unit:
             continue
         pairs = [(stage[i], stage[i + size]) for i in range(len(stage) - size)]
         verdicts = [_replicas_of_other_data(dumps[a], dumps[b]) for a, b in pairs]
@@ -317,6 +324,12 @@ def _replica_weight_differences(
 
 def _expert_free(dump: Dump) -> list[str]:
     return [k for k in dump.keys if not _EXPERTS_SCOPE_RE.search(dump.entries[k].path)]
+
+
+def _unweighed_experts(dump: Dump) -> bool:
+    """The dump has experts, none with its weights dumped."""
+    experts = [e for e in dump.entries.values() if _EXPERT_RE.search(e.path)]
+    return bool(experts) and not any(e.parameters for e in experts)
 
 
 def _compared_weights(a: Dump, b: Dump, experts: bool) -> list[tuple[ModuleEntry, ModuleEntry]]:
