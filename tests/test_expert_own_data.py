@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -203,3 +205,18 @@ def test_without_weights_the_dumps_cannot_tell_and_say_so_and_the_flag_decides(t
     reference = DumpCache().get(FIXTURES / "moe_ep2_own_data_healthy" / "train")
     assert told.keys == reference.keys
     assert all(told.entries[k].output == reference.entries[k].output for k in reference.keys)
+
+
+def test_the_cli_says_how_the_ranks_were_read_and_refuses_a_layout_that_does_not_fit(tmp_path: Path) -> None:
+    folder = FIXTURES / "moe_ep2_own_data_expert_desync"
+    args = [sys.executable, "-m", "rca_lsp", "analyze", "--train", str(folder / "train"), "--rollout"]
+    args += [str(folder / "rollout"), "--mapping-key", str(folder / "mapping_key.json"), "--no-chart"]
+    args += ["--out-dir", str(tmp_path / "o")]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert "- train: merged 2 ranks (tp=1, pp=1, ep=2, dp=1 (inferred from the dumps))" in result.stdout
+    assert f"  - {NOTE}" in result.stdout
+    cause = expected("moe_ep2_own_data_expert_desync")["root_cause"]
+    assert f"  - parameter_or_checkpoint_issue: {cause['train_key']}\n" in result.stdout
+    wrong = subprocess.run([*args, "--parallel", "ep=4"], capture_output=True, text=True, timeout=120)
+    assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1 and "tp=1 x ep=4" in wrong.stderr
