@@ -47,7 +47,9 @@ def test_existing_entries_leave_the_rest_unchanged(variant: str) -> None:
     assert {s.train_key for s in resumed.suggestions}.isdisjoint(half)
 
 
-@pytest.mark.parametrize("variant", ["decode_healthy", "microbatch_healthy", "tp2_sp_healthy", "moe_ep2_healthy"])
+@pytest.mark.parametrize(
+    "variant", ["decode_healthy", "microbatch_healthy", "tp2_sp_healthy", "moe_ep2_healthy", "moe_ep2_own_data_healthy"]
+)
 def test_the_suggested_mapping_of_a_clean_pair_analyses_clean(variant: str, tmp_path: Path) -> None:
     from rca_lsp.core.run import analyze_paths
     from rca_lsp.suggest.cli import write_mapping

@@ -159,6 +159,10 @@ class ModuleEntry(msgspec.Struct, frozen=True, gc=False):
     stream_input: TensorStats | None = None
     stream_output: TensorStats | None = None
     disagreements: tuple[Disagreement, ...] = ()
+    # Set by the rank merge on the experts of expert-parallel ranks that read their own batches: every expert got
+    # routed tokens of every rank's batch, so its activations (left out) are not those of a run of one batch; the
+    # parameters are the expert's own and still compare.
+    other_batches: bool = False
 
 
 class ParallelInfo(msgspec.Struct, gc=False):

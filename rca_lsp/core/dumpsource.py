@@ -27,7 +27,8 @@ class ParallelLayout:
     """How the ranks of a run were laid out (Megatron's default rank order: tp fastest, then ep, dp, pp).
 
     Given by the user (`--parallel tp=2,pp=2`, `parallel = "tp=2"` in rca-lsp.toml) when the dumps alone cannot
-    tell; a dimension left out is inferred from the dumps."""
+    tell; a dimension left out is inferred from the dumps. `dp` counts the replicas of the whole model (tp x ep x dp
+    ranks per stage); with ep, Megatron's data-parallel size of the dense layers (ep x that) is accepted too."""
 
     tp: int | None = None
     pp: int | None = None

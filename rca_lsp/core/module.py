@@ -166,6 +166,10 @@ def _is_fused_experts(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntr
     return False
 
 
+_OTHER_BATCHES_NOTE = (
+    "expert-parallel ranks read their own batches and every expert got routed tokens of all of them: its "
+    "activations (left out by the rank merge) are not one batch's; compared through the parameters"
+)
 _ROUTER_NOTE = (
     "routers of two implementations return different forms (probabilities + routing map against "
     "logits + top-k scores and indices): their outputs are not compared, their weights and inputs are"
@@ -344,6 +348,9 @@ class ModuleComparison:
         self._routers = _routers_of_other_forms(train, rollout)
         if self._routers:  # the parameters and inputs still compare
             self._output_by_parameters()
+        self._other_batches = any(part.other_batches for part in (*train, *rollout))
+        if self._other_batches:  # its activations were left out: judged by the parameters, as fused experts are
+            self._output_by_parameters()
         self.train_disagreements = tuple(d for part in self._train for d in part.disagreements)
         self.disagreements = self.train_disagreements + tuple(d for part in self._rollout for d in part.disagreements)
         self._apply_disagreements()
@@ -366,6 +373,8 @@ class ModuleComparison:
             self.reasoning += f"; {_FUSED_EXPERTS_NOTE}"
         if self._routers:
             self.reasoning += f"; {_ROUTER_NOTE}"
+        if self._other_batches:
+            self.reasoning += f"; {_OTHER_BATCHES_NOTE}"
         if self.dtype_path:
             self.reasoning += (
                 f"; the output dtype differs ({self._output_train.dtype} vs "  # type: ignore[union-attr]

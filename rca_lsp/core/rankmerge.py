@@ -8,11 +8,15 @@ tensor, every pipeline stage names its layers by local index, every expert-paral
    stage's layers are renamed to global indices (offset = distinct layers on the earlier stages); modules on every
    stage (model, block, rotary) take their input from the first stage and their output from the last;
 2. data parallel: ranks one data-parallel group apart whose first module (the embedding) read other data, or that
-   hold the same sharded weights of the parallel layers but for a few (a replica out of sync), are replicas: the
-   first data-parallel group is analysed, and the report says so (when the dumps cannot tell, too); a weight a
-   replica holds otherwise than its first-group peer is a disagreement of replicas on the merged entry;
-3. expert parallel: ranks identical outside their experts hold different experts: `local_experts.<j>` of EP rank
-   e becomes `local_experts.<e * local + j>`;
+   hold the same sharded weights of the parallel layers but for a few (a replica out of sync), are replicas
+   (unless they hold other experts: expert-parallel peers): the first data-parallel group is analysed, and the
+   report says so (when the dumps cannot tell, too); a weight a replica holds otherwise than its first-group peer
+   is a disagreement of replicas on the merged entry;
+3. expert parallel: ranks with the same weights outside their experts (or, without weights, identical outside
+   them) hold different experts: `local_experts.<j>` of EP rank e becomes `local_experts.<e * local + j>`. EP
+   ranks that read their own batches (Megatron carves them out of the data-parallel ranks) give the modules outside
+   the experts from EP rank 0, and leave out the experts' activations (every expert got tokens of every batch);
+   their parameters still compare;
 4. tensor parallel, per slot: identical copies are replicas; differing activations are shards (column-parallel
    outputs and row-parallel inputs along the last dim, other sequence-parallel activations along the sequence);
    differing parameters are shards for parallel linear / embedding classes and otherwise a disagreement of
@@ -74,6 +78,7 @@ class _Plan:
     dp: int
     inferred: bool
     notes: list[str]
+    own_data: bool = False  # the expert-parallel ranks read their own batches (see _ep_reads_own_data)
 
 
 def merge_ranks(dumps: Sequence[Dump], source: DumpSource) -> Dump:
@@ -169,7 +174,16 @@ def _plan(dumps: Sequence[Dump], source: DumpSource) -> _Plan:
     dp = stage_size // group
     if dp > 1:
         notes.append(_data_parallel_note(dumps, stages, group, source))
+        if given.ep is None and _unweighed_experts(dumps[stages[0][0]]):
+            notes.append(
+                "the data-parallel groups were told by their other data alone: their expert weights were not "
+                "dumped, and expert-parallel ranks that read their own batches look the same; if they are such "
+                "ranks, pass --parallel ep=N (setting `parallel`)"
+            )
     tp, ep = _tp_ep(dumps, stages[0][:group], given, source)
+    own_data = ep > 1 and any(_ep_reads_own_data(dumps, stage[:group], tp, ep) for stage in stages)
+    if own_data:
+        notes.append(_own_data_note([i for stage in stages for i in stage[:tp]], ep, dp, source))
     return _Plan(
         [stage[:group] for stage in stages],
         _replica_disagreements(dumps, stages, group, source) if dp > 1 else dumps,
@@ -178,6 +192,7 @@ def _plan(dumps: Sequence[Dump], source: DumpSource) -> _Plan:
         dp,
         given.tp is None and given.pp is None and given.ep is None and given.dp is None,
         notes,
+        own_data,
     )
 
 
@@ -215,12 +230,11 @@ def _data_group_size(
     data-parallel peer is one group size further: the smallest distance at which every rank and the rank that far
     on are data-parallel replicas (see `_replicas_of_other_data`) is the group size; none: one group."""
     if given.dp is not None:
-        if len(stage) % given.dp:
-            raise InputError(source.label, f"{len(stage)} ranks per stage cannot form dp={given.dp} groups")
-        return len(stage) // given.dp
+        return _given_group_size(len(stage), given, source, notes)
     undecided: tuple[int, int, str] | None = None
+    unit = (given.tp or 1) * (given.ep or 1)  # a data-parallel group holds tp x ep ranks
     for size in range(1, len(stage)):
-        if len(stage) % size:
+        if len(stage) % size or size % unit:
             continue
         first_undecided: tuple[int, int, str] | None = None
         for a, b in ((stage[i], stage[i + size]) for i in range(len(stage) - size)):
@@ -243,6 +257,24 @@ def _data_group_size(
     return len(stage)
 
 
+def _given_group_size(size: int, given: ParallelLayout, source: DumpSource, notes: list[str]) -> int:
+    """The ranks of a data-parallel group for a given dp, which counts replicas of the whole model (tp x ep ranks
+    each). With ep > 1 a dp that does not fit so but fits as Megatron's data-parallel size of the dense layers (tp x
+    dp ranks per stage, the EP ranks carved out of them: ep divides dp) is read as that, and said so."""
+    dp, ep = given.dp or 1, given.ep or 1
+    if size % dp:
+        raise InputError(source.label, f"{size} ranks per stage cannot form dp={dp} groups")
+    group = size // dp
+    fits = group % ep == 0 and (given.tp is None or given.tp * ep == group)
+    if not fits and ep > 1 and dp % ep == 0 and (given.tp is None or given.tp * dp == size):
+        notes.append(
+            f"--parallel dp={dp} read as Megatron's data-parallel size of the dense layers, which the ep={ep} "
+            f"expert-parallel ranks are carved out of: {dp // ep} replica(s) of the whole model"
+        )
+        return size * ep // dp
+    return group
+
+
 class _Verdict(NamedTuple):
     replicas: bool | None  # None: the dumps cannot tell
     why: str  # for the report when they cannot
@@ -253,7 +285,10 @@ def _replicas_of_other_data(a: Dump, b: Dump) -> _Verdict:
     embedding, has another input: tensor-parallel peers always read the same batch); else their weights decide (see
     `_weights_differ`): tensor-parallel peers hold other shards of every weight a parallel layer shards and the same
     replicated weights, expert-parallel peers other experts, replicas the same weights - all but any that drifted
-    out of sync."""
+    out of sync. Ranks that hold other experts are expert-parallel peers (which read their own batches in
+    Megatron), not replicas."""
+    if _hold_other_experts(a, b):
+        return _Verdict(False, "")
     first = a.keys[0]
     other = b.entries.get(first)
     if other is not None and a.entries[first].input is not None and other.input != a.entries[first].input:
@@ -379,10 +414,68 @@ def _expert_free(dump: Dump) -> list[str]:
     return [k for k in dump.keys if not _EXPERTS_SCOPE_RE.search(dump.entries[k].path)]
 
 
+def _unweighed_experts(dump: Dump) -> bool:
+    """The dump has experts, none with its weights dumped."""
+    experts = [e for e in dump.entries.values() if _EXPERT_RE.search(e.path)]
+    return bool(experts) and not any(e.parameters for e in experts)
+
+
+def _compared_weights(a: Dump, b: Dump, experts: bool) -> list[tuple[ModuleEntry, ModuleEntry]]:
+    """The two ranks' copies of the modules with weights inside (or outside) the experts."""
+    return [
+        (e, b.entries[k])
+        for k, e in a.entries.items()
+        if e.parameters and k in b.entries and bool(_EXPERTS_SCOPE_RE.search(e.path)) == experts
+    ]
+
+
+def _hold_other_experts(a: Dump, b: Dump) -> bool:
+    """Expert-parallel peers (of one tensor-parallel rank): every expert's weights differ (other experts under the
+    same local names) while the weights outside the experts are the same: those of the parallel layers (which
+    tensor-parallel peers shard) when there are any, all of them otherwise; most of them, so that one replicated
+    weight out of sync is a disagreement of these peers, not another layout."""
+    experts = _compared_weights(a, b, experts=True)
+    if not experts or any(e.parameters == o.parameters for e, o in experts):
+        return False
+    rest = _compared_weights(a, b, experts=False)
+    rest = [(e, o) for e, o in rest if _parallel_kind(e.class_name)] or rest
+    return 2 * sum(e.parameters == o.parameters for e, o in rest) > len(rest)
+
+
+def _ep_reads_own_data(dumps: Sequence[Dump], group: list[int], tp: int, ep: int) -> bool:
+    """Do the expert-parallel ranks of a data-parallel group read their own batches? Then the modules outside the
+    experts (embedding, attention, router, the MoE layer's combined output) differ from EP rank 0's beyond
+    noise; with one batch for all they are copies (the token dispatcher returns each rank its own tokens)."""
+    for t in range(tp):
+        reference = dumps[group[t]]
+        keys = _expert_free(reference)
+        for e in range(1, ep):
+            other = dumps[group[t + e * tp]]
+            for key in keys:
+                mine, theirs = reference.entries[key].output, other.entries.get(key)
+                copy = theirs.output if theirs is not None else None
+                if mine is not None and copy is not None and mine != copy:
+                    if copy_difference(mine, copy) > _TOLERANCES.for_dtypes(mine.dtype):
+                        return True
+    return False
+
+
+def _own_data_note(first: list[int], ep: int, dp: int, source: DumpSource) -> str:
+    """`first`: the ranks of EP rank 0 (its tensor-parallel peers, on every stage)."""
+    ranks = ", ".join(str(source.ranks[i]) for i in first)
+    return (
+        f"expert parallel, each EP rank its own batch: the ep={ep} EP ranks differ outside their experts (they are "
+        f"data-parallel ranks of the dense layers: Megatron's data-parallel size is ep x dp = {ep * dp}); the "
+        f"modules outside the experts are EP rank 0's (rank{'s' if len(first) > 1 else ''} {ranks}), the experts "
+        "are merged across the EP ranks by global index. Every expert got routed tokens of every EP rank's batch, "
+        "which a rollout of one batch did not see: the experts' activations are left out, their parameters compared"
+    )
+
+
 def _tp_ep(dumps: Sequence[Dump], group: list[int], given: ParallelLayout, source: DumpSource) -> tuple[int, int]:
     size = len(group)
     if given.tp is not None or given.ep is not None:
-        tp = given.tp or size // (given.ep or 1)
+        tp = given.tp or max(size // (given.ep or 1), 1)
         if tp * (size // tp) != size or (given.ep is not None and tp * given.ep != size):
             raise InputError(
                 source.label,
@@ -393,19 +486,23 @@ def _tp_ep(dumps: Sequence[Dump], group: list[int], given: ParallelLayout, sourc
     has_experts = any(_EXPERT_RE.search(k) for k in dumps[group[0]].keys)
     if size == 1 or not has_experts:
         return size, 1
-    # Expert-parallel peers agree on everything but their experts; tensor-parallel peers differ on shards.
+    # Expert-parallel peers hold other experts and the same weights outside them (whatever batch they read);
+    # without weights: they agree on everything outside their experts when they read one batch. Tensor-parallel
+    # peers differ on shards.
     shared = _expert_free(dumps[group[0]])
 
     def fingerprint(index: int) -> tuple[object, ...]:
         entries = dumps[index].entries
         return tuple(entries[k].output if k in entries else None for k in shared)
 
-    reference = fingerprint(group[0])
-    ep = sum(1 for i in group if fingerprint(i) == reference)
+    def ep_peers(a: int, b: int) -> bool:
+        if any(e.parameters for e in dumps[a].entries.values()):
+            return _hold_other_experts(dumps[a], dumps[b])
+        return fingerprint(a) == fingerprint(b)
+
+    ep = 1 + sum(1 for i in group[1:] if ep_peers(group[0], i))
     tp = size // ep
-    if tp * ep != size or any(
-        fingerprint(group[t]) != fingerprint(group[t + e * tp]) for t in range(tp) for e in range(ep)
-    ):
+    if tp * ep != size or not all(ep_peers(group[t], group[t + e * tp]) for t in range(tp) for e in range(1, ep)):
         raise InputError(
             source.label,
             "cannot tell tensor-parallel from expert-parallel ranks; pass --parallel tp=N,ep=M (setting `parallel`)",
@@ -440,7 +537,10 @@ class _Merger:
 
     def stage(self, ranks: list[int], plan: _Plan) -> tuple[list[str], dict[str, ModuleEntry]]:
         """One stage's logical keys (local layer names) and entries: experts joined, then tensor shards merged."""
-        by_tp = [self._experts_joined([ranks[t + e * plan.tp] for e in range(plan.ep)]) for t in range(plan.tp)]
+        by_tp = [
+            self._experts_joined([ranks[t + e * plan.tp] for e in range(plan.ep)], plan.own_data)
+            for t in range(plan.tp)
+        ]
         if plan.tp == 1:
             return by_tp[0]
         keys = self._common_keys([k for k, _ in by_tp], [ranks[t] for t in range(plan.tp)])
@@ -472,8 +572,10 @@ class _Merger:
                     self.dropped.setdefault(key, f"{label} lacks it")
         return [k for k in longest if k in everywhere]
 
-    def _experts_joined(self, ranks: list[int]) -> tuple[list[str], dict[str, ModuleEntry]]:
-        """EP peers: shared modules once (checked to agree), each rank's experts under their global index."""
+    def _experts_joined(self, ranks: list[int], own_data: bool = False) -> tuple[list[str], dict[str, ModuleEntry]]:
+        """EP peers: shared modules once (checked to agree), each rank's experts under their global index. With
+        `own_data` (each EP rank read its own batch) the shared modules are EP rank 0's (their weights checked to
+        agree) and the experts' activations are left out (see _other_batches)."""
         first = self.dumps[ranks[0]]
         if len(ranks) == 1:
             return first.keys, first.entries
@@ -499,7 +601,9 @@ class _Merger:
                     )
                     new_key = _renamed_key(key, entry.path, path)
                     keys.append(new_key)
-                    entries[new_key] = _rename(entry, new_key, path)
+                    entries[new_key] = _rename(
+                        self._other_batches(new_key, entry) if own_data else entry, new_key, path
+                    )
                     if (rank, key) != (ranks[0], new_key):
                         self.origins[new_key] = (rank, key)
             run.clear()
@@ -512,17 +616,33 @@ class _Merger:
                 flush()
             keys.append(key)
             copies = [self.dumps[r].entries.get(key) for r in ranks]
-            if _EXPERTS_SCOPE_RE.search(first.entries[key].path) and all(c is not None for c in copies):
+            in_experts = bool(_EXPERTS_SCOPE_RE.search(first.entries[key].path))
+            if in_experts and own_data:
+                entries[key] = self._other_batches(key, first.entries[key])
+            elif in_experts and all(c is not None for c in copies):
                 # the experts' container on each EP rank handles the tokens routed to its experts: shards
                 entries[key] = self._shards(key, copies, ranks, "expert-parallel")  # type: ignore[arg-type]
             else:
-                entries[key] = self._replicas(key, copies, ranks)
+                entries[key] = self._replicas(key, copies, ranks, parameters_only=own_data)
         flush()
         return keys, entries
 
-    def _replicas(self, key: str, copies: list[ModuleEntry | None], ranks: list[int]) -> ModuleEntry:
+    def _other_batches(self, key: str, entry: ModuleEntry) -> ModuleEntry:
+        """A module of the experts on EP ranks that read their own batches: its activations hold routed tokens of
+        every rank's batch, not a one-batch run's: left out (and flagged for the comparison), parameters kept."""
+        if entry.input is None and entry.output is None and not entry.kwargs:
+            return msgspec.structs.replace(entry, other_batches=True)
+        left_out = "activations left out: they hold the routed tokens of every expert-parallel rank's batch"
+        self.merges[key] = left_out + ("; parameters compared" if entry.parameters else "")
+        return msgspec.structs.replace(
+            entry, input=None, output=None, kwargs={}, stream_input=None, stream_output=None, other_batches=True
+        )
+
+    def _replicas(
+        self, key: str, copies: list[ModuleEntry | None], ranks: list[int], parameters_only: bool = False
+    ) -> ModuleEntry:
         """A module every peer computes identically (EP peers outside the experts): the first copy, with any
-        disagreement of a slot recorded."""
+        disagreement of a slot recorded (`parameters_only`: of a weight, for peers that read other batches)."""
         first = copies[0]
         assert first is not None
         if all(c == first for c in copies[1:]):
@@ -530,6 +650,8 @@ class _Merger:
         self.varied.add(key)
         found = list(_carried(copies))
         for slot, _ in entry_slots(first):
+            if parameters_only and not slot.startswith("parameters."):
+                continue
             others = [slot_stats(c, slot) if c is not None else None for c in copies]
             disagreement = _disagreement(slot, others, ranks, self.source)
             if disagreement is not None:
@@ -582,8 +704,8 @@ class _Merger:
             if disagreement is not None:
                 found.append(disagreement)
                 described.append(disagreement.describe())
-        if described:
-            self.merges[key] = "; ".join(described)
+        if described:  # after what joining the experts said (their activations left out)
+            self.merges[key] = "; ".join(([self.merges[key]] if key in self.merges else []) + described)
         return _with_slots(first, merged, tuple(found))
 
     def _qkv_layout(self, key: str, ranks: list[int]) -> QkvLayout:

@@ -96,7 +96,7 @@ def provenance_notes(analysis: Analysis, record: ModuleRecord) -> list[str]:
     ):
         if dump.parallel is None:
             continue
-        merged = [dump.parallel.merges[k] for k in dict.fromkeys(keys) if k in dump.parallel.merges]
+        merged = list(dict.fromkeys(dump.parallel.merges[k] for k in keys if k in dump.parallel.merges))
         how = "; ".join(merged[:3]) if merged else "every slot replicated (identical on all ranks)"
         ranks = sorted({r for k in keys if (held := held_by(dump, k)) is not None for r in held["ranks"]})
         notes.append(

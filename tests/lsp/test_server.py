@@ -345,6 +345,8 @@ async def test_unmapped_train_module_hint_and_its_quick_fix(client: LanguageClie
         "microbatch_fault",
         "moe_ep2_healthy",
         "moe_ep2_expert_desync",
+        "moe_ep2_own_data_healthy",
+        "moe_ep2_own_data_expert_desync",
         "tp2_healthy",
         "tp2_shard_desync",
         "tp2_sp_replica_desync",
