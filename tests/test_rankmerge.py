@@ -283,6 +283,33 @@ def test_real_merged_ranks_equal_the_unsharded_run(variant: str) -> None:
     assert merged.parallel.sequence_parallel == expected(variant)["parallel"]["sequence_parallel"]
 
 
+@pytest.mark.parametrize("variant", ["tp2_replica_desync", "tp2_sp_replica_desync", "tp2_shard_desync"])
+def test_a_rank_local_fault_changes_values_not_the_merged_shapes(variant: str) -> None:
+    """One rank's desynced weight makes its copies of downstream replicated activations differ: they are replicas
+    that disagree (the norm's output, the next module's input), never shards of a tensor twice as wide."""
+    from conftest import FIXTURES
+
+    from rca_lsp.core.rankmerge import entry_slots
+
+    merged = DumpCache().get(FIXTURES / variant / "train")
+    reference = DumpCache().get(FIXTURES / "tp1_healthy4" / "train")
+    for key in reference.keys:
+        mine = dict(entry_slots(merged.entries[key]))
+        for slot, theirs in entry_slots(reference.entries[key]):
+            if theirs is not None and mine.get(slot) is not None:
+                assert mine[slot].numel == theirs.numel, (key, slot)  # type: ignore[union-attr]
+
+
+def test_a_desynced_norm_weight_without_sequence_parallel_is_a_disagreement_of_its_output_too() -> None:
+    from conftest import FIXTURES
+
+    merged = DumpCache().get(FIXTURES / "tp2_replica_desync" / "train")
+    norm = next(k for k in merged.keys if "layers.1.pre_mlp_layernorm" in k)
+    slots = {(d.slot, d.reference, d.members) for d in merged.entries[norm].disagreements}
+    assert slots == {("output", 0, (1,)), ("parameters.weight", 0, (1,))}
+    assert "sharded" not in (merged.parallel.merges.get(norm, "") if merged.parallel else "")
+
+
 def test_the_same_layout_on_both_sides_is_compared_rank_by_rank(tmp_path: Path) -> None:
     clean, _, _ = make_pair(tmp_path / "clean")
     faulty, _, _ = make_pair(tmp_path / "faulty", shard_fault=True)

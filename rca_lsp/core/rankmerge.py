@@ -532,6 +532,9 @@ class _Merger:
         self.origins: dict[str, tuple[int, str]] = {}
         self.dropped: dict[str, str] = {}
         self.varied: set[str] = set()  # see ParallelInfo.varied
+        # differing activation copies (by the first rank's): the dim they are shards along, None for replicas that
+        # disagree (see _slot)
+        self.decided: dict[tuple[object, ...], tuple[tuple[int, ...] | None, int | None]] = {}
         self.sequence_parallel = False
         self.qkv_layouts: dict[tuple[int, ...], dict[str, QkvLayout]] = {}  # per tensor-parallel group, per key
 
@@ -691,9 +694,10 @@ class _Merger:
         merged: dict[str, TensorStats | None] = {}
         described: list[str] = []
         found: list[Disagreement] = list(_carried(parts))
+        same_inputs = kind is None and _same_inputs(parts)
         for slot, _ in entry_slots(first):
             copies = [slot_stats(p, slot) for p in parts]
-            stats, how, disagreement = self._slot(slot, copies, kind, ranks, first.call_index, qkv)
+            stats, how, disagreement = self._slot(slot, copies, kind, ranks, first.call_index, qkv, same_inputs)
             merged[slot] = stats
             if not how.startswith("sharded") and any(c != copies[0] for c in copies[1:]):
                 self.varied.add(key)
@@ -732,9 +736,10 @@ class _Merger:
         ranks: list[int],
         call: int,
         qkv: QkvEntry | None = None,
+        same_inputs: bool = False,
     ) -> tuple[TensorStats | None, str, Disagreement | None]:
         """(merged statistics, how they were merged, a disagreement of replicas); `qkv` for the slots of a fused
-        q/k/v projection."""
+        q/k/v projection; `same_inputs`: the module is no parallel layer and every rank gave it the same inputs."""
         first = copies[0]
         if first is None or any(c is None for c in copies):
             return first, "", None
@@ -751,17 +756,77 @@ class _Merger:
             return first, "", _disagreement(slot, copies, ranks, self.source)
         if worst <= tol and not parameter:
             return first, f"replicated (copies differ by {worst:.2g}, within noise)", None
+        identity = _tensor_identity(first)
         if dim is None:  # an activation of a module that is not a parallel layer: along the sequence or features
-            if leading_size(first) * len(stats) == self.dumps[ranks[0]].tokens_per_call.get(call, 0):
-                dim = 0  # sequence parallel: each rank holds a slice of the tokens
-                self.sequence_parallel = True
-            else:
-                dim = max(len(first.shape or ()) - 1, 0)
+            dim = _same_tensor_dim(self.decided.get(identity), first.shape)
+            if dim is _UNDECIDED:
+                if leading_size(first) * len(stats) == self.dumps[ranks[0]].tokens_per_call.get(call, 0):
+                    dim = 0  # sequence parallel: each rank holds a slice of the tokens
+                    self.sequence_parallel = True
+                elif kind is not None or (same_inputs and slot in ("output", "stream_output")):
+                    # A parallel layer's class says this slot is whole on every rank (a column-parallel input, a
+                    # row-parallel output); a module that holds no shard computes the same output from the same
+                    # inputs. Copies that differ there are replicas that disagree (a desynced weight upstream, a
+                    # non-deterministic kernel), not shards of a tensor twice as wide.
+                    dim = None
+                else:
+                    dim = max(len(first.shape or ()) - 1, 0)
+        # one tensor is often dumped twice (a module's output is the next one's input, a container's output its
+        # last child's): where it is seen again it is what it was first decided to be
+        self.decided.setdefault(identity, (first.shape, dim))
+        if dim is None:
+            return first, "", _disagreement(slot, copies, ranks, self.source)
         if qkv is not None and not slot.startswith("input"):
             merged, how = qkv.merge(slot, stats, dim)
             return merged, how, None
         shape = _concatenated(first.shape, dim, len(stats))
         return aggregate(stats, shape), f"sharded along dim {dim} over {len(stats)} ranks", None
+
+
+_UNDECIDED = -1  # not a dim: a tensor not seen yet (see _Merger.decided)
+
+
+def _same_tensor_dim(
+    decided: tuple[tuple[int, ...] | None, int | None] | None, shape: tuple[int, ...] | None
+) -> int | None:
+    """What a tensor seen before was decided to be (its shape then, the dim it is sharded along or None for a
+    replica), for this view of it: the sharded size's dim, last first (a transpose moves the others); _UNDECIDED
+    when it was not seen or the size is not in this view."""
+    if decided is None:
+        return _UNDECIDED
+    seen_shape, dim = decided
+    if dim is None or seen_shape == shape:
+        return dim
+    size = seen_shape[dim] if seen_shape and dim < len(seen_shape) else None
+    return next((d for d in reversed(range(len(shape or ()))) if shape[d] == size), _UNDECIDED)  # type: ignore[index]
+
+
+def _tensor_identity(stats: TensorStats) -> tuple[object, ...]:
+    """What tells one dumped tensor from another: where a module's output is the next one's input, both entries
+    hold these same statistics (the shape may be another view: a transpose, a flattened batch)."""
+    return stats.dtype, stats.numel, stats.max, stats.min, stats.mean, stats.norm
+
+
+def _same_inputs(parts: Sequence[ModuleEntry]) -> bool:
+    """Every rank's copy of the entry has the same dumped inputs (its primary input, keyword tensors and second
+    float input), within their dtype's noise."""
+    first = parts[0]
+    if first.input is None:
+        return False
+    for slot, stats in entry_slots(first):
+        if not slot.startswith(("input", "stream_input")):
+            continue
+        for part in parts[1:]:
+            copy = slot_stats(part, slot)
+            if (stats is None) != (copy is None):
+                return False
+            if (
+                stats is not None
+                and copy is not None
+                and copy_difference(stats, copy) > _TOLERANCES.for_dtypes(stats.dtype)
+            ):
+                return False
+    return True
 
 
 def _parallel_kind(class_name: str) -> str | None:
