@@ -38,6 +38,22 @@ def test_the_work_is_done_once_in_the_child_or_here_when_the_child_fails(tmp_pat
     assert sorted(tmp_path.glob("parent.*")) == sorted([pid_file, done])  # the work ran once
 
 
+def test_the_work_may_hand_part_of_itself_to_a_child_of_its_own(tmp_path: Path) -> None:
+    def inner() -> list[Path]:
+        done = tmp_path / f"inner.{os.getpid()}"
+        done.write_text("done")
+        return [done]
+
+    def outer() -> list[Path]:
+        with BackgroundWork(inner) as background:
+            return [tmp_path / f"outer.{os.getpid()}", *background.result()]
+
+    with BackgroundWork(outer) as background:
+        outer_path, inner_path = background.result()
+    pids = {int(outer_path.suffix[1:]), int(inner_path.suffix[1:]), os.getpid()}
+    assert len(pids) == 3  # each part in a process of its own: none fell back to its parent
+
+
 def _without_run_id(path: Path, run_id: str) -> bytes:
     return path.read_bytes().replace(run_id.encode(), b"RUN")
 

@@ -28,7 +28,9 @@ class BackgroundWork:
         self._work = work
         context = multiprocessing.get_context("fork")
         self._receiver, sender = context.Pipe(duplex=False)
-        self._child = context.Process(target=_work_and_send, args=(work, sender, self._receiver), daemon=True)
+        # not a daemon: the work may start a BackgroundWork of its own (multiprocessing's daemons cannot); close()
+        # ends the child in any case
+        self._child = context.Process(target=_work_and_send, args=(work, sender, self._receiver))
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # a Ctrl-C during the fork reaches
         try:  # the parent, which kills the child
             self._child.start()

@@ -9,6 +9,7 @@ import io
 import itertools
 import math
 import multiprocessing
+from contextlib import nullcontext
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
@@ -20,7 +21,7 @@ from rca_lsp import __version__
 from rca_lsp.core.analysis import Analysis
 from rca_lsp.core.atomicfile import atomic_stream, remove_stale_temporaries, write_atomically
 from rca_lsp.core.cancel import ShouldStop, never, stop_if
-from rca_lsp.core.chart import chart_data
+from rca_lsp.core.chart import ChartData, chart_data
 from rca_lsp.core.compare import STAT_NAMES, priority_for
 from rca_lsp.core.dump import TensorStats
 from rca_lsp.core.forkpart import BackgroundWork
@@ -414,29 +415,44 @@ def _write_modules(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: S
 
 
 def _write_report(
-    analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never, chart: bool = True
+    analysis: Analysis,
+    out_dir: Path,
+    meta: Meta,
+    should_stop: ShouldStop = never,
+    chart: bool = True,
+    fork: bool = False,
 ) -> list[Path]:
     """The root-cause report: JSON, the chart (interactive HTML; a PNG when matplotlib is installed) unless `chart`
-    is off, Markdown. A chart file this run does not write is removed: one of an earlier run would not show it."""
+    is off, Markdown. A chart file this run does not write is removed: one of an earlier run would not show it.
+    With `fork` (single-threaded callers only) the image is drawn by a forked child while the page is written."""
     report = {"run_id": meta["run_id"], **analysis.report}
     written = [out_dir / "output_5_root_cause_report.json"]
     write_atomically(written[0], _json(report, indent=True))
-    image = None
+    image: list[Path] = []
     if chart:
         data = chart_data(analysis, meta["run_id"])
-        write_atomically(out_dir / CHART_HTML, render_html(data).encode())
-        written.append(out_dir / CHART_HTML)
-        image = render_png(data)
+        draw = functools.partial(_write_image, out_dir, data)
+        with BackgroundWork(draw) if fork else nullcontext() as drawing:
+            write_atomically(out_dir / CHART_HTML, render_html(data).encode())
+            written.append(out_dir / CHART_HTML)
+            image = drawing.result() if drawing is not None else draw()
+        written += image
     else:
         (out_dir / CHART_HTML).unlink(missing_ok=True)
-    if image is not None:
-        write_atomically(out_dir / CHART_PNG, image)
-        written.append(out_dir / CHART_PNG)
-    else:
         (out_dir / CHART_PNG).unlink(missing_ok=True)
-    markdown = render_markdown(analysis, meta["run_id"], CHART_PNG if image is not None else None, chart)
+    markdown = render_markdown(analysis, meta["run_id"], CHART_PNG if image else None, chart)
     write_atomically(out_dir / "output_5_root_cause_report.md", markdown.encode())
     return written + [out_dir / "output_5_root_cause_report.md"]
+
+
+def _write_image(out_dir: Path, data: ChartData) -> list[Path]:
+    """The chart's PNG, or none (without matplotlib: an earlier run's is removed)."""
+    image = render_png(data)
+    if image is None:
+        (out_dir / CHART_PNG).unlink(missing_ok=True)
+        return []
+    write_atomically(out_dir / CHART_PNG, image)
+    return [out_dir / CHART_PNG]
 
 
 PARTS = (_write_mapping, _write_compare, _write_modules, _write_report)
@@ -477,12 +493,13 @@ def write_outputs(
     remove_stale_temporaries(out_dir, OUTPUT_NAMES)
     forget_manifest(out_dir)
     meta = _meta(analysis, new_run_id())
+    fork = fork and "fork" in multiprocessing.get_all_start_methods()
     chosen: dict[Part, Part] = {
         _write_compare: functools.partial(_write_compare, style=columns),
-        _write_report: functools.partial(_write_report, chart=chart),
+        _write_report: functools.partial(_write_report, chart=chart, fork=fork),
     }
     parts = [chosen.get(p, p) for p in PARTS]
-    if not fork or "fork" not in multiprocessing.get_all_start_methods():
+    if not fork:
         written = [path for part in parts for path in _write_part(part, analysis, out_dir, meta, should_stop)]
     elif chart:
         # the report with its chart is seconds of work for one process (10^5 modules): a second child writes it
