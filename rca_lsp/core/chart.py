@@ -35,7 +35,7 @@ import bisect
 import math
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import msgspec
 
@@ -231,6 +231,25 @@ class _Thresholds:
         return found
 
 
+class _Errors:
+    """relative_error of two statistics, each pair of objects once: the modules' series and the ranks' (a rank's
+    copy the merge saw equal is the merged entry's) compare the same ones. The objects are held, so their ids are
+    not reused meanwhile."""
+
+    def __init__(self) -> None:
+        self.known: dict[tuple[int, int], tuple[TensorStats | None, TensorStats | None, float | None]] = {}
+
+    def __call__(self, train: TensorStats | None, rollout: TensorStats | None) -> float | None:
+        found = self.known.get((id(train), id(rollout)))
+        if found is None:
+            found = self.known[(id(train), id(rollout))] = (train, rollout, relative_error(train, rollout))
+        return found[2]
+
+    def add(self, train: TensorStats | None, rollout: TensorStats | None, error: float) -> None:
+        """An error measured elsewhere (the comparison's output error)."""
+        self.known.setdefault((id(train), id(rollout)), (train, rollout, error))
+
+
 def _shape(shape: tuple[int, ...] | None) -> str:
     try:
         return _shape_text(shape)
@@ -289,14 +308,20 @@ _KIND_SLOT = {"o": 0, "i": 1, "p": 2}  # a target's kind by its first letter: ou
 Worst = tuple[float | None, float | None, TargetSpec]  # error, tolerance, target
 
 
-def _worst_targets(specs: list[TargetSpec], tolerances: Tolerances, output_error: float | None) -> list[Worst | None]:
+def _worst_targets(
+    specs: list[TargetSpec], tolerances: Tolerances, output_error: float | None, errors: _Errors
+) -> list[Worst | None]:
     """Per kind (output, input, parameters) the target with the largest error (the first when none has one).
     `output_error`: the comparison's (measured for the calibration already; None when infinite or missing)."""
     worst: list[Worst | None] = [None, None, None]
     for spec in specs:
         slot = _KIND_SLOT[spec.target[0]]
         train, rollout = spec.train, spec.rollout
-        error = output_error if slot == 0 and output_error is not None else relative_error(train, rollout)
+        if slot == 0 and output_error is not None:
+            error: float | None = output_error
+            errors.add(train, rollout, output_error)
+        else:
+            error = errors(train, rollout)
         current = worst[slot]
         if current is None or (error is not None and (current[0] is None or error > current[0])):
             dtypes = (train.dtype if train else None, rollout.dtype if rollout else None)
@@ -349,6 +374,7 @@ def _modules(
     strings: _Strings,
     stats: _Stats,
     thresholds: _Thresholds,
+    errors: _Errors,
 ) -> ChartModules:
     tolerances = analysis.judge.tolerances
     floors = {d: (None if c.fallback else thresholds(c.floor)) for d, c in analysis.calibration.by_dtype.items()}
@@ -369,7 +395,7 @@ def _modules(
         modules.suspect.append(strings(suspect.classification) if suspect is not None else None)
         modules.noise_floor.append(floors.get(normalise_dtype(comparison.output_dtype) or ""))
         specs = comparison.target_specs()
-        worst = _worst_targets(specs, tolerances, comparison.output_error)
+        worst = _worst_targets(specs, tolerances, comparison.output_error, errors)
         for found, column, consistency in zip(worst, columns, _consistencies(comparison)):
             if found is None:
                 column.error.append(None)
@@ -443,7 +469,11 @@ _RANK_RESULTS: dict[tuple[object, ...], "RankResults"] = {}  # of the last rank 
 RankResults = dict[tuple[str, str], list[RankResult | None]]  # per key pair, per rank file
 
 
-def _rank_results(analysis: Analysis, pairs: set[tuple[str, str]]) -> tuple[list[int], RankResults]:
+def _rank_results(
+    analysis: Analysis,
+    pairs: set[tuple[str, str]],
+    compare: Callable[[TensorStats | None, TensorStats | None], float | None] = relative_error,
+) -> tuple[list[int], RankResults]:
     """Each merged rank's copy of each (train key, rollout key) pair against the rollout, computed for the pairs not
     yet known for these rank files (a chart after an edit computes only new pairs). The ranks are those whose copies
     were merged (other data-parallel groups ran other data). Where the merge saw every rank's copy of the
@@ -481,7 +511,7 @@ def _rank_results(analysis: Analysis, pairs: set[tuple[str, str]]) -> tuple[list
                 if mine is not None:
                     results[slot_of[file]] = _compare_rank(mine, theirs, how, tolerances)
         elif holders:
-            result = _compare_rank(train.entries[train_key], theirs, how, tolerances, verdicts=False)
+            result = _compare_rank(train.entries[train_key], theirs, how, tolerances, compare, verdicts=False)
             for file in holders:
                 results[slot_of[file]] = result
         known[(train_key, rollout_key)] = results
@@ -549,7 +579,12 @@ def _rank_series(records: Sequence[ModuleRecord], ranks: list[int], known: RankR
 
 
 def _compare_rank(
-    mine: ModuleEntry, theirs: ModuleEntry, how: str, tolerances: Tolerances, verdicts: bool = True
+    mine: ModuleEntry,
+    theirs: ModuleEntry,
+    how: str,
+    tolerances: Tolerances,
+    compare: Callable[[TensorStats | None, TensorStats | None], float | None] = relative_error,
+    verdicts: bool = True,
 ) -> RankResult:
     """One rank's replicated slots against the other side's: the largest error per kind, and (with `verdicts`)
     whether one differs beyond the tolerance. A result every rank shares needs no verdicts: it cannot show a rank
@@ -563,7 +598,7 @@ def _compare_rank(
         if how and not _replicated(how, slot):
             continue
         a, b = slot_stats(mine, slot), slot_stats(theirs, slot)
-        error, known = relative_error(a, b), errors[kind]
+        error, known = compare(a, b), errors[kind]
         if error is not None and (known is None or error > known):
             errors[kind] = error
         if verdicts and not differs:
@@ -574,10 +609,10 @@ def _compare_rank(
 def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
     """The chart of an analysis: every call's mapped modules, markers and one-sided ops (see the module doc)."""
     first = analysis.suspects[0] if analysis.suspects and analysis.suspects[0].credible_origin else None
-    ranks, known = _rank_results(analysis, {pair for r in analysis.records if (pair := _single(r)) is not None})
     strings = _Strings()
     stats = _Stats(strings)
     thresholds = _Thresholds()
+    errors = _Errors()
     calls = []
     for call, evidence in analysis.calls.items():
         records = evidence.records
@@ -589,7 +624,7 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
         boundary = _marker(records, origin.boundary if origin else None, None)
         if boundary is not None:
             marked.add(boundary.index)
-        modules = _modules(records, analysis, suspects, marked, strings, stats, thresholds)
+        modules = _modules(records, analysis, suspects, marked, strings, stats, thresholds, errors)
         note = next((r.comparison.calls_note for r in records if r.comparison.calls_note), "")
         calls.append(
             ChartCall(
@@ -601,9 +636,14 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
                 _marker(records, origin.record if origin else None, origin.classification if origin else None),
                 boundary,
                 _one_sided(analysis, call, records, origin),
-                _rank_series(records, ranks, known),
+                [],
             )
         )
+    # after the modules: a rank's copy the merge saw equal is compared as the merged entry was, already
+    pairs = {pair for r in analysis.records if (pair := _single(r)) is not None}
+    ranks, known = _rank_results(analysis, pairs, errors)
+    for chart_call in calls:
+        chart_call.ranks = _rank_series(analysis.calls[chart_call.call_index].records, ranks, known)
     calls.sort(key=lambda c: c.call_index)
     default = next((i for i, c in enumerate(calls) if first is not None and c.call_index == first.record.call_index), 0)
     return ChartData(
