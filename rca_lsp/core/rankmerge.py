@@ -30,8 +30,9 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterable, NamedTuple, Sequence
+from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import msgspec
 
@@ -343,7 +344,7 @@ def _weights_differ(a: Dump, b: Dump) -> tuple[dict[bool, list[bool]], list[bool
             # Exact: replicas hold bit-identical weights (no arithmetic between them), and so every pair compares
             # in C (a TP=8 dump has 10^4 weights per rank).
             if kind is not None and _shard_dim(f"parameters.{name}", kind, stats) is not None:
-                sharded.setdefault(bool(_EXPERTS_SCOPE_RE.search(entry.path)), []).append(stats != theirs)
+                sharded.setdefault(_in_experts(entry.path), []).append(stats != theirs)
             else:
                 replicated.append(stats != theirs)
     return sharded, replicated
@@ -411,7 +412,7 @@ def _replica_disagreements(
 
 
 def _expert_free(dump: Dump) -> list[str]:
-    return [k for k in dump.keys if not _EXPERTS_SCOPE_RE.search(dump.entries[k].path)]
+    return [k for k in dump.keys if not _in_experts(dump.entries[k].path)]
 
 
 def _unweighed_experts(dump: Dump) -> bool:
@@ -420,13 +421,18 @@ def _unweighed_experts(dump: Dump) -> bool:
     return bool(experts) and not any(e.parameters for e in experts)
 
 
-def _compared_weights(a: Dump, b: Dump, experts: bool) -> list[tuple[ModuleEntry, ModuleEntry]]:
+def _compared_weights(a: Dump, b: Dump, experts: bool) -> Iterator[tuple[ModuleEntry, ModuleEntry]]:
     """The two ranks' copies of the modules with weights inside (or outside) the experts."""
-    return [
-        (e, b.entries[k])
-        for k, e in a.entries.items()
-        if e.parameters and k in b.entries and bool(_EXPERTS_SCOPE_RE.search(e.path)) == experts
-    ]
+    other = b.entries
+    return (
+        (e, other[k]) for k, e in a.entries.items() if e.parameters and k in other and _in_experts(e.path) == experts
+    )
+
+
+@lru_cache(maxsize=1 << 16)
+def _in_experts(path: str) -> bool:
+    """A module path inside a MoE layer's experts (a dump's paths repeat over its calls and ranks)."""
+    return _EXPERTS_SCOPE_RE.search(path) is not None
 
 
 def _hold_other_experts(a: Dump, b: Dump) -> bool:
@@ -434,10 +440,14 @@ def _hold_other_experts(a: Dump, b: Dump) -> bool:
     same local names) while the weights outside the experts are the same: those of the parallel layers (which
     tensor-parallel peers shard) when there are any, all of them otherwise; most of them, so that one replicated
     weight out of sync is a disagreement of these peers, not another layout."""
-    experts = _compared_weights(a, b, experts=True)
-    if not experts or any(e.parameters == o.parameters for e, o in experts):
+    compared = False
+    for mine, theirs in _compared_weights(a, b, experts=True):
+        if mine.parameters == theirs.parameters:
+            return False  # one expert the same: not other experts (the common case of tensor-parallel peers)
+        compared = True
+    if not compared:
         return False
-    rest = _compared_weights(a, b, experts=False)
+    rest = list(_compared_weights(a, b, experts=False))
     rest = [(e, o) for e, o in rest if _parallel_kind(e.class_name)] or rest
     return 2 * sum(e.parameters == o.parameters for e, o in rest) > len(rest)
 
@@ -619,7 +629,7 @@ class _Merger:
                 flush()
             keys.append(key)
             copies = [self.dumps[r].entries.get(key) for r in ranks]
-            in_experts = bool(_EXPERTS_SCOPE_RE.search(first.entries[key].path))
+            in_experts = _in_experts(first.entries[key].path)
             if in_experts and own_data:
                 entries[key] = self._other_batches(key, first.entries[key])
             elif in_experts and all(c is not None for c in copies):
@@ -829,6 +839,7 @@ def _same_inputs(parts: Sequence[ModuleEntry]) -> bool:
     return True
 
 
+@lru_cache(maxsize=1 << 12)
 def _parallel_kind(class_name: str) -> str | None:
     if any(token in class_name for token in _COLUMN_CLASSES):
         return "column"
