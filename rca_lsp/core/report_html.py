@@ -52,24 +52,28 @@ _BLOCKS = ("rca-chart-data", "rca-chart-details")
 
 
 def _split(chart: ChartData) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The chart as two documents: what the first draw needs, and the rest (keys, verdicts, statistics)."""
-    document: dict[str, Any] = msgspec.to_builtins(chart)
+    """The chart as two documents: what the first draw needs, and the rest (keys, verdicts, statistics). Shallow
+    copies of the Structs: their lists are shared, not converted (msgspec encodes them as they are)."""
+    document = msgspec.structs.asdict(chart)
     details: dict[str, Any] = {"stats": document.pop("stats"), "calls": []}
     document["stats"] = []
-    for call in document["calls"]:
-        modules = call["modules"]
+    calls = []
+    for chart_call in chart.calls:
+        call = msgspec.structs.asdict(chart_call)
+        modules = call["modules"] = msgspec.structs.asdict(chart_call.modules)
         part = {field: modules.pop(field) for field in _DETAIL_FIELDS}
         for kind in _KINDS:
-            part[kind] = {field: modules[kind].pop(field) for field in _SERIES_DETAIL_FIELDS}
+            series = modules[kind] = msgspec.structs.asdict(getattr(chart_call.modules, kind))
+            part[kind] = {field: series.pop(field) for field in _SERIES_DETAIL_FIELDS}
         details["calls"].append(part)
+        calls.append(call)
+    document["calls"] = calls
     return document, details
 
 
 def _packed(document: dict[str, Any]) -> str:
     """JSON, gzip, base64: a quarter of the bytes to read (the page unpacks it with DecompressionStream)."""
-    return base64.b64encode(
-        gzip.compress(orjson.dumps(document, option=orjson.OPT_NON_STR_KEYS), compresslevel=6, mtime=0)
-    ).decode("ascii")
+    return base64.b64encode(gzip.compress(msgspec.json.encode(document), compresslevel=6, mtime=0)).decode()
 
 
 def chart_from_page(page: str) -> dict[str, Any]:
