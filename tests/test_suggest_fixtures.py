@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import orjson
@@ -21,7 +22,18 @@ MIN_PRECISION = 0.98
 MAX_EXTRA_SHARE = 0.10
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+def _known_gap(variant: str) -> str | None:
+    """The `known_gap` of the variant's expected.json (what the analysis does not read right yet), if any."""
+    expected = FIXTURES / variant / "expected.json"
+    return json.loads(expected.read_text()).get("known_gap") if expected.is_file() else None
+
+
+AGREEMENT_VARIANTS = [
+    pytest.param(v, marks=pytest.mark.xfail(strict=True, reason=gap)) if (gap := _known_gap(v)) else v for v in VARIANTS
+]
+
+
+@pytest.mark.parametrize("variant", AGREEMENT_VARIANTS)
 def test_suggestions_agree_with_the_hand_written_mapping(variant: str) -> None:
     folder = FIXTURES / variant
     reference = orjson.loads((folder / "mapping_key.json").read_bytes())
