@@ -26,18 +26,7 @@ def test_fixture_set_covers_every_kind_of_cause() -> None:
     assert any(expected(v)["clean"] for v in variants())
 
 
-def diagnosed_variants() -> list:
-    """Every variant; one whose expected.json names a `known_gap` (what the analysis does not read right yet, with
-    the real dumps that show it) is expected to fail until that is fixed (strict: the fix shows as XPASS)."""
-    return [
-        pytest.param(v, marks=pytest.mark.xfail(strict=True, reason=expected(v)["known_gap"]))
-        if "known_gap" in expected(v)
-        else v
-        for v in variants()
-    ]
-
-
-@pytest.mark.parametrize("variant", diagnosed_variants())
+@pytest.mark.parametrize("variant", variants())
 def test_variant_is_diagnosed(variant: str) -> None:
     truth = expected(variant)
     analysis = analyse(variant)

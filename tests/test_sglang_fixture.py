@@ -100,7 +100,7 @@ def test_the_suggested_mapping_leaves_the_whole_model_modules_apart_and_analyses
 
 
 def test_at_tp2_the_row_parallel_outputs_are_partial_sums_per_rank() -> None:
-    """What `sglang_tp2_healthy`'s known gap is about: SGLang reduces o_proj / down_proj outputs after the module."""
+    """SGLang reduces o_proj / down_proj outputs after the module, and the layer's output is the reduced sum."""
     ranks = [
         json.loads((FIXTURES / "sglang_tp2_healthy" / "rollout" / "step0" / f"rank{r}" / "dump.json").read_text())[
             "data"
@@ -117,3 +117,19 @@ def test_at_tp2_the_row_parallel_outputs_are_partial_sums_per_rank() -> None:
     for rank in ranks:  # the reduced sum reaches the next norm (rounded as the all-reduce adds)
         assert rank[norm]["output"][0]["Norm"] == pytest.approx(tp1[norm]["output"][0]["Norm"], rel=1e-6)
     assert all(rank[f"{R}layers.0.Qwen2DecoderLayer.forward.0"]["output"] == [None] for rank in ranks)
+
+
+def test_the_rank_merge_reads_them_as_partial_sums_and_the_layer_as_handing_on_their_sum() -> None:
+    folder = FIXTURES / "sglang_tp2_healthy"
+    merged = CACHE.get(folder / "rollout")
+    tp1 = CACHE.get(FIXTURES / "sglang_healthy" / "rollout")
+    assert merged.parallel is not None and merged.parallel.rank_count == 2
+    for module in ("self_attn.o_proj.RowParallelLinear", "mlp.down_proj.RowParallelLinear", "mlp.Qwen2MLP"):
+        key = f"{R}layers.0.{module}.forward.0"
+        assert "partial sums over 2 ranks" in merged.parallel.merges[key]
+        out = merged.entries[key].output
+        assert (out.max, out.norm) == (None, None) and out.mean == pytest.approx(tp1.entries[key].output.mean, abs=1e-7)
+    layer = f"{R}layers.1.Qwen2DecoderLayer.forward.0"
+    assert merged.branch_outputs.returns[layer] == f"{R}layers.1.mlp.Qwen2MLP.forward.0"
+    analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
+    assert analysis.suspects == []

@@ -286,6 +286,7 @@ class Dump:
                         if (entries[ancestor].path, call) in with_stream:
                             returns.setdefault(ancestor, key)
                         break
+        self._returns_reduced_sums(returns, with_stream)
         takes: dict[str, str] = {}
         for key in keys if returns else ():
             entry = entries[key]
@@ -299,6 +300,31 @@ class Dump:
             if producers:
                 takes[key] = max(producers, key=lambda k: entries[k].position)
         return BranchOutputs(returns, takes)
+
+    def _returns_reduced_sums(self, returns: dict[str, str], with_stream: set[tuple[str, int]]) -> None:
+        """Add to `returns` the residual blocks that return the reduced sum of a descendant's per-rank partial sums
+        (rankmerge: only their Mean is known; SGLang at TP > 1 reduces the MLP's output at the layer's end): the
+        nearest ancestor holding a fused-residual module whose output has that shape and Mean (within float32
+        rounding of its scale)."""
+        entries = self.entries
+        by_place = {(e.path, e.call_index): k for k, e in entries.items()}
+        for key in reversed(self.keys):  # a container before its children: the nearest descendant is named
+            entry = entries[key]
+            summed = entry.output
+            if summed is None or summed.mean is None or summed.max is not None or summed.norm is not None:
+                continue
+            parts = entry.path.split(".")
+            for depth in range(len(parts) - 1, 0, -1):
+                place = (".".join(parts[:depth]), entry.call_index)
+                ancestor = by_place.get(place)
+                if ancestor is None or place not in with_stream:
+                    continue
+                full = entries[ancestor].output
+                if full is not None and full.shape == summed.shape and full.norm is not None and full.numel:
+                    scale = full.norm / math.sqrt(full.numel)
+                    if type(full.mean) is float and abs(full.mean - summed.mean) <= 1e-5 * scale:
+                        returns.setdefault(ancestor, key)
+                break
 
     @cached_property
     def earlier_call_before(self) -> list[int]:

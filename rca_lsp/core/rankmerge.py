@@ -437,6 +437,9 @@ class _Merger:
         self.varied: set[str] = set()  # see ParallelInfo.varied
         self.sequence_parallel = False
         self.qkv_layouts: dict[tuple[int, ...], dict[str, QkvLayout]] = {}  # per tensor-parallel group, per key
+        # the ranks' copies of row-parallel outputs merged as partial sums: a module returning the same copies (its
+        # row-parallel child's output, e.g. SGLang's Qwen2MLP) returns partial sums too
+        self.partial_sums: set[tuple[tuple[object, ...], ...]] = set()
 
     def stage(self, ranks: list[int], plan: _Plan) -> tuple[list[str], dict[str, ModuleEntry]]:
         """One stage's logical keys (local layer names) and entries: experts joined, then tensor shards merged."""
@@ -633,6 +636,11 @@ class _Merger:
             if leading_size(first) * len(stats) == self.dumps[ranks[0]].tokens_per_call.get(call, 0):
                 dim = 0  # sequence parallel: each rank holds a slice of the tokens
                 self.sequence_parallel = True
+            elif slot == "output" and (kind == "row" or _copies(stats) in self.partial_sums):
+                # A row-parallel output whose copies differ was not all-reduced inside the module (SGLang reduces
+                # o_proj / down_proj outputs after it): each rank's partial sum, of which only the Mean adds up.
+                self.partial_sums.add(_copies(stats))
+                return sum_of_all(stats), _PARTIAL_SUMS.format(len(stats)), None
             else:
                 dim = max(len(first.shape or ()) - 1, 0)
         if qkv is not None and not slot.startswith("input"):
@@ -640,6 +648,21 @@ class _Merger:
             return merged, how, None
         shape = _concatenated(first.shape, dim, len(stats))
         return aggregate(stats, shape), f"sharded along dim {dim} over {len(stats)} ranks", None
+
+
+_PARTIAL_SUMS = "partial sums over {} ranks (reduced after this module): only the Mean of their sum is known"
+
+
+def _copies(stats: Sequence[TensorStats]) -> tuple[tuple[object, ...], ...]:
+    return tuple((c.shape, c.max, c.min, c.mean, c.norm) for c in stats)
+
+
+def sum_of_all(parts: Sequence[TensorStats]) -> TensorStats:
+    """What the statistics of the sum of same-shape tensors say exactly: the Mean; Max, Min and Norm unknown."""
+    means = [part.mean for part in parts]
+    mean = sum(means) if all(type(m) is float for m in means) else None
+    first = parts[0]
+    return TensorStats(first.dtype, first.shape, None, None, mean, None)
 
 
 def _parallel_kind(class_name: str) -> str | None:
