@@ -74,3 +74,86 @@ def test_plain_pairs_are_unaffected() -> None:
     assert (
         comparison.module_bucket == "normal_aligned" and comparison.output.rollout_key == "Module.b.RMSNorm.forward.0"
     )
+
+
+# SGLang: the decoder layer returns its MLP's output (one tensor) and the residual is added by the next fused-residual
+# norm, so neither the layer's output nor the next layer's input carries the residual stream.
+MLP_OUT = [0.125, 0.25, -0.75, 0.5]
+
+
+def _branch_dumps(tmp_path, rollout_norm_inside: bool, mlp_out: list[float] = MLP_OUT):
+    from builders import entry, write_dump, write_mapping
+
+    from rca_lsp.core.run import analyze_paths
+
+    normed = _rms_norm(HIDDEN)
+    layer_out = [h + m for h, m in zip(HIDDEN, mlp_out)]
+    t, r = "Module.module.module.decoder.layers.0.", "Module.model.layers.0."
+    train = {
+        t + "pre_mlp_layernorm.RMSNorm.forward.0": entry(HIDDEN, normed),
+        t + "mlp.MLP.forward.0": entry(normed, MLP_OUT),
+        t + "TransformerLayer.forward.0": entry(BRANCH, layer_out),
+        "Module.module.module.decoder.layers.1.input_layernorm.RMSNorm.forward.0": entry(
+            layer_out, _rms_norm(layer_out)
+        ),
+    }
+    rollout = {
+        r + "mlp.Qwen2MLP.forward.0": entry(normed, mlp_out),
+        r + "Qwen2DecoderLayer.forward.0": entry(BRANCH, mlp_out),
+        "Module.model.layers.1.input_layernorm.RMSNorm.forward.0": {
+            "input_args": [tensor(mlp_out), tensor(HIDDEN)],
+            "input_kwargs": {},
+            "output": [tensor(_rms_norm(layer_out)), tensor(layer_out)],
+            "parameters": {},
+        },
+    }
+    mapping = {
+        t + "mlp.MLP.forward.0": r + "mlp.Qwen2MLP.forward.0",
+        t + "TransformerLayer.forward.0": r + "Qwen2DecoderLayer.forward.0",
+        "Module.module.module.decoder.layers.1.input_layernorm.RMSNorm.forward.0": (
+            "Module.model.layers.1.input_layernorm.RMSNorm.forward.0"
+        ),
+    }
+    if rollout_norm_inside:  # SGLang: the fused-residual post_attention_layernorm is inside the layer
+        rollout = {
+            r + "post_attention_layernorm.RMSNorm.forward.0": {
+                "input_args": [tensor(BRANCH), tensor(RESIDUAL)],
+                "input_kwargs": {},
+                "output": [tensor(normed), tensor(HIDDEN)],
+                "parameters": {},
+            },
+            **rollout,
+        }
+        mapping[t + "pre_mlp_layernorm.RMSNorm.forward.0"] = r + "post_attention_layernorm.RMSNorm.forward.0"
+    write_dump(tmp_path / "train.json", train)
+    write_dump(tmp_path / "rollout.json", rollout)
+    write_mapping(tmp_path / "mapping.json", mapping)
+    return analyze_paths(tmp_path / "train.json", tmp_path / "rollout.json", tmp_path / "mapping.json")
+
+
+def _layer_record(analysis):
+    (record,) = [r for r in analysis.records if r.train_key.endswith("TransformerLayer.forward.0")]
+    return record.comparison
+
+
+def test_a_layer_returning_its_mlp_output_next_to_a_fused_residual_norm_is_not_compared_as_a_layer(tmp_path) -> None:
+    analysis = _branch_dumps(tmp_path, rollout_norm_inside=True)
+    layer = _layer_record(analysis)
+    assert layer.output_consistency == "missing"
+    assert "returns the output of Module.model.layers.0.mlp.Qwen2MLP.forward.0 unchanged" in layer.reasoning
+    assert analysis.suspects == []
+    assert layer.output.rollout_key.endswith("[branch output, not comparable]")
+
+
+def test_a_difference_inside_such_a_layer_is_still_found_where_it_is(tmp_path) -> None:
+    analysis = _branch_dumps(tmp_path, rollout_norm_inside=True, mlp_out=[0.125, 0.25, -0.75, 0.6])
+    assert analysis.suspects[0].train_key.endswith("mlp.MLP.forward.0")
+    assert _layer_record(analysis).output_consistency == "missing"
+
+
+def test_a_plain_container_returning_its_child_output_is_compared_as_usual(tmp_path) -> None:
+    # no fused-residual module inside the rollout layer: nothing says its residual is added elsewhere, so a layer
+    # that drops the residual add is a real difference
+    analysis = _branch_dumps(tmp_path, rollout_norm_inside=False)
+    assert _layer_record(analysis).output_consistency == "mismatch"
+    assert any(s.train_key.endswith("TransformerLayer.forward.0") for s in analysis.suspects)

@@ -19,6 +19,12 @@ CACHE = DumpCache()
 MIN_RECALL = 0.95
 MIN_PRECISION = 0.98
 MAX_EXTRA_SHARE = 0.10
+# Reference pairs the dumps hold no evidence for: SGLang at TP=2 dumps layer 0's Qwen2DecoderLayer output and layer
+# 1's hidden_states input as null (a value whose all-reduce is deferred), so their forms cannot be confirmed. They are
+# left out of the agreement and must not be paired wrongly.
+UNCONFIRMABLE = {
+    "sglang_tp2_healthy": {f"Module.module.module.decoder.layers.{i}.TransformerLayer.forward.0" for i in (0, 1)}
+}
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -28,7 +34,10 @@ def test_suggestions_agree_with_the_hand_written_mapping(variant: str) -> None:
     result = suggest_mapping(
         CACHE.get(folder / "train"), CACHE.get(rollout_options(variant).resolve(folder / "rollout"))
     )
-    agreement = compare_mappings(result.mapping, reference)
+    unconfirmable = UNCONFIRMABLE.get(variant, set())
+    assert all(result.mapping.get(key, reference[key]) == reference[key] for key in unconfirmable)
+    reference = {key: value for key, value in reference.items() if key not in unconfirmable}
+    agreement = compare_mappings({k: v for k, v in result.mapping.items() if k not in unconfirmable}, reference)
     details = f"{variant}: {agreement.summary()}; wrong {agreement.wrong}; missed {agreement.missed}"
     assert agreement.recall >= MIN_RECALL, details
     assert agreement.precision >= MIN_PRECISION, details

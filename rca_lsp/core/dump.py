@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence, Union
 
 import msgspec
 
@@ -140,6 +140,37 @@ def slot_label(slot: str) -> str:
     return {"input": "input_args.0", "output": "output.0"}.get(slot, slot)
 
 
+class BranchOutputs(NamedTuple):
+    """A dump's modules that hand on a branch output instead of the residual stream's sum.
+
+    `returns`: module key -> the key of a descendant (same call) whose output is its output unchanged, every
+    statistic equal, for modules that contain a fused-residual module (one returning the residual stream as a
+    second tensor, see ModuleEntry.stream_output) and return the output of a module that is not one: a residual
+    block whose residual add happens outside it (SGLang's Qwen2DecoderLayer returns its Qwen2MLP's output; a plain
+    wrapper such as an MLP returning its down projection's output, or a model returning its final norm's, is not
+    listed). `takes`: module key -> the key of the latest earlier module of `returns`, neither its ancestor nor its
+    descendant, whose output is this module's input (the next decoder layer takes the previous one's MLP
+    output)."""
+
+    returns: dict[str, str]
+    takes: dict[str, str]
+
+
+def _exact_signature(stats: TensorStats | None) -> tuple[Any, ...] | None:
+    """What identifies one float tensor among a dump's: its shape and all four statistics (None if not all known)."""
+    if stats is None or not stats.observable or is_integer_dtype(stats.dtype) or not stats.numel:
+        return None
+    values = (stats.max, stats.min, stats.mean, stats.norm)
+    if any(type(v) is not float for v in values):
+        return None
+    return (stats.shape, *values)
+
+
+def _nested(a: str, b: str) -> bool:
+    """Whether module path a is b, or one of them contains the other."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
 class ModuleEntry(msgspec.Struct, frozen=True, gc=False):
     """One forward call of one module, as the analysis reads it (a Struct: built ~10^5 times per dump, in C)."""
 
@@ -230,6 +261,74 @@ class Dump:
                 if any(a > b for a, b in zip(order, order[1:])):  # dump order is call order but for odd dumps
                     keys.sort(key=lambda k: entries[k].call_index)
         return calls
+
+    @cached_property
+    def branch_outputs(self) -> "BranchOutputs":
+        """Where a module hands on a branch output, the residual stream carried outside its outputs (SGLang's
+        decoder layers return their MLP's output; the residual is added by the next fused-residual norm): see
+        BranchOutputs."""
+        entries, keys = self.entries, self.keys
+        by_output: dict[tuple[Any, ...], dict[tuple[str, int], str]] = {}
+        with_stream: set[tuple[str, int]] = set()  # (path, call) of modules containing a fused-residual module
+        for key in keys:
+            entry = entries[key]
+            signature = _exact_signature(entry.output)
+            if signature is not None:
+                by_output.setdefault(signature, {})[(entry.path, entry.call_index)] = key
+            if entry.stream_output is not None:
+                parts = entry.path.split(".")
+                with_stream.update((".".join(parts[:depth]), entry.call_index) for depth in range(1, len(parts)))
+        returns: dict[str, str] = {}
+        for group in by_output.values():
+            for (path, call), key in group.items() if len(group) > 1 else ():
+                if entries[key].stream_output is not None:
+                    continue  # a fused-residual module's output.0 is the normed stream: a full value
+                parts = path.split(".")
+                for depth in range(len(parts) - 1, 0, -1):  # the nearest ancestor with this very output
+                    ancestor = group.get((".".join(parts[:depth]), call))
+                    if ancestor is not None:
+                        if (entries[ancestor].path, call) in with_stream:
+                            returns.setdefault(ancestor, key)
+                        break
+        self._returns_reduced_sums(returns, with_stream)
+        takes: dict[str, str] = {}
+        for key in keys if returns else ():
+            entry = entries[key]
+            signature = _exact_signature(entry.input)
+            same = by_output.get(signature) if signature is not None else None
+            producers = [
+                k
+                for k in (same or {}).values()
+                if k in returns and entries[k].position < entry.position and not _nested(entries[k].path, entry.path)
+            ]
+            if producers:
+                takes[key] = max(producers, key=lambda k: entries[k].position)
+        return BranchOutputs(returns, takes)
+
+    def _returns_reduced_sums(self, returns: dict[str, str], with_stream: set[tuple[str, int]]) -> None:
+        """Add to `returns` the residual blocks that return the reduced sum of a descendant's per-rank partial sums
+        (rankmerge: only their Mean is known; SGLang at TP > 1 reduces the MLP's output at the layer's end): the
+        nearest ancestor holding a fused-residual module whose output has that shape and Mean (within float32
+        rounding of its scale)."""
+        entries = self.entries
+        by_place = {(e.path, e.call_index): k for k, e in entries.items()}
+        for key in reversed(self.keys):  # a container before its children: the nearest descendant is named
+            entry = entries[key]
+            summed = entry.output
+            if summed is None or summed.mean is None or summed.max is not None or summed.norm is not None:
+                continue
+            parts = entry.path.split(".")
+            for depth in range(len(parts) - 1, 0, -1):
+                place = (".".join(parts[:depth]), entry.call_index)
+                ancestor = by_place.get(place)
+                if ancestor is None or place not in with_stream:
+                    continue
+                full = entries[ancestor].output
+                if full is not None and full.shape == summed.shape and full.norm is not None and full.numel:
+                    scale = full.norm / math.sqrt(full.numel)
+                    if type(full.mean) is float and abs(full.mean - summed.mean) <= 1e-5 * scale:
+                        returns.setdefault(ancestor, key)
+                break
 
     @cached_property
     def earlier_call_before(self) -> list[int]:

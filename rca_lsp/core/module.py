@@ -23,7 +23,7 @@ from rca_lsp.core.compare import (
     relative_error,
     sum_of,
 )
-from rca_lsp.core.dump import Disagreement, ModuleEntry, TensorStats
+from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, TensorStats
 from rca_lsp.core.tolerance import Tolerances, normalise_dtype
 
 
@@ -132,6 +132,71 @@ def _stream_reading(train: ModuleEntry, rollout: ModuleEntry, judge: Judge) -> _
     )
 
 
+class BranchFacts(NamedTuple):
+    """Per side, where a pair's module hands on or takes a branch output (see dump.BranchOutputs): the module whose
+    output its output is (`*_returns`), the module whose branch output its input is (`*_takes`); None where not."""
+
+    train_returns: str | None = None
+    rollout_returns: str | None = None
+    train_takes: str | None = None
+    rollout_takes: str | None = None
+
+
+def branch_facts(
+    train: Dump, rollout: Dump, train_keys: Sequence[str], rollout_keys: Sequence[str]
+) -> BranchFacts | None:
+    """Where a pair's modules hand on or take a branch output (dump.BranchOutputs), each side one module (the keys
+    being its calls) that does so in every call; None when neither side does."""
+
+    def source(found: dict[str, str], keys: Sequence[str]) -> str | None:
+        sources = [found.get(key) for key in keys]
+        return sources[0] if None not in sources and len({key.rpartition(".")[0] for key in keys}) == 1 else None
+
+    train_found, rollout_found = train.branch_outputs, rollout.branch_outputs
+    facts = BranchFacts(
+        source(train_found.returns, train_keys),
+        source(rollout_found.returns, rollout_keys),
+        source(train_found.takes, train_keys),
+        source(rollout_found.takes, rollout_keys),
+    )
+    return facts if any(facts) else None
+
+
+def _branch_reading(
+    train: ModuleEntry, rollout: ModuleEntry, facts: BranchFacts, judge: Judge
+) -> _StreamReading | None:
+    """How to compare a pair one side of which returns (or takes) a branch output where the other returns (takes)
+    the residual stream's sum: that side's output (input) is not comparable, when it differs (None when neither)."""
+    output, input_ = (train.output, rollout.output), (train.input, rollout.input)
+    labels, notes, sides = ["", ""], [], set()
+    for index, (stats, own, label) in enumerate(
+        (
+            (output, (facts.train_returns, facts.rollout_returns), _BRANCH_OUTPUT),
+            (input_, (facts.train_takes, facts.rollout_takes), _BRANCH_INPUT),
+        )
+    ):
+        if (own[0] is None) == (own[1] is None) or judge(*stats)[0] == "aligned":
+            continue
+        side = "train" if own[0] is not None else "rollout"
+        source = own[0] or own[1]
+        sides.add(side)
+        labels[index] = label
+        if index == 0:
+            output = (None, rollout.output) if side == "train" else (train.output, None)
+            notes.append(
+                f"{side} returns the output of {source} unchanged, a branch output (its residual stream is added "
+                "outside it, in the next fused-residual norm): not comparable with a residual block's output"
+            )
+        else:
+            input_ = (None, rollout.input) if side == "train" else (train.input, None)
+            notes.append(f"{side}'s input is the branch output of {source}: not comparable with the residual stream")
+    if len(sides) != 1:
+        return None  # nothing to read otherwise, or (never seen) both sides' in opposite slots: compared plainly
+    return _StreamReading(output, input_, labels[0], labels[1], sides.pop(), "; ".join(notes))
+
+
+_BRANCH_OUTPUT = " [branch output, not comparable]"
+_BRANCH_INPUT = " [input is a branch output, not comparable]"
 _SUM_OUTPUT = " [output.0 + output.1, Mean only]"
 _NORM_INPUT = " [output.1 = input + residual]"
 _SUM_INPUT = " [input + residual, Mean only]"
@@ -291,7 +356,13 @@ def _bucket(
 class ModuleComparison:
     """Verdicts of one mapping group, with the detailed comparisons built lazily."""
 
-    def __init__(self, train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry], tol: Tolerances) -> None:
+    def __init__(
+        self,
+        train: Sequence[ModuleEntry],
+        rollout: Sequence[ModuleEntry],
+        tol: Tolerances,
+        branch: BranchFacts | None = None,
+    ) -> None:
         self._tol = tol
         self.train_keys = tuple([t.key for t in train])
         self.rollout_keys = tuple([r.key for r in rollout])
@@ -303,6 +374,8 @@ class ModuleComparison:
         self._judged: list[tuple[TensorStats | None, TensorStats | None]] = []  # for judged_alike
         judge = self._judge
         reading = _stream_reading(train[0], rollout[0], judge) if len(train) == len(rollout) == 1 else None
+        if reading is None and branch is not None and len(train) == len(rollout) == 1:
+            reading = _branch_reading(train[0], rollout[0], branch, judge)
         self._reading = reading
         if reading is not None:
             self._output_train, self._output_rollout = reading.output
@@ -597,5 +670,10 @@ class ModuleComparison:
         )
 
 
-def compare_module(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry], tol: Tolerances) -> ModuleComparison:
-    return ModuleComparison(train, rollout, tol)
+def compare_module(
+    train: Sequence[ModuleEntry],
+    rollout: Sequence[ModuleEntry],
+    tol: Tolerances,
+    branch: BranchFacts | None = None,
+) -> ModuleComparison:
+    return ModuleComparison(train, rollout, tol, branch)

@@ -542,8 +542,8 @@ class _Merger:
         self.origins: dict[str, tuple[int, str]] = {}
         self.dropped: dict[str, str] = {}
         self.varied: set[str] = set()  # see ParallelInfo.varied
-        # differing activation copies (by the first rank's): the dim they are shards along, None for replicas that
-        # disagree (see _slot)
+        # differing activation copies (by the first rank's): the dim they are shards along, _PARTIAL_SUMS, or None
+        # for replicas that disagree (see _slot)
         self.decided: dict[tuple[object, ...], tuple[tuple[int, ...] | None, int | None]] = {}
         self.sequence_parallel = False
         self.qkv_layouts: dict[tuple[int, ...], dict[str, QkvLayout]] = {}  # per tensor-parallel group, per key
@@ -773,19 +773,26 @@ class _Merger:
                 if leading_size(first) * len(stats) == self.dumps[ranks[0]].tokens_per_call.get(call, 0):
                     dim = 0  # sequence parallel: each rank holds a slice of the tokens
                     self.sequence_parallel = True
+                elif slot == "output" and kind == "row":
+                    # A row-parallel output whose copies differ was not all-reduced inside the module (SGLang
+                    # reduces o_proj / down_proj outputs after it): each rank's partial sum.
+                    dim = _PARTIAL_SUMS
                 elif kind is not None or (same_inputs and slot in ("output", "stream_output")):
-                    # A parallel layer's class says this slot is whole on every rank (a column-parallel input, a
-                    # row-parallel output); a module that holds no shard computes the same output from the same
-                    # inputs. Copies that differ there are replicas that disagree (a desynced weight upstream, a
-                    # non-deterministic kernel), not shards of a tensor twice as wide.
+                    # A parallel layer's class says this slot is whole on every rank (a column-parallel input); a
+                    # module that holds no shard computes the same output from the same inputs. Copies that differ
+                    # there are replicas that disagree (a desynced weight upstream, a non-deterministic kernel),
+                    # not shards of a tensor twice as wide.
                     dim = None
                 else:
                     dim = max(len(first.shape or ()) - 1, 0)
         # one tensor is often dumped twice (a module's output is the next one's input, a container's output its
-        # last child's): where it is seen again it is what it was first decided to be
+        # last child's, e.g. SGLang's Qwen2MLP returning its down_proj's partial sums): where it is seen again it is
+        # what it was first decided to be
         self.decided.setdefault(identity, (first.shape, dim))
         if dim is None:
             return first, "", _disagreement(slot, copies, ranks, self.source)
+        if dim == _PARTIAL_SUMS:
+            return _sum_of_all(stats), _PARTIAL_SUMS_HOW.format(len(stats)), None
         if qkv is not None and not slot.startswith("input"):
             merged, how = qkv.merge(slot, stats, dim)
             return merged, how, None
@@ -794,18 +801,28 @@ class _Merger:
 
 
 _UNDECIDED = -1  # not a dim: a tensor not seen yet (see _Merger.decided)
+_PARTIAL_SUMS = -2  # not a dim: each rank holds a partial sum of the whole tensor
+_PARTIAL_SUMS_HOW = "partial sums over {} ranks (reduced after this module): only the Mean of their sum is known"
+
+
+def _sum_of_all(parts: Sequence[TensorStats]) -> TensorStats:
+    """What the statistics of the sum of same-shape tensors say exactly: the Mean; Max, Min and Norm unknown."""
+    means = [part.mean for part in parts]
+    mean = sum(means) if all(type(m) is float for m in means) else None
+    first = parts[0]
+    return TensorStats(first.dtype, first.shape, None, None, mean, None)
 
 
 def _same_tensor_dim(
     decided: tuple[tuple[int, ...] | None, int | None] | None, shape: tuple[int, ...] | None
 ) -> int | None:
-    """What a tensor seen before was decided to be (its shape then, the dim it is sharded along or None for a
-    replica), for this view of it: the sharded size's dim, last first (a transpose moves the others); _UNDECIDED
+    """What a tensor seen before was decided to be (its shape then, the dim it is sharded along, _PARTIAL_SUMS, or
+    None for a replica), for this view of it: the sharded size's dim, last first (a transpose moves the others); _UNDECIDED
     when it was not seen or the size is not in this view."""
     if decided is None:
         return _UNDECIDED
     seen_shape, dim = decided
-    if dim is None or seen_shape == shape:
+    if dim is None or dim == _PARTIAL_SUMS or seen_shape == shape:
         return dim
     size = seen_shape[dim] if seen_shape and dim < len(seen_shape) else None
     return next((d for d in reversed(range(len(shape or ()))) if shape[d] == size), _UNDECIDED)  # type: ignore[index]

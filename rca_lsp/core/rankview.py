@@ -15,7 +15,7 @@ import msgspec
 from rca_lsp.core.calls import fold_calls
 from rca_lsp.core.compare import quick_verdict
 from rca_lsp.core.dump import Dump, ModuleEntry, ParallelInfo, raw_entry
-from rca_lsp.core.module import compare_module
+from rca_lsp.core.module import branch_facts, compare_module
 from rca_lsp.core.rankfile import read_raw_entry
 from rca_lsp.core.rankmerge import slot_stats
 from rca_lsp.core.tolerance import Tolerances
@@ -136,7 +136,7 @@ def rank_by_rank(
         other = theirs.get(rank)
         if other is None:
             continue
-        comparison = compare_module(ours, other, tolerances)
+        comparison = compare_module(ours, other, tolerances, branch_facts(train, rollout, train_keys, rollout_keys))
         differing = dict.fromkeys(
             spec.target
             for spec in comparison.target_specs()

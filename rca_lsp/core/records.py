@@ -7,7 +7,7 @@ from typing import Iterable, NamedTuple
 
 from rca_lsp.core.dump import Dump, ModuleEntry
 from rca_lsp.core.keys import block_of, layer_index
-from rca_lsp.core.module import ModuleComparison, compare_module
+from rca_lsp.core.module import ModuleComparison, branch_facts, compare_module
 from rca_lsp.core.tolerance import Tolerances
 from rca_lsp.core.validate import Suggestions
 
@@ -223,7 +223,12 @@ class Comparator:
         if cached is None:
             train_entries = [self.train.entries[k] for k in train_keys]
             rollout_entries = [self.rollout.entries[k] for k in rollout_keys]
-            comparison = compare_module(train_entries, rollout_entries, self.tolerances)
+            comparison = compare_module(
+                train_entries,
+                rollout_entries,
+                self.tolerances,
+                branch_facts(self.train, self.rollout, train_keys, rollout_keys),
+            )
             train_paths, rollout_paths = _paths(train_entries), _paths(rollout_entries)
             cached = _new(
                 ModuleRecord,

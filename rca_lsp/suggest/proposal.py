@@ -42,7 +42,38 @@ class Assessor:
 
     def with_name(self, train_keys: tuple[str, ...], rollout_keys: tuple[str, ...], name: NameEvidence) -> Proposal:
         evidence = compare(self._view(self.train, train_keys), self._view(self.rollout, rollout_keys))
+        if (
+            evidence.conflict is None
+            and len(train_keys) == len(rollout_keys) == 1
+            and self._roots(*train_keys, *rollout_keys)
+        ):
+            evidence.conflict = self._ends_apart(train_keys[0], rollout_keys[0])
         return Proposal(train_keys, rollout_keys, assess(name, evidence))
+
+    def _roots(self, train_key: str, rollout_key: str) -> bool:
+        """Both are whole-model modules (nothing but wrappers in their paths)."""
+        return self.train.names[train_key].template.is_root and self.rollout.names[rollout_key].template.is_root
+
+    def _ends_apart(self, train_key: str, rollout_key: str) -> str | None:
+        """Why two whole-model modules do not compute the same thing: each returns, unchanged, the output of an
+        innermost module of its own, and the two are of different kinds (a model returning its output layer's logits
+        against a backbone returning its final norm's hidden states, as SGLang's Qwen2Model does)."""
+        ends = []
+        for side, key in ((self.train, train_key), (self.rollout, rollout_key)):
+            end = side.returned_from(key)
+            while end is not None and (inner := side.returned_from(end)) is not None:
+                end = inner
+            if end is None:
+                return None
+            entry = side.entries[end]
+            ends.append((entry.path, self._rules.class_kind(entry.class_name)))
+        (train_path, train_kind), (rollout_path, rollout_kind) = ends
+        if train_kind is None or rollout_kind is None or train_kind == rollout_kind:
+            return None
+        return (
+            f"the train side returns the output of its {train_path} ({train_kind}), the rollout side that of its "
+            f"{rollout_path} ({rollout_kind})"
+        )
 
     def _view(self, side: SideIndex, keys: tuple[str, ...]) -> ModuleView:
         if len(keys) == 1:
