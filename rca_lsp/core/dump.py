@@ -268,16 +268,23 @@ class Dump:
         decoder layers return their MLP's output; the residual is added by the next fused-residual norm): see
         BranchOutputs."""
         entries, keys = self.entries, self.keys
-        by_output: dict[tuple[Any, ...], dict[tuple[str, int], str]] = {}
         with_stream: set[tuple[str, int]] = set()  # (path, call) of modules containing a fused-residual module
-        for key in keys:
-            entry = entries[key]
-            signature = _exact_signature(entry.output)
-            if signature is not None:
-                by_output.setdefault(signature, {})[(entry.path, entry.call_index)] = key
+        for entry in entries.values():
             if entry.stream_output is not None:
                 parts = entry.path.split(".")
                 with_stream.update((".".join(parts[:depth]), entry.call_index) for depth in range(1, len(parts)))
+        if not with_stream:
+            return BranchOutputs({}, {})  # no fused-residual module (Megatron, HF): no stream carried outside
+        # Only such a container can hand on a branch output: the modules whose output is one of theirs (told first
+        # by its Max, compared in C) are the only ones looked at.
+        containers = [k for k, e in entries.items() if (e.path, e.call_index) in with_stream]
+        wanted = {signature for k in containers if (signature := _exact_signature(entries[k].output)) is not None}
+        maxima = {signature[1] for signature in wanted}
+        by_output: dict[tuple[Any, ...], dict[tuple[str, int], str]] = {}
+        for key in keys:
+            output = entries[key].output
+            if output is not None and output.max in maxima and (signature := _exact_signature(output)) in wanted:
+                by_output.setdefault(signature, {})[(entries[key].path, entries[key].call_index)] = key
         returns: dict[str, str] = {}
         for group in by_output.values():
             for (path, call), key in group.items() if len(group) > 1 else ():
@@ -292,14 +299,20 @@ class Dump:
                         break
         self._returns_reduced_sums(returns, with_stream)
         takes: dict[str, str] = {}
+        handed = {signature: [k for k in group.values() if k in returns] for signature, group in by_output.items()}
+        handed_maxima = {signature[1] for signature, found in handed.items() if found}
         for key in keys if returns else ():
             entry = entries[key]
-            signature = _exact_signature(entry.input)
-            same = by_output.get(signature) if signature is not None else None
+            given = entry.input
+            if given is None or given.max not in handed_maxima:
+                continue
+            signature = _exact_signature(given)
+            if signature is None:
+                continue
             producers = [
                 k
-                for k in (same or {}).values()
-                if k in returns and entries[k].position < entry.position and not _nested(entries[k].path, entry.path)
+                for k in handed.get(signature, ())
+                if entries[k].position < entry.position and not _nested(entries[k].path, entry.path)
             ]
             if producers:
                 takes[key] = max(producers, key=lambda k: entries[k].position)

@@ -149,10 +149,14 @@ def branch_facts(
     being its calls) that does so in every call; None when neither side does."""
 
     def source(found: dict[str, str], keys: Sequence[str]) -> str | None:
+        if not found:
+            return None
         sources = [found.get(key) for key in keys]
         return sources[0] if None not in sources and len({key.rpartition(".")[0] for key in keys}) == 1 else None
 
     train_found, rollout_found = train.branch_outputs, rollout.branch_outputs
+    if not (train_found.returns or rollout_found.returns):
+        return None  # no module hands on a branch output (every `takes` names one of `returns`)
     facts = BranchFacts(
         source(train_found.returns, train_keys),
         source(rollout_found.returns, rollout_keys),
