@@ -54,6 +54,32 @@ def test_the_work_may_hand_part_of_itself_to_a_child_of_its_own(tmp_path: Path) 
     assert len(pids) == 3  # each part in a process of its own: none fell back to its parent
 
 
+def test_a_child_killed_meanwhile_takes_its_own_child_with_it(tmp_path: Path) -> None:
+    """A Ctrl-C kills the CLI's report child while its image child draws: nothing may be written afterwards."""
+    import time
+
+    started, late = tmp_path / "inner-started", tmp_path / "written-late"
+
+    def inner() -> list[Path]:
+        started.write_text("")
+        time.sleep(1.5)
+        late.write_text("late")
+        return [late]
+
+    def outer() -> list[Path]:
+        with BackgroundWork(inner) as background:
+            return background.result()
+
+    background = BackgroundWork(outer)
+    deadline = time.monotonic() + 10
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert started.exists()
+    background.close()  # kills the outer child, as the CLI's Ctrl-C handling does
+    time.sleep(2.5)
+    assert not late.exists()
+
+
 def _without_run_id(path: Path, run_id: str) -> bytes:
     return path.read_bytes().replace(run_id.encode(), b"RUN")
 

@@ -8,7 +8,9 @@ usual. Single-threaded callers only: the child is forked.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
 import signal
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -30,7 +32,7 @@ class BackgroundWork:
         self._receiver, sender = context.Pipe(duplex=False)
         # not a daemon: the work may start a BackgroundWork of its own (multiprocessing's daemons cannot); close()
         # ends the child in any case
-        self._child = context.Process(target=_work_and_send, args=(work, sender, self._receiver))
+        self._child = context.Process(target=_work_and_send, args=(work, sender, self._receiver, os.getpid()))
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # a Ctrl-C during the fork reaches
         try:  # the parent, which kills the child
             self._child.start()
@@ -62,8 +64,9 @@ class BackgroundWork:
         self.close()
 
 
-def _work_and_send(work: Work, sender: Connection, inherited: Connection) -> None:
+def _work_and_send(work: Work, sender: Connection, inherited: Connection, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _end_with_parent(parent)
     inherited.close()  # the parent's end: held here too, a dead parent's pipe would never break (EPIPE)
     try:
         paths = work()
@@ -72,3 +75,18 @@ def _work_and_send(work: Work, sender: Connection, inherited: Connection) -> Non
         pass
     finally:
         sender.close()
+
+
+def _end_with_parent(parent: int) -> None:
+    """Have Linux kill this child when its parent ends: a parent killed in turn (a Ctrl-C in the CLI kills the
+    report's child, whose own child draws the image) must not leave work going on that writes files later."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the parent's close() ends its own child only
+        return
+    if os.getppid() != parent:  # the parent ended before the request took effect
+        os._exit(1)
+
+
+_PR_SET_PDEATHSIG = 1
