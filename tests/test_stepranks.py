@@ -200,4 +200,10 @@ def test_a_fault_on_one_rank_s_decode_steps_is_named_with_its_rank() -> None:
         assert close == (r != rank), r
     hover = hover_markdown(analysis, first["train_key"], None) or ""
     assert f"Rank by rank: rank {rank}: output.0 differ" in hover
-    assert f"- Rank by rank: rank {rank}: output.0 differ\n" in render_markdown(analysis)
+    markdown = render_markdown(analysis)
+    assert f"- Rank by rank: rank {rank}: output.0 differ\n" in markdown
+    # the entry as the mapping names it (every call of the rollout module), and the calls it joined
+    at = next(line for line in markdown.splitlines() if line.startswith("- At: "))
+    assert (
+        f"`{truth['root_cause']['rollout_key']}` (call 0; rollout: 5 calls: prefill of 8 tokens + 4 decode steps)" in at
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from rca_lsp.core.keys import is_activation_like
 from rca_lsp.core.rootcause import (
@@ -89,7 +89,8 @@ def _judgement(analysis: "Analysis") -> list[str]:
     report = analysis.report
     lines = [
         f"- Most likely root cause: **{report['top_hypothesis']}**",
-        f"- At: {_code(first.train_key)} ↔ {_code(first.record.rollout_key)} (call {first.record.call_index}), "
+        f"- At: {_code(_group_key(first.record.comparison.train_keys))} ↔ "
+        f"{_code(_group_key(first.record.comparison.rollout_keys))} ({_calls(first)}), "
         f"classified `{first.classification}`",
         f"- Confidence: {_confidence(analysis)}",
         f"- Why this is the first credible divergence: {first.rationale}.",
@@ -299,3 +300,18 @@ def render_markdown(
     ]
     body = "\n\n".join(f"## {title}\n\n" + "\n".join(lines) for title, lines in sections)
     return f"# Root-cause report\n\n{body}\n"
+
+
+def _group_key(keys: Sequence[str]) -> str:
+    """A record's keys on one side as its mapping entry names them: one key, the calls of one module joined along
+    the sequence as `<module>.forward.*`, else the first part of a fused/split group."""
+    module = keys[0].rpartition(".")[0]
+    if len(keys) > 1 and all(key.rpartition(".")[0] == module for key in keys):
+        return module + ".*"
+    return keys[0]
+
+
+def _calls(suspect: Suspect) -> str:
+    """The call a suspect is of, and the calls its record joined along the sequence when it did."""
+    note = suspect.record.comparison.calls_note
+    return f"call {suspect.record.call_index}" + (f"; {note}" if note else "")
