@@ -28,6 +28,10 @@ NVIM = shutil.which("nvim")
         ("tp2_sp_replica_desync", "rank-disagreement"),
         ("pp2_in_module_diff", "in-module-diff"),
         ("decode_norm_eps", "in-module-diff"),
+        ("tp2_dp2_same_data_replica_drift", "rank-disagreement"),
+        ("moe_ep2_own_data_expert_desync", "parameter-sync"),
+        ("vllm_tp2_decode_steps_rank_desync", "in-module-diff"),
+        ("sglang_param_desync", "parameter-sync"),
     ],
 )
 def test_neovim_sees_diagnostics_and_hover(workspace, tmp_path: Path, variant: str, code: str) -> None:
