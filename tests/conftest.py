@@ -29,6 +29,17 @@ def variants() -> list[str]:
     return sorted(p.parent.name for p in FIXTURES.glob("*/expected.json") if (p.parent / "mapping_key.json").is_file())
 
 
+def train_without_weights(variant: str, into: Path) -> Path:
+    """A copy of a fixture's train ranks with every module's parameters removed (a dump made without weights)."""
+    shutil.copytree(FIXTURES / variant / "train", into)
+    for path in into.glob("step0/rank*/dump.json"):
+        document = json.loads(path.read_text())
+        for entry in document["data"].values():
+            entry.pop("parameters", None)
+        path.write_text(json.dumps(document))
+    return into
+
+
 def expected(variant: str) -> dict:
     return json.loads((FIXTURES / variant / "expected.json").read_text())
 

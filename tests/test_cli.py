@@ -21,6 +21,21 @@ def rca(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def analyze_args(folder: Path, out: Path) -> tuple[str, ...]:
+    """`analyze` of a fixture folder's train/, rollout/ and mapping_key.json into `out`."""
+    return (
+        "analyze",
+        "--train",
+        str(folder / "train"),
+        "--rollout",
+        str(folder / "rollout"),
+        "--mapping-key",
+        str(folder / "mapping_key.json"),
+        "--out-dir",
+        str(out),
+    )
+
+
 def test_demo_is_a_copy_of_a_real_fixture() -> None:
     for name in ("mapping_key.json", "train/step0/rank0/dump.json", "rollout/step0/rank0/dump.json"):
         assert filecmp.cmp(DEMO_DIR / name, DEMO_SOURCE / name, shallow=False), name
@@ -156,18 +171,7 @@ def test_unknown_keys_are_warnings_naming_the_line(tmp_path: Path) -> None:
 
 def test_a_parallel_run_is_merged_and_its_replica_disagreement_named(tmp_path: Path) -> None:
     folder = FIXTURES / "tp2_sp_replica_desync"
-    result = rca(
-        "analyze",
-        "--train",
-        str(folder / "train"),
-        "--rollout",
-        str(folder / "rollout"),
-        "--mapping-key",
-        str(folder / "mapping_key.json"),
-        "--out-dir",
-        str(tmp_path / "o"),
-        cwd=tmp_path,
-    )
+    result = rca(*analyze_args(folder, tmp_path / "o"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "- train: merged 2 ranks (tp=2, pp=1, ep=1, dp=1 (inferred from the dumps))" in result.stdout
     assert "sequence parallel" in result.stdout
@@ -182,18 +186,7 @@ def test_a_parallel_run_is_merged_and_its_replica_disagreement_named(tmp_path: P
 
 def test_a_drifted_data_parallel_replica_is_named_not_merged_as_shards(tmp_path: Path) -> None:
     folder = FIXTURES / "tp2_dp2_same_data_replica_drift"
-    result = rca(
-        "analyze",
-        "--train",
-        str(folder / "train"),
-        "--rollout",
-        str(folder / "rollout"),
-        "--mapping-key",
-        str(folder / "mapping_key.json"),
-        "--out-dir",
-        str(tmp_path / "o"),
-        cwd=tmp_path,
-    )
+    result = rca(*analyze_args(folder, tmp_path / "o"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "- train: merged 4 ranks (tp=2, pp=1, ep=1, dp=2 (inferred from the dumps))" in result.stdout
     key = "Module.module.module.decoder.layers.1.mlp.linear_fc1.ColumnParallelLinear.forward.0"
@@ -204,17 +197,7 @@ def test_a_drifted_data_parallel_replica_is_named_not_merged_as_shards(tmp_path:
 
 def test_pipeline_stages_given_explicitly(tmp_path: Path) -> None:
     folder = FIXTURES / "pp2_in_module_diff"
-    args = (
-        "analyze",
-        "--train",
-        str(folder / "train"),
-        "--rollout",
-        str(folder / "rollout"),
-        "--mapping-key",
-        str(folder / "mapping_key.json"),
-        "--out-dir",
-        str(tmp_path / "o"),
-    )
+    args = analyze_args(folder, tmp_path / "o")
     inferred, given = rca(*args, cwd=tmp_path), rca(*args, "--parallel", "pp=2", cwd=tmp_path)
     assert inferred.returncode == given.returncode == 0, inferred.stderr + given.stderr
     assert "pp=2, ep=1, dp=1 (inferred from the dumps)" in inferred.stdout and "(given: pp=2)" in given.stdout
@@ -228,18 +211,7 @@ def test_pipeline_stages_given_explicitly(tmp_path: Path) -> None:
 
 def test_a_decoding_rollout_through_the_cli(tmp_path: Path) -> None:
     folder = FIXTURES / "decode_norm_eps"
-    result = rca(
-        "analyze",
-        "--train",
-        str(folder / "train"),
-        "--rollout",
-        str(folder / "rollout"),
-        "--mapping-key",
-        str(folder / "mapping_key.json"),
-        "--out-dir",
-        str(tmp_path / "o"),
-        cwd=tmp_path,
-    )
+    result = rca(*analyze_args(folder, tmp_path / "o"), cwd=tmp_path)
     assert result.returncode == 0 and result.stderr == "", result.stderr
     assert "in_module_impl_difference: Module.module.module.decoder.layers.1.pre_mlp_layernorm" in result.stdout
     assert "- calibration: float32: noise floor" in result.stdout

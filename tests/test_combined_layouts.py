@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, expected, variants
+from conftest import FIXTURES, expected, train_without_weights, variants
 
 from rca_lsp.core.dump import DumpCache
 from rca_lsp.core.dumpsource import ParallelLayout, resolve_dump_source
@@ -138,13 +138,7 @@ def test_a_fault_on_a_later_pipeline_stage_is_placed_on_the_ranks_that_hold_it()
 def test_ranks_the_dumps_cannot_tell_apart_are_said_so_and_the_flag_decides(tmp_path: Path) -> None:
     """The shuffled-batch TP=2 x DP=2 run with its weights removed from the dumps (a dump without parameters): the
     ids have the same Max/Min in both groups, so nothing tells data-parallel replicas from tensor-parallel peers."""
-    train = tmp_path / "train"
-    shutil.copytree(FIXTURES / "tp2_dp2_shuffled_data" / "train", train)
-    for path in train.glob("step0/rank*/dump.json"):
-        document = json.loads(path.read_text())
-        for entry in document["data"].values():
-            entry.pop("parameters", None)
-        path.write_text(json.dumps(document))
+    train = train_without_weights("tp2_dp2_shuffled_data", tmp_path / "train")
     guessed = DumpCache().get(train)
     assert guessed.parallel is not None
     (note,) = [n for n in guessed.parallel.notes if n.startswith("cannot tell data-parallel replicas")]

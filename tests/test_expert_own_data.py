@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import FIXTURES, expected
+from conftest import FIXTURES, expected, train_without_weights
 
 from rca_lsp.core.dump import DumpCache
 from rca_lsp.core.dumpsource import ParallelLayout, resolve_dump_source
@@ -188,13 +188,7 @@ def test_a_replicated_weight_out_of_sync_between_own_data_ep_ranks_is_a_disagree
 def test_without_weights_the_dumps_cannot_tell_and_say_so_and_the_flag_decides(tmp_path: Path) -> None:
     """The own-data run with every weight removed from the dumps: other data alone looks like data-parallel
     replicas, which the note says, naming --parallel ep=N; given ep=2 the ranks merge as with weights."""
-    train = tmp_path / "train"
-    shutil.copytree(FIXTURES / "moe_ep2_own_data_healthy" / "train", train)
-    for path in train.glob("step0/rank*/dump.json"):
-        document = json.loads(path.read_text())
-        for entry in document["data"].values():
-            entry.pop("parameters", None)
-        path.write_text(json.dumps(document))
+    train = train_without_weights("moe_ep2_own_data_healthy", tmp_path / "train")
     guessed = DumpCache().get(train)
     assert guessed.parallel is not None and "dp=2" in guessed.parallel.layout
     (note,) = [n for n in guessed.parallel.notes if "told by their other data alone" in n]

@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import msgspec
 
 from rca_lsp.core.compare import quick_verdict, relative_error
-from rca_lsp.core.dump import ModuleEntry, ParallelInfo, TensorStats, load_dump_file, signature
+from rca_lsp.core.dump import ModuleEntry, ParallelInfo, TensorStats, raw_entry, signature
 from rca_lsp.core.keys import is_activation_like, layer_index, parse_module_key
 from rca_lsp.core.module import ModuleComparison, TargetSpec
-from rca_lsp.core.rankload import read_entries
+from rca_lsp.core.rankfile import read_raw_entries
 from rca_lsp.core.rankmerge import slot_stats
 from rca_lsp.core.records import ModuleRecord
 from rca_lsp.core.rootcause import Suspect
@@ -497,7 +497,8 @@ def _rank_results(
         known = _RANK_RESULTS[identity] = {}
     missing = [pair for pair in pairs if pair not in known]
     tolerances, rollout_entries = analysis.judge.tolerances, analysis.rollout.entries
-    copies = _varied_copies(info, merged, [train_key for train_key, _ in missing if train_key in info.varied])
+    varied = sorted({k for k, _ in missing if k in info.varied}, key=lambda k: train.entries[k].position)
+    copies = _varied_copies(info, merged, varied)
     slot_of = {file: slot for slot, file in enumerate(merged)}
     for train_key, rollout_key in missing:
         theirs, how = rollout_entries[rollout_key], info.merges.get(train_key, "")
@@ -519,15 +520,15 @@ def _rank_results(
 
 
 def _varied_copies(info: ParallelInfo, files: list[int], keys: list[str]) -> dict[int, dict[str, ModuleEntry]]:
-    """The rank files' (indexes into info.files) own copies of some logical keys (under their names there)."""
+    """The rank files' (indexes into info.files) own copies of some logical keys (under their names there, in dump
+    order: one pass over each file); a copy a file lacks or that does not read is left out."""
     if not keys:
         return {}
     names = [info.origins.get(key, (0, key))[1] for key in keys]
     found: dict[int, dict[str, ModuleEntry]] = {}
     for file in files:
-        path = Path(info.files[file])
-        entries = read_entries(path, names)
-        found[file] = entries if entries is not None else load_dump_file(path).entries
+        raw = read_raw_entries(Path(info.files[file]), names)
+        found[file] = {k: entry for k, v in raw.items() if v is not None and (entry := raw_entry(k, v)) is not None}
     return found
 
 

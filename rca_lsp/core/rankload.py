@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Collection, Sequence
+from typing import Any, Sequence
 
 import msgspec
 
 from rca_lsp.core.dump import Dump, ModuleEntry, RawValue, index_entries, load_dump_file
-from rca_lsp.core.errors import InputError
 from rca_lsp.core.gcpause import paused_gc
 from rca_lsp.core.inputfile import read_regular_file
 
@@ -114,24 +113,6 @@ class FirstRank:
             except msgspec.DecodeError:  # e.g. a number beyond a double: located as for any dump
                 return load_dump_file(path)
             return index_entries(str(path), values, differences.task, differences.level, differences.framework)
-
-
-def read_entries(path: Path, keys: Collection[str]) -> dict[str, ModuleEntry] | None:
-    """Some keys' entries of a dump file (those it holds), the file scanned and only these decoded (positions are
-    among them only); None when the file does not scan or an entry does not decode (the caller then loads the file
-    as usual, which says what is wrong)."""
-    scanned = _scanned(read_regular_file(path, "dump"))
-    if scanned is None:
-        return None
-    try:
-        with paused_gc():
-            values = {key: _VALUE_DECODER.decode(scanned.data[key]) for key in keys if key in scanned.data}
-    except msgspec.DecodeError:
-        return None
-    try:
-        return index_entries(str(path), values, None, None, None).entries
-    except InputError:  # none of them is a forward module entry
-        return {}
 
 
 def load_rank_files(paths: Sequence[Path]) -> list[Dump]:
