@@ -5,7 +5,7 @@ of ~1e-7, a jump to ~1e-2 at the middle layer that stays up, a one-sided activat
 the modules), writes it as the HTML report (report_html.render_html, the same page `analyze` writes) to
 benchmarks/data/chart/, and drives Debian's Chromium through playwright-core (from editors/vscode/node_modules) with
 benchmarks/chart_render.mjs, which prints, per run (a fresh page each):
-The statistics and keys are compact as core/chart.py writes them (string table, rounded numbers).
+The statistics and keys are compact as report/chart.py writes them (string table, rounded numbers).
 - mount -> drawn: the chart's own figure (data-rendered: from RcaChart.mount to the end of the first draw, zoomed
   out: one point per bucket of a layer);
 - page -> drawn: from navigation start (HTML parse, the inlined JSON, the bundle) to the first draw;
@@ -24,7 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rca_lsp.core.chart import (
+from rca_lsp.report.chart import _Stats, _Strings, _Thresholds
+from rca_lsp.report.chart_schema import (
     CHART_VERSION,
     CalibrationLine,
     ChartCall,
@@ -34,11 +35,8 @@ from rca_lsp.core.chart import (
     Marker,
     OneSidedOp,
     TargetSeries,
-    _Stats,
-    _Strings,
-    _Thresholds,
 )
-from rca_lsp.core.report_html import render_html
+from rca_lsp.report.html import render_html
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -71,7 +71,7 @@ FINDING_CODES = {
 ENTRY_LINE = re.compile(r'^  "((?:[^"\\]|\\.)*)": (.*)$')  # one top-level entry of an OPT_INDENT_2 mapping
 STRING_VALUE = re.compile(r'^"((?:[^"\\]|\\.)*)",?$')
 ANALYSIS_ONLY = (
-    "import sys; from rca_lsp.core.run import analyze_paths; "
+    "import sys; from rca_lsp.diagnose.run import analyze_paths; "
     "a = analyze_paths(*sys.argv[1:4]); print(len(a.records), 'groups,', len(a.suspects), 'suspects')"
 )
 T = TypeVar("T")

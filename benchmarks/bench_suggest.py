@@ -22,8 +22,8 @@ from bench_common import REPO_ROOT, benchmark_parser, dataset_paths, mib
 
 sys.path.insert(0, str(REPO_ROOT))
 
-from rca_lsp.core.dump import DumpCache  # noqa: E402
-from rca_lsp.core.jsonload import loads_lenient  # noqa: E402
+from rca_lsp.base.jsonload import loads_lenient  # noqa: E402
+from rca_lsp.dumps.load import DumpCache
 from rca_lsp.suggest import Candidate, Matcher  # noqa: E402
 from rca_lsp.suggest.agreement import compare_mappings  # noqa: E402
 from rca_lsp.suggest.result import mapping_keys  # noqa: E402

@@ -1,3 +1,3 @@
-from rca_lsp.cli import main
+from rca_lsp.cli.main import main
 
 raise SystemExit(main())

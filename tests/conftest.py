@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rca_lsp.core.dumpsource import parse_step
-from rca_lsp.core.run import SideOptions
+from rca_lsp.diagnose.run import SideOptions
+from rca_lsp.dumps.sources import parse_step
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from builders import ROLLOUT, TRAIN, entry, mlp_layer, write_dump, write_mapping
 
-from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.run import analyze_paths
+from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.report.root_cause import root_cause_report
 
 X = [0.5, -1.0, 2.0, 0.25]
 GATE = [1.0, -2.0, 0.5, 3.0]
@@ -52,7 +53,7 @@ def test_matching_runs_report_nothing(tmp_path: Path) -> None:
     train = mlp_layer(TRAIN, 0, NAMES_TRAIN, X, GATE, UP, ACT, OUT)
     rollout = mlp_layer(ROLLOUT, 0, NAMES_ROLLOUT, X, GATE, UP, ACT, OUT, act_module=True, fused_fc1=False)
     analysis = run(tmp_path, train, rollout, mapping_for())
-    assert analysis.suspects == [] and analysis.report["top_hypothesis"] == ""
+    assert analysis.suspects == [] and root_cause_report(analysis)["top_hypothesis"] == ""
     fc1 = analysis.by_train_key[f"{TRAIN}.0.mlp.linear_fc1.ColumnParallelLinear.forward.0"].comparison
     assert fc1.cardinality == "1:N" and fc1.output.aggregated and fc1.output_consistency == "aligned"
     assert fc1.parameter_consistency == "aligned" and len(fc1.inputs) == 2
@@ -68,7 +69,7 @@ def test_missing_activation_is_named_at_the_first_mismatch(tmp_path: Path) -> No
     first = analysis.suspects[0]
     assert first.train_key == f"{TRAIN}.0.mlp.linear_fc2.Linear.forward.0"
     assert first.classification == "missing_or_extra_op_between_aligned_boundary" and first.credible_origin
-    assert analysis.report["top_evidence"] == [f"{ROLLOUT}.0.mlp.act_fn.SiLUActivation.forward.0"]
+    assert root_cause_report(analysis)["top_evidence"] == [f"{ROLLOUT}.0.mlp.act_fn.SiLUActivation.forward.0"]
     container = analysis.suspect_by_train_key[f"{TRAIN}.0.mlp.MLP.forward.0"]
     assert not container.credible_origin and container.explained_by == first.train_key
 
@@ -88,7 +89,7 @@ def test_parameter_desync(tmp_path: Path) -> None:
     rollout = mlp_layer(ROLLOUT, 0, NAMES_ROLLOUT, X, GATE, UP, ACT, OUT, act_module=True, fused_fc1=False)
     analysis = run(tmp_path, train, rollout, mapping_for())
     assert analysis.suspects[0].classification == "parameter_or_checkpoint_issue"
-    assert analysis.report["top_hypothesis"] == "parameter sync or checkpoint alignment issue"
+    assert root_cause_report(analysis)["top_hypothesis"] == "parameter sync or checkpoint alignment issue"
 
 
 def test_repeated_calls_are_analysed_per_call(tmp_path: Path) -> None:

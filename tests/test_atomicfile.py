@@ -12,9 +12,9 @@ from typing import Iterator
 import pytest
 from conftest import FIXTURES
 
-from rca_lsp.core.atomicfile import create_temporary, host_label, is_stale_temporary, write_atomically
-from rca_lsp.core.outputs import write_outputs
-from rca_lsp.core.run import analyze_paths
+from rca_lsp.base.atomicfile import create_temporary, host_label, is_stale_temporary, write_atomically
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.report.outputs import write_outputs
 
 SOURCE = FIXTURES / "missing_activation"
 

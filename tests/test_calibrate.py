@@ -7,7 +7,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rca_lsp.core.calibrate import JUMP_FACTOR, ROUNDING, calibrate_series
+from rca_lsp.compare.calibrate import JUMP_FACTOR, ROUNDING, calibrate_series
 
 CEILING = 1e-4  # float32's fixed tolerance
 # Healthy noise is uniform along depth: every error within a factor of 3 of the run's level.

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from builders import tensor, write_dump, write_mapping
 
-from rca_lsp.core.dump import DumpCache
-from rca_lsp.core.run import analyze_paths
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.report.root_cause import root_cause_report
 from rca_lsp.suggest import suggest_mapping
 
 P = "Module.module.module.decoder.layers.0"
@@ -110,7 +111,7 @@ def test_weights_that_change_between_calls_are_a_finding(tmp_path: Path) -> None
     first = analysis.suspects[0]
     assert first.classification == "call_parameter_disagreement"
     assert "calls 0 and 2 disagree" in first.rationale
-    assert [r["across"] for r in analysis.report["disagreements"]] == ["calls"]
+    assert [r["across"] for r in root_cause_report(analysis)["disagreements"]] == ["calls"]
 
 
 def test_attention_masks_are_not_compared_across_joined_calls(tmp_path: Path) -> None:

@@ -9,11 +9,11 @@ from conftest import FIXTURES
 from lsprotocol import types
 from pygls.workspace import PositionCodec
 
-from rca_lsp.core.cancel import Cancelled
-from rca_lsp.core.dump import DumpCache
-from rca_lsp.core.mapping import parse_mapping
+from rca_lsp.base.cancel import Cancelled
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.mapping.parse import parse_mapping
 from rca_lsp.server.cancellation import Cancellations
-from rca_lsp.server.navigation import document_symbols
+from rca_lsp.server.features.navigation import document_symbols
 from rca_lsp.server.positions import Positions
 from rca_lsp.suggest import Matcher
 
@@ -62,8 +62,8 @@ def test_the_servers_protocol_raises_the_flag_of_a_cancelled_request() -> None:
 
 
 def test_writing_the_outputs_stops_and_leaves_no_partial_file(tmp_path) -> None:
-    from rca_lsp.core.outputs import write_outputs
-    from rca_lsp.core.run import analyze_paths
+    from rca_lsp.diagnose.run import analyze_paths
+    from rca_lsp.report.outputs import write_outputs
 
     variant = FIXTURES / "missing_activation"
     analysis = analyze_paths(variant / "train", variant / "rollout", variant / "mapping_key.json")

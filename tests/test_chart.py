@@ -1,4 +1,4 @@
-"""The divergence chart's data (core/chart.py) on every real fixture: its markers are where the root-cause report
+"""The divergence chart's data (report/chart.py) on every real fixture: its markers are where the root-cause report
 says, its points are the analysis' records in execution order with the errors they were judged by."""
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ import orjson
 import pytest
 from conftest import FIXTURES, rollout_options, variants
 
-from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.chart import TARGET_KINDS, ChartCall, ChartData, chart_data, encode_chart, key_text
-from rca_lsp.core.compare import relative_error
-from rca_lsp.core.dump import load_dump_file
-from rca_lsp.core.keys import is_activation_like
-from rca_lsp.core.rankmerge import slot_stats
-from rca_lsp.core.run import analyze_paths
+from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.dumps.dump import load_dump_file
+from rca_lsp.dumps.ranks.slots import slot_stats
+from rca_lsp.model.keys import is_activation_like
+from rca_lsp.model.stats import relative_error
+from rca_lsp.report.chart import chart_data
+from rca_lsp.report.chart_schema import TARGET_KINDS, ChartCall, ChartData, encode_chart, key_text
+from rca_lsp.report.root_cause import root_cause_report
 
 
 @lru_cache(maxsize=None)
@@ -36,10 +38,10 @@ def number(value: float | str | None) -> float | None:
 @pytest.mark.parametrize("variant", variants())
 def test_the_first_divergence_marker_is_the_module_the_report_names(variant: str) -> None:
     analysis, chart = analysed(variant)
-    named = analysis.report["first_divergence"]
+    named = root_cause_report(analysis)["first_divergence"]
     marked = [(call, call.first_divergence) for call in chart.calls if call.first_divergence is not None]
     if named is None:
-        assert marked == [] and chart.top_hypothesis == analysis.report["top_hypothesis"]
+        assert marked == [] and chart.top_hypothesis == root_cause_report(analysis)["top_hypothesis"]
         return
     call = chart.calls[chart.default_call]
     assert call.call_index == named["call_index"]
@@ -107,7 +109,9 @@ def test_the_chart_is_json_with_the_calibrated_noise_floor(variant: str) -> None
     decoded = orjson.loads(encode_chart(chart))  # strict JSON: orjson refuses NaN/Infinity literals
     assert decoded["run_id"] == "run-1" and decoded["version"] == 1
     assert len(decoded["calls"]) == len(chart.calls)
-    floors = {dtype: c["noise_floor"] for dtype, c in analysis.report["calibration"].items() if not c["fallback"]}
+    floors = {
+        dtype: c["noise_floor"] for dtype, c in root_cause_report(analysis)["calibration"].items() if not c["fallback"]
+    }
     assert {dtype: line.noise_floor for dtype, line in chart.calibration.items() if not line.fallback} == floors
     shown = {chart.thresholds[f] for call in chart.calls for f in call.modules.noise_floor if f is not None}
     assert shown <= {float(f"{f:.4g}") for f in floors.values()}
@@ -120,7 +124,7 @@ def explaining(call: ChartCall) -> list[str]:
 @pytest.mark.parametrize("variant", ["missing_activation", "vllm_missing_activation", "decode_missing_activation"])
 def test_one_sided_ops_lie_between_the_boundary_and_the_first_divergence(variant: str) -> None:
     analysis, chart = analysed(variant)
-    named = analysis.report["first_divergence"]
+    named = root_cause_report(analysis)["first_divergence"]
     call = chart.calls[chart.default_call]
     between = named["unmatched_rollout_between_boundary"] + named["unmatched_train_between_boundary"]
     acts = [k for k in between if is_activation_like(k)]
@@ -145,7 +149,7 @@ def test_micro_batches_are_calls_of_their_own_and_the_chart_opens_on_the_divergi
     assert chart.calls[0].first_divergence is None  # the first micro-batch is clean
     diverging = chart.calls[chart.default_call]
     assert diverging.label == "forward.1" and diverging.first_divergence is not None
-    assert diverging.first_divergence.train_key == analysis.report["first_divergence"]["train_key"]
+    assert diverging.first_divergence.train_key == root_cause_report(analysis)["first_divergence"]["train_key"]
 
 
 def test_a_decoding_rollout_is_one_call_noting_the_joined_decode_steps() -> None:
@@ -157,7 +161,7 @@ def test_each_train_rank_s_copy_shows_where_a_desynced_replica_parts() -> None:
     analysis, chart = analysed("tp2_sp_replica_desync")
     assert chart.rank_side == "train"
     call = chart.calls[chart.default_call]
-    (disagreement,) = analysis.report["disagreements"]
+    (disagreement,) = root_cause_report(analysis)["disagreements"]
     index = [key_text(chart, k) for k in call.modules.train_key].index(disagreement["key"])
     assert call.first_divergence is not None and call.first_divergence.index == index
     by_rank = {series.rank: series for series in call.ranks}

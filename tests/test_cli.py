@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import FIXTURES
 
-from rca_lsp.cli import DEMO_DIR
+from rca_lsp.cli.main import DEMO_DIR
 
 DEMO_SOURCE = FIXTURES / "missing_activation"
 
@@ -275,8 +275,8 @@ def test_a_named_pipe_or_a_folder_is_refused_not_read(tmp_path: Path) -> None:
     rank = tmp_path / "dumps" / "step0" / "rank0"
     rank.mkdir(parents=True)
     os.mkfifo(rank / "dump.json")
-    from rca_lsp.core.dump import load_dump_file
-    from rca_lsp.core.errors import InputError
+    from rca_lsp.base.errors import InputError
+    from rca_lsp.dumps.dump import load_dump_file
 
     try:
         load_dump_file(rank / "dump.json")

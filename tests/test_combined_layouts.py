@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, expected, train_without_weights, variants
 
-from rca_lsp.core.dump import DumpCache
-from rca_lsp.core.dumpsource import ParallelLayout, resolve_dump_source
-from rca_lsp.core.report_md import render_markdown
-from rca_lsp.core.run import SideOptions, analyze_paths
-from rca_lsp.server.hover import hover_markdown
+from rca_lsp.diagnose.run import SideOptions, analyze_paths
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.dumps.sources import ParallelLayout, resolve_dump_source
+from rca_lsp.report.markdown import render_markdown
+from rca_lsp.report.root_cause import root_cause_report
+from rca_lsp.server.features.hover import hover_markdown
 
 
 def layout_of(variant: str) -> ParallelLayout:
@@ -78,7 +79,7 @@ def test_only_the_first_data_parallel_group_is_analysed_and_the_report_says_so(v
     info = analysis.train.parallel
     assert info is not None
     analysed = truth["analysed_ranks"]
-    (note,) = [n for n in analysis.report["parallel"]["train"]["notes"] if n.startswith("data parallel")]
+    (note,) = [n for n in root_cause_report(analysis)["parallel"]["train"]["notes"] if n.startswith("data parallel")]
     assert f"dp={truth['dp']}" in note and f"analysed the first group (ranks {', '.join(map(str, analysed))})" in note
     assert ("read the same batch" in note) == (truth["data_parallel_batches"] == "same")
     assert note in render_markdown(analysis)
@@ -87,7 +88,7 @@ def test_only_the_first_data_parallel_group_is_analysed_and_the_report_says_so(v
     assert all(set(p) <= set(analysed) and len(p) == truth["tp"] for p in info.peers.values())
     if variant in DRIFTED_REPLICAS:
         return  # their disagreement and finding: test_a_data_parallel_replica_whose_weight_drifted_is_a_finding
-    assert analysis.report["disagreements"] == []  # other data is not a disagreement of replicas
+    assert root_cause_report(analysis)["disagreements"] == []  # other data is not a disagreement of replicas
     assert analysis.suspects == []  # the merged first group analyses clean against the rollout of its batch
 
 
@@ -114,7 +115,7 @@ def test_a_fault_on_a_later_pipeline_stage_is_placed_on_the_ranks_that_hold_it()
     truth = expected("tp2_pp2_shard_desync")
     fault = truth["true_fault"]
     analysis = analyse("tp2_pp2_shard_desync")
-    first = analysis.report["first_divergence"]
+    first = root_cause_report(analysis)["first_divergence"]
     assert (first["train_key"], first["classification"]) == (fault["train_key"], "parameter_or_checkpoint_issue")
     stage_ranks = [fault["rank"] - fault["tp_rank"] + t for t in range(truth["parallel"]["tp"])]
     assert fault["rank"] in stage_ranks and 0 not in stage_ranks
@@ -151,7 +152,9 @@ def test_ranks_the_dumps_cannot_tell_apart_are_said_so_and_the_flag_decides(tmp_
 
 
 def _rank_disagreements(analysis) -> list[tuple[str, str, list[int]]]:
-    return sorted((r["key"], r["slot"], [r["reference"], *r["members"]]) for r in analysis.report["disagreements"])
+    return sorted(
+        (r["key"], r["slot"], [r["reference"], *r["members"]]) for r in root_cause_report(analysis)["disagreements"]
+    )
 
 
 @pytest.mark.parametrize("variant", DRIFTED_REPLICAS)
@@ -170,7 +173,7 @@ def test_a_data_parallel_replica_whose_weight_drifted_is_a_finding(variant: str)
     assert (suspect.train_key, suspect.classification) == (cause["train_key"], "rank_replica_disagreement")
     for row in cause["rank_disagreement"]:
         assert f"ranks {row['ranks'][0]} and {row['ranks'][1]} disagree" in suspect.rationale
-    (note,) = [n for n in analysis.report["parallel"]["train"]["notes"] if n.startswith("data parallel")]
+    (note,) = [n for n in root_cause_report(analysis)["parallel"]["train"]["notes"] if n.startswith("data parallel")]
     assert "up to a weight that differs" in note
     # only the drifted module disagrees: the group read by the analysis is the healthy one
     assert {key for key, _, _ in _rank_disagreements(analysis)} == {cause["train_key"]}
@@ -190,8 +193,10 @@ def test_a_data_parallel_replica_of_other_data_out_of_sync_is_a_finding_too(tmp_
     analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
     assert _rank_disagreements(analysis) == [(key, "parameters.weight", [1, 3])]
     assert [(s.train_key, s.classification) for s in analysis.suspects] == [(key, "rank_replica_disagreement")]
-    assert any("analysed the first group (ranks 0, 1)" in n for n in analysis.report["parallel"]["train"]["notes"])
-    assert analyse("tp2_dp2_healthy").report["disagreements"] == []
+    assert any(
+        "analysed the first group (ranks 0, 1)" in n for n in root_cause_report(analysis)["parallel"]["train"]["notes"]
+    )
+    assert root_cause_report(analyse("tp2_dp2_healthy"))["disagreements"] == []
 
 
 def test_a_replica_that_differs_in_most_weights_is_said_undecided_and_the_flag_decides(tmp_path: Path) -> None:

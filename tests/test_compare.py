@@ -8,9 +8,10 @@ import random
 import pytest
 from builders import tensor
 
-from rca_lsp.core.compare import aggregate, compare_target, quick_verdict
-from rca_lsp.core.dump import first_tensor
-from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.compare.statistics import compare_target, quick_verdict
+from rca_lsp.dumps.dump import first_tensor
+from rca_lsp.model.stats import aggregate
+from rca_lsp.model.tolerance import Tolerances
 
 
 def stats(values, dtype="torch.float32", shape=None):

@@ -15,11 +15,12 @@ import msgspec
 import pytest
 from conftest import FIXTURES, expected, train_without_weights
 
-from rca_lsp.core.dump import DumpCache
-from rca_lsp.core.dumpsource import ParallelLayout, resolve_dump_source
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.report_md import render_markdown
-from rca_lsp.core.run import SideOptions, analyze_paths
+from rca_lsp.base.errors import InputError
+from rca_lsp.diagnose.run import SideOptions, analyze_paths
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.dumps.sources import ParallelLayout, resolve_dump_source
+from rca_lsp.report.markdown import render_markdown
+from rca_lsp.report.root_cause import root_cause_report
 
 OWN_DATA = ["moe_ep2_own_data_healthy", "moe_ep2_own_data_expert_desync"]
 EXPERT = ".mlp.experts."
@@ -63,8 +64,8 @@ def test_the_layout_is_inferred_and_the_report_says_what_was_left_out(variant: s
     (note,) = [n for n in info.notes if n.startswith(NOTE)]
     assert "EP rank 0's (rank 0)" in note and "ep x dp = 2" in note and "activations are left out" in note
     assert not any(n.startswith("data parallel") for n in info.notes)  # not read as data-parallel replicas
-    assert note in analysis.report["parallel"]["train"]["notes"] and note in render_markdown(analysis)
-    assert analysis.report["disagreements"] == []  # other batches are not replicas disagreeing
+    assert note in root_cause_report(analysis)["parallel"]["train"]["notes"] and note in render_markdown(analysis)
+    assert root_cause_report(analysis)["disagreements"] == []  # other batches are not replicas disagreeing
     assert analysis.issues == []  # every global expert the mapping names is there (rank 1's too)
 
 
@@ -180,7 +181,7 @@ def test_a_replicated_weight_out_of_sync_between_own_data_ep_ranks_is_a_disagree
     rank1.write_text(json.dumps(document))
     analysis = analyse("moe_ep2_own_data_healthy", folder=folder)
     assert analysis.train.parallel is not None and analysis.train.parallel.layout.startswith("tp=1, pp=1, ep=2, dp=1")
-    assert [(d["key"], d["slot"], d["members"]) for d in analysis.report["disagreements"]] == [
+    assert [(d["key"], d["slot"], d["members"]) for d in root_cause_report(analysis)["disagreements"]] == [
         (key, "parameters.weight", [1])
     ]
 

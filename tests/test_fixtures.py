@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import FIXTURES, expected, rollout_options, variants
 
-from rca_lsp.core.run import analyze_paths
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.report.root_cause import root_cause_report
 
 
 def analyse(variant: str):
@@ -32,18 +33,18 @@ def test_variant_is_diagnosed(variant: str) -> None:
     analysis = analyse(variant)
     assert analysis.issues == []
     if truth["clean"]:
-        assert analysis.suspects == [] and analysis.report["top_hypothesis"] == ""
+        assert analysis.suspects == [] and root_cause_report(analysis)["top_hypothesis"] == ""
         return
     first = analysis.suspects[0]
     cause = truth["root_cause"]
     assert (first.train_key, first.classification) == (cause["train_key"], cause["classification"])
     assert first.credible_origin
     assert [s for s in analysis.suspects if s.credible_origin] == [first], "only one credible origin expected"
-    evidence = set(analysis.report["top_evidence"]) | {first.train_key}
+    evidence = set(root_cause_report(analysis)["top_evidence"]) | {first.train_key}
     named = set(cause.get("evidence_keys", [])) - {first.train_key}
     if cause["classification"] != "parameter_or_checkpoint_issue":
         assert named & evidence or not named, f"none of {named} named in {evidence}"
-    assert cause.get("hypothesis_mentions", "") in analysis.report["top_hypothesis"]
+    assert cause.get("hypothesis_mentions", "") in root_cause_report(analysis)["top_hypothesis"]
 
 
 @pytest.mark.parametrize("variant", sorted(p.parent.name for p in FIXTURES.glob("*/mapping_key_explicit.json")))

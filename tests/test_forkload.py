@@ -9,11 +9,13 @@ import pytest
 from builders import entry, write_dump
 from conftest import FIXTURES
 
-from rca_lsp.core.dump import DumpCache, load_dump_file
-from rca_lsp.core.dumpsource import resolve_dump_source
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.forkload import BackgroundDump
-from rca_lsp.core.run import analyze_paths
+from rca_lsp.base.errors import InputError
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.dumps.dump import load_dump_file
+from rca_lsp.dumps.forkload import BackgroundDump
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.dumps.sources import resolve_dump_source
+from rca_lsp.report.root_cause import root_cause_report
 
 KEY = "Module.model.layers.0.mlp.down_proj.Linear.forward.0"
 
@@ -63,7 +65,7 @@ def test_forked_analysis_matches(tmp_path: Path) -> None:
         analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json", fork=fork)
         for fork in (False, True)
     )
-    assert forked.report == usual.report
+    assert root_cause_report(forked) == root_cause_report(usual)
 
 
 def test_a_child_in_a_new_interpreter_that_fails_leaves_the_load_and_its_error_to_the_caller(tmp_path: Path) -> None:
@@ -78,7 +80,7 @@ def test_a_child_in_a_new_interpreter_that_fails_leaves_the_load_and_its_error_t
 
 
 def test_rank_files_loaded_on_both_cores_give_the_same_dumps_and_errors(tmp_path: Path) -> None:
-    from rca_lsp.core.forkload import load_files_forked
+    from rca_lsp.dumps.forkload import load_files_forked
 
     paths = sorted((FIXTURES / "tp2_sp_healthy" / "train").glob("step0/rank*/dump.json")) + sorted(
         (FIXTURES / "pp2_healthy" / "train").glob("step0/rank*/dump.json")
@@ -114,7 +116,7 @@ def test_the_loading_child_does_not_outlive_a_killed_parent(tmp_path: Path, load
     script = f"""
 import os, psutil
 from pathlib import Path
-import rca_lsp.core.forkload as forkload
+import rca_lsp.dumps.forkload as forkload
 parent, real = os.getpid(), forkload.load_dump_file
 def load(path):
     if os.getpid() == parent:
@@ -125,7 +127,7 @@ forkload.load_dump_file = load
 if {loader!r} == "rank files":
     forkload.load_files_forked([Path({str(paths[0])!r}), Path({str(paths[1])!r})])
 else:
-    from rca_lsp.core.dumpsource import resolve_dump_source
+    from rca_lsp.dumps.sources import resolve_dump_source
     background = forkload.BackgroundDump(resolve_dump_source({str(paths[1])!r}))
     load(Path({str(paths[0])!r}))  # the parent's own load, during which it is killed
 """

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from rca_lsp.core.forkpart import BackgroundWork
-from rca_lsp.core.outputs import write_outputs
-from rca_lsp.core.run import analyze_paths
+from rca_lsp.base.forkpart import BackgroundWork
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.report.outputs import write_outputs
 
 
 def _written_by(pid_file: Path, fail_in_child: str) -> list[Path]:

@@ -12,10 +12,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rca_lsp.core.dump import DumpCache, load_dump_file
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.mapping import parse_mapping
-from rca_lsp.core.run import raise_if_unusable
+from rca_lsp.base.errors import InputError
+from rca_lsp.diagnose.run import raise_if_unusable
+from rca_lsp.dumps.dump import load_dump_file
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.mapping.parse import parse_mapping
 
 keys = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30)
 values = st.one_of(keys, st.lists(keys, min_size=1, max_size=4))

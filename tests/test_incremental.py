@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from conftest import FIXTURES
 
-from rca_lsp.core.analysis import Analysis, analyze
-from rca_lsp.core.dump import DumpCache
-from rca_lsp.core.mapping import parse_mapping
-from rca_lsp.core.records import Comparator
-from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.compare.records import Comparator
+from rca_lsp.diagnose.analysis import Analysis, analyze
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.mapping.parse import parse_mapping
+from rca_lsp.model.tolerance import Tolerances
+from rca_lsp.report.root_cause import root_cause_report
 
 DUMPS = DumpCache()
 
@@ -32,7 +33,7 @@ def _summary(analysis: Analysis) -> dict[str, Any]:
         "by_train_key": {k: r.comparison.train_keys for k, r in analysis.by_train_key.items()},
         "matched": (analysis.matched_train, analysis.matched_rollout),
         "unmapped_between": analysis.unmapped_between,
-        "report": analysis.report,
+        "report": root_cause_report(analysis),
         "suspects": [
             (
                 s.train_key,

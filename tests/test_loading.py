@@ -12,11 +12,12 @@ import pytest
 from builders import entry, tensor, write_dump
 from conftest import FIXTURES
 
-from rca_lsp.core.dump import DumpCache, decode_dump
-from rca_lsp.core.dumpsource import resolve_dump_source
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.jsonload import loads_lenient, quote_literals
-from rca_lsp.core.run import read_mapping_file
+from rca_lsp.base.errors import InputError
+from rca_lsp.base.jsonload import loads_lenient, quote_literals
+from rca_lsp.diagnose.run import read_mapping_file
+from rca_lsp.dumps.dump import decode_dump
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.dumps.sources import resolve_dump_source
 
 KEY = "Module.model.layers.0.mlp.down_proj.Linear.forward.0"
 

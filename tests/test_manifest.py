@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from rca_lsp.core.cancel import Cancelled
-from rca_lsp.core.manifest import MANIFEST_NAME
-from rca_lsp.core.outputs import write_outputs
-from rca_lsp.core.report_html import chart_from_page
-from rca_lsp.core.run import analyze_paths
+from rca_lsp.base.cancel import Cancelled
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.report.html import chart_from_page
+from rca_lsp.report.manifest import MANIFEST_NAME
+from rca_lsp.report.outputs import write_outputs
 
 SOURCE = FIXTURES / "missing_activation"
 

@@ -7,7 +7,9 @@ import random
 
 import pytest
 
-from rca_lsp.core.mapping import ParsedMapping, edited_region, parse_mapping
+from rca_lsp.mapping.jsonfile import edited_region
+from rca_lsp.mapping.model import ParsedMapping
+from rca_lsp.mapping.parse import parse_mapping
 
 
 def codes_by_line(text: str) -> list[tuple[int, str]]:
@@ -175,7 +177,7 @@ def test_a_nested_list_is_named_not_called_empty() -> None:
 
 
 def test_positions_are_the_same_counted_or_indexed() -> None:
-    from rca_lsp.core.mapping import FEW_LOOKUPS, LineIndex
+    from rca_lsp.mapping.model import FEW_LOOKUPS, LineIndex
 
     text = "a\nbb\n\nccc\n" * 50
     counted, indexed = LineIndex(text), LineIndex(text)

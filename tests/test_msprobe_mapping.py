@@ -13,14 +13,15 @@ import pytest
 import yaml
 from conftest import FIXTURES
 
-from rca_lsp.cli import main
-from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.dump import DumpCache
-from rca_lsp.core.mapping import parse_mapping
-from rca_lsp.core.msprobe_export import export_mapping
-from rca_lsp.core.msprobe_mapping import MsprobeMapping
-from rca_lsp.core.msprobe_names import cell_name
-from rca_lsp.core.run import analyze_paths
+from rca_lsp.cli.main import main
+from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.mapping.export import export_mapping
+from rca_lsp.mapping.msprobe_names import cell_name
+from rca_lsp.mapping.msprobe_yaml import MsprobeMapping
+from rca_lsp.mapping.parse import parse_mapping
+from rca_lsp.report.root_cause import root_cause_report
 
 DUMPS = DumpCache()
 
@@ -51,7 +52,7 @@ def analysis_of(variant: str, mapping: Path) -> Analysis:
 
 def summary(analysis: Analysis) -> dict[str, Any]:
     """What an analysis concludes, whichever file its mapping came from."""
-    report = {k: v for k, v in analysis.report.items() if k != "mapping_key_path"}
+    report = {k: v for k, v in root_cause_report(analysis).items() if k != "mapping_key_path"}
     return {
         "usable": analysis.usable,
         "records": [

@@ -7,7 +7,7 @@ import io
 import math
 from pathlib import Path
 
-from rca_lsp.core.outputs import csv_reference, csv_table, write_atomically, write_table
+from rca_lsp.report.outputs import csv_reference, csv_table, write_atomically, write_table
 
 COLUMNS = ("key", "value", "flag", "reason", "parts")
 ROWS = [
@@ -55,7 +55,7 @@ def test_atomic_write_leaves_no_temporary_file(tmp_path: Path) -> None:
 def test_streamed_table_is_one_json_document_and_a_csv(tmp_path: Path, monkeypatch) -> None:
     import json
 
-    from rca_lsp.core import outputs
+    from rca_lsp.report import outputs
 
     monkeypatch.setattr(outputs, "CHUNK", 2)  # several chunks
     write_table(tmp_path, "t", {"tool": "x"}, "rows", COLUMNS, ROWS, (4,))
@@ -82,8 +82,8 @@ def _non_finite_pair(tmp_path: Path) -> tuple[Path, Path, Path]:
 def test_non_finite_statistics_are_told_apart_from_missing_ones(tmp_path: Path) -> None:
     import json
 
-    from rca_lsp.core.outputs import write_outputs
-    from rca_lsp.core.run import analyze_paths
+    from rca_lsp.diagnose.run import analyze_paths
+    from rca_lsp.report.outputs import write_outputs
 
     analysis = analyze_paths(*_non_finite_pair(tmp_path))
     for fork in (False, True):
@@ -115,7 +115,7 @@ def test_non_finite_statistics_are_told_apart_from_missing_ones(tmp_path: Path) 
 
 
 def test_non_finite_cells_through_the_csv_module() -> None:
-    from rca_lsp.core.outputs import marked_non_finite
+    from rca_lsp.report.outputs import marked_non_finite
 
     rows = [
         ('a "quoted" key', marked_non_finite(math.nan), marked_non_finite(math.inf), marked_non_finite(-math.inf), None)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import FIXTURES
 
-from rca_lsp.core.dumpsource import ParallelLayout
+from rca_lsp.dumps.sources import ParallelLayout
 from rca_lsp.server.pairing import Pair, Unpaired, find_pair
 from rca_lsp.server.settings import PairSetting, Settings
 

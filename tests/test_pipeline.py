@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rca_lsp.core.errors import InputError
+from rca_lsp.base.errors import InputError
 from rca_lsp.server.app import RcaServer
 from rca_lsp.server.documents import MappingDocument
 from rca_lsp.server.pipeline import Run, Superseded

@@ -9,10 +9,10 @@ import pytest
 from builders import entry, write_dump
 from conftest import FIXTURES
 
-from rca_lsp.core.dump import Dump, load_dump_file
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.forkload import load_files_forked
-from rca_lsp.core.rankload import load_rank_files
+from rca_lsp.base.errors import InputError
+from rca_lsp.dumps.dump import Dump, load_dump_file
+from rca_lsp.dumps.forkload import load_files_forked
+from rca_lsp.dumps.rankload import load_rank_files
 
 LAYER = "Module.model.layers.{}.mlp.down_proj.Linear.forward.0"
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from builders import tensor, write_dump, write_mapping
 
-from rca_lsp.core.dump import DumpCache
-from rca_lsp.core.dumpsource import ParallelLayout, resolve_dump_source
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.run import SideOptions, analyze_paths
+from rca_lsp.base.errors import InputError
+from rca_lsp.diagnose.run import SideOptions, analyze_paths
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.dumps.sources import ParallelLayout, resolve_dump_source
+from rca_lsp.report.root_cause import root_cause_report
 
 P = "Module.module.module.decoder.layers"
 R = "Module.model.layers"
@@ -117,7 +118,7 @@ def test_tensor_parallel_shards_merge_exactly_and_a_clean_pair_stays_clean(tmp_p
     info = analysis.train.parallel
     assert info is not None and info.layout.startswith("tp=2, pp=1, ep=1, dp=1")
     assert "sharded along dim 1 over 2 ranks" in info.merges[f"{P}.0.mlp.linear_fc1.ColumnParallelLinear.forward.0"]
-    assert analysis.report["parallel"]["train"]["ranks"] == [0, 1]
+    assert root_cause_report(analysis)["parallel"]["train"]["ranks"] == [0, 1]
 
 
 def test_one_ranks_shard_desynced_is_a_parameter_issue(tmp_path: Path) -> None:
@@ -137,11 +138,11 @@ def test_replicas_that_disagree_are_a_finding_of_their_own(tmp_path: Path) -> No
         "rank_replica_disagreement",
     )
     assert first.credible_origin and "ranks 0 and 1 disagree" in first.rationale
-    rows = analysis.report["disagreements"]
+    rows = root_cause_report(analysis)["disagreements"]
     assert [(r["key"], r["slot"], r["members"]) for r in rows] == [
         (f"{P}.1.pre_mlp_layernorm.RMSNorm.forward.0", "parameters.weight", [1])
     ]
-    assert "ranks disagree" in analysis.report["top_hypothesis"]
+    assert "ranks disagree" in root_cause_report(analysis)["top_hypothesis"]
 
 
 @pytest.mark.parametrize("first_rank", [0, 1], ids=["rank order", "stages in other ranks"])
@@ -195,7 +196,7 @@ def test_a_rank_that_stopped_early_loses_only_its_missing_keys(tmp_path: Path) -
     analysis = analyze_paths(train, rollout, mapping)
     lost = keys[-1]
     assert lost not in analysis.train.entries
-    notes = analysis.report["parallel"]["train"]["notes"]
+    notes = root_cause_report(analysis)["parallel"]["train"]["notes"]
     assert any("rank 1" in n and "lacks 1 keys" in n and lost in n for n in notes)
     issue = next(i for i in analysis.issues if i.key == lost)
     assert "left out of the merged ranks" in issue.message and "rank 1" in issue.message
@@ -257,8 +258,8 @@ def test_real_merged_ranks_equal_the_unsharded_run(variant: str) -> None:
     (DP: the first group, which read the TP=1 run's batch), against the TP=1 run of the same model and inputs."""
     from conftest import FIXTURES, expected
 
-    from rca_lsp.core.compare import copy_difference
-    from rca_lsp.core.rankmerge import entry_slots
+    from rca_lsp.dumps.ranks.slots import entry_slots
+    from rca_lsp.model.stats import copy_difference
 
     merged = DumpCache().get(FIXTURES / variant / "train")
     reference = DumpCache().get(FIXTURES / "tp1_healthy4" / "train")
@@ -289,7 +290,7 @@ def test_a_rank_local_fault_changes_values_not_the_merged_shapes(variant: str) -
     that disagree (the norm's output, the next module's input), never shards of a tensor twice as wide."""
     from conftest import FIXTURES
 
-    from rca_lsp.core.rankmerge import entry_slots
+    from rca_lsp.dumps.ranks.slots import entry_slots
 
     merged = DumpCache().get(FIXTURES / variant / "train")
     reference = DumpCache().get(FIXTURES / "tp1_healthy4" / "train")
@@ -316,7 +317,7 @@ def test_the_same_layout_on_both_sides_is_compared_rank_by_rank(tmp_path: Path) 
     # the same TP=2 run on both sides, but one side's rank 1 shard of layer 1 fc1 is desynced
     mapping = write_mapping(tmp_path / "identity_mapping_key.json", {k: k for k in MAPPING})
     analysis = analyze_paths(clean, faulty, mapping)
-    first = analysis.report["first_divergence"]
+    first = root_cause_report(analysis)["first_divergence"]
     assert first["train_key"] == f"{P}.1.mlp.linear_fc1.ColumnParallelLinear.forward.0"
     assert first["rank_by_rank"] == ["rank 1: output.0, parameters.weight differ"]
     assert {(row["slot"], row["rank"]) for row in first["train_per_rank"]} == {

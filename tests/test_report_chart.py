@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from rca_lsp.core import report_png
-from rca_lsp.core.chart import chart_data, encode_chart
-from rca_lsp.core.manifest import MANIFEST_NAME
-from rca_lsp.core.outputs import write_outputs
-from rca_lsp.core.report_html import chart_bundle, chart_from_page
-from rca_lsp.core.run import analyze_paths
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.report import png as report_png
+from rca_lsp.report.chart import chart_data
+from rca_lsp.report.chart_schema import encode_chart
+from rca_lsp.report.html import chart_bundle, chart_from_page
+from rca_lsp.report.manifest import MANIFEST_NAME
+from rca_lsp.report.outputs import write_outputs
+from rca_lsp.report.root_cause import root_cause_report
 
 SOURCE = FIXTURES / "missing_activation"
 HTML = "output_5_root_cause_report.html"
@@ -42,7 +44,10 @@ def test_the_html_report_inlines_the_bundle_and_the_chart_data(tmp_path: Path, a
     page = (tmp_path / HTML).read_text()
     data = inlined_data(page)
     assert data == json.loads(encode_chart(chart_data(analysis, data["run_id"])))
-    assert data["calls"][0]["first_divergence"]["train_key"] == analysis.report["first_divergence"]["train_key"]
+    assert (
+        data["calls"][0]["first_divergence"]["train_key"]
+        == root_cause_report(analysis)["first_divergence"]["train_key"]
+    )
     assert chart_bundle() in page.replace("<\\/", "</") and "RcaChart.mountFromPage()" in page
     # nothing is loaded from elsewhere: no script/link/img sources, and the CSP forbids any
     assert " src=" not in page and "<link" not in page and "default-src 'none'" in page
@@ -57,7 +62,7 @@ def test_a_key_that_would_end_the_script_element_is_escaped(tmp_path: Path, anal
     chart = chart_data(analysis)
     label = chart.calls[0].modules.label[0]
     chart.strings[label] = "</script><script>alert(1)</script>"
-    from rca_lsp.core.report_html import render_html
+    from rca_lsp.report.html import render_html
 
     page = render_html(chart)
     assert page.count("</script>") == 4  # the two data blocks, the bundle and the bootstrap end where they should

@@ -6,9 +6,9 @@ import math
 
 from builders import tensor
 
-from rca_lsp.core.dump import build_dump
-from rca_lsp.core.module import compare_module
-from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.compare.module import compare_module
+from rca_lsp.dumps.dump import build_dump
+from rca_lsp.model.tolerance import Tolerances
 
 HIDDEN = [0.5, -1.0, 2.0, 0.25]  # the full hidden state entering the norm (train input)
 BRANCH = [0.25, -0.5, 1.0, 0.5]  # what vLLM passes as x (an attention / MLP output)
@@ -84,7 +84,7 @@ MLP_OUT = [0.125, 0.25, -0.75, 0.5]
 def _branch_dumps(tmp_path, rollout_norm_inside: bool, mlp_out: list[float] = MLP_OUT):
     from builders import entry, write_dump, write_mapping
 
-    from rca_lsp.core.run import analyze_paths
+    from rca_lsp.diagnose.run import analyze_paths
 
     normed = _rms_norm(HIDDEN)
     layer_out = [h + m for h, m in zip(HIDDEN, mlp_out)]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rca_lsp.core.tolerance import DEFAULT_TOLERANCES, normalise_dtype
+from rca_lsp.model.tolerance import DEFAULT_TOLERANCES, normalise_dtype
 from rca_lsp.server.codes import DEFAULT_SEVERITY
 from rca_lsp.server.settings import RULES, PairSetting, Settings
 
@@ -48,7 +48,7 @@ def test_not_an_object() -> None:
 
 
 def test_the_rules_file_names_the_column_styles_the_outputs_write() -> None:
-    from rca_lsp.core.msprobe_columns import COLUMN_STYLES
+    from rca_lsp.report.columns import COLUMN_STYLES
 
     assert RULES["columnStyles"] == list(COLUMN_STYLES)
 

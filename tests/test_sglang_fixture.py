@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rca_lsp.core.dump import DumpCache
-from rca_lsp.core.run import analyze_paths
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.dumps.load import DumpCache
 from rca_lsp.suggest import suggest_mapping
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -87,7 +87,7 @@ def test_the_decoder_layer_pairs_are_not_compared_as_layers() -> None:
 
 
 def test_the_suggested_mapping_leaves_the_whole_model_modules_apart_and_analyses_clean(tmp_path: Path) -> None:
-    from rca_lsp.suggest.cli import write_mapping
+    from rca_lsp.cli.suggest import write_mapping
 
     folder = FIXTURES / "sglang_healthy"
     result = suggest_mapping(CACHE.get(folder / "train"), CACHE.get(folder / "rollout"))

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from rca_lsp.core.dump import DumpCache
-from rca_lsp.core.dumpsource import StepSpan, parse_step, resolve_dump_source
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.run import SideOptions, analyze_paths
+from rca_lsp.base.errors import InputError
+from rca_lsp.diagnose.run import SideOptions, analyze_paths
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.dumps.sources import StepSpan, parse_step, resolve_dump_source
 from rca_lsp.server.pairing import Pair, find_pair
 
 

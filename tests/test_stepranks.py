@@ -12,15 +12,17 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, expected, rollout_options
 
-from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.dump import Dump, DumpCache
-from rca_lsp.core.dumpsource import StepSpan, resolve_dump_source
-from rca_lsp.core.rankview import held_by, merged_slots, per_rank_rows, rank_by_rank
-from rca_lsp.core.records import ModuleRecord
-from rca_lsp.core.report_md import render_markdown
-from rca_lsp.core.run import analyze_paths
-from rca_lsp.core.tolerance import Tolerances
-from rca_lsp.server.hover import hover_markdown
+from rca_lsp.compare.rankview import held_by, merged_slots, per_rank_rows, rank_by_rank
+from rca_lsp.compare.records import ModuleRecord
+from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.dumps.dump import Dump
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.dumps.sources import StepSpan, resolve_dump_source
+from rca_lsp.model.tolerance import Tolerances
+from rca_lsp.report.markdown import render_markdown
+from rca_lsp.report.root_cause import root_cause_report
+from rca_lsp.server.features.hover import hover_markdown
 
 ROOT = FIXTURES / "vllm_tp2_decode_steps_healthy" / "rollout"
 DOWN = "Module.model.layers.0.mlp.down_proj.RowParallelLinear.forward."
@@ -45,8 +47,8 @@ def test_the_joined_tp2_decode_is_diagnosed_over_every_call(fault: str) -> None:
     )
     assert analysis.issues == [] and analysis.records
     assert all(len(r.comparison.rollout_keys) == 5 for r in analysis.records)  # prefill + 4 decode steps
-    assert analysis.report["joined_steps"]["rollout"]["steps"] == [0, 1, 2, 3, 4]
-    assert analysis.report["parallel"]["rollout"]["ranks"] == [0, 1]
+    assert root_cause_report(analysis)["joined_steps"]["rollout"]["steps"] == [0, 1, 2, 3, 4]
+    assert root_cause_report(analysis)["parallel"]["rollout"]["ranks"] == [0, 1]
     cause = expected(variant)["root_cause"]
     if cause is None:
         assert analysis.suspects == []
@@ -169,7 +171,7 @@ def test_both_sides_tp2_healthy_agree_rank_by_rank_on_every_record() -> None:
     """Megatron TP=2 against vLLM TP=2 decoding (vllm_tp2_decode_steps_tp2_healthy): every record, each rank's 5
     joined calls against the train rank's shard, agrees (fused-residual norms read as the records are)."""
     analysis = _analysed("vllm_tp2_decode_steps_tp2_healthy")
-    assert analysis.report["parallel"]["train"]["ranks"] == [0, 1] and analysis.suspects == []
+    assert root_cause_report(analysis)["parallel"]["train"]["ranks"] == [0, 1] and analysis.suspects == []
     mapping = json.loads((FIXTURES / "vllm_tp2_decode_steps_tp2_healthy" / "mapping_key.json").read_text())
     assert len(analysis.records) == len(mapping)
     assert [(r.train_key, v) for r in analysis.records if (v := _verdicts(analysis, r))] == []
@@ -182,7 +184,7 @@ def test_a_fault_on_one_rank_s_decode_steps_is_named_with_its_rank() -> None:
     truth = expected(variant)
     rank = truth["true_fault"]["rank"]
     analysis = _analysed(variant)
-    first = analysis.report["first_divergence"]
+    first = root_cause_report(analysis)["first_divergence"]
     assert first["train_key"] == truth["root_cause"]["train_key"]
     assert first["rank_by_rank"] == [f"rank {rank}: output.0 differ"]
     record = analysis.suspects[0].record

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rca_lsp.suggest import cli
+from rca_lsp.cli import suggest as cli
 
 TRAIN_FC2 = "Module.module.module.decoder.layers.0.mlp.linear_fc2.RowParallelLinear.forward.0"
 TRAIN_NORM = "Module.module.module.decoder.final_layernorm.RMSNorm.forward.0"

@@ -8,7 +8,7 @@ import orjson
 import pytest
 from conftest import rollout_options
 
-from rca_lsp.core.dump import DumpCache
+from rca_lsp.dumps.load import DumpCache
 from rca_lsp.suggest import suggest_mapping
 from rca_lsp.suggest.agreement import compare_mappings
 
@@ -60,8 +60,8 @@ def test_existing_entries_leave_the_rest_unchanged(variant: str) -> None:
     "variant", ["decode_healthy", "microbatch_healthy", "tp2_sp_healthy", "moe_ep2_healthy", "moe_ep2_own_data_healthy"]
 )
 def test_the_suggested_mapping_of_a_clean_pair_analyses_clean(variant: str, tmp_path: Path) -> None:
-    from rca_lsp.core.run import analyze_paths
-    from rca_lsp.suggest.cli import write_mapping
+    from rca_lsp.cli.suggest import write_mapping
+    from rca_lsp.diagnose.run import analyze_paths
 
     folder = FIXTURES / variant
     result = suggest_mapping(

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from rca_lsp.core.dump import Dump, TensorStats, build_dump
-from rca_lsp.core.errors import InputError
+from rca_lsp.base.errors import InputError
+from rca_lsp.dumps.dump import Dump, build_dump
+from rca_lsp.model.stats import TensorStats
 from rca_lsp.suggest import Matcher, NamingRules, suggest_mapping
 from rca_lsp.suggest.coverage import render_coverage
 from rca_lsp.suggest.evidence import concatenate, shape_relation, stats_relation

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rca_lsp.core.tolerance import checked_tolerance
+from rca_lsp.model.tolerance import checked_tolerance
 from rca_lsp.server.settings import Settings
 
 

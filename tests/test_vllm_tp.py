@@ -14,10 +14,12 @@ from typing import Callable
 import pytest
 from conftest import FIXTURES, expected
 
-from rca_lsp.core.compare import copy_difference
-from rca_lsp.core.dump import Dump, DumpCache, TensorStats
-from rca_lsp.core.rankmerge import entry_slots
-from rca_lsp.core.run import analyze_paths
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.dumps.dump import Dump
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.dumps.ranks.slots import entry_slots
+from rca_lsp.model.stats import TensorStats, copy_difference
+from rca_lsp.report.root_cause import root_cause_report
 
 QKV = "Module.model.layers.{}.self_attn.qkv_proj.QKVParallelLinear.forward.0"
 ATTENTION = "Module.model.layers.{}.self_attn.attn.Attention.forward.0"
@@ -108,7 +110,7 @@ def test_the_fused_qkv_pair_is_compared_and_aligned(variant: str) -> None:
     (Max/Min only when replicated) and aligned, not set aside as a size mismatch."""
     folder = FIXTURES / variant
     analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
-    assert analysis.report["structural_false_positives"] == []
+    assert root_cause_report(analysis)["structural_false_positives"] == []
     qkv = [r.comparison for r in analysis.records if r.rollout_paths[0].endswith("qkv_proj")]
     assert len(qkv) == 2 and all(c.output_consistency == "aligned" for c in qkv)
 
@@ -163,7 +165,7 @@ def test_the_desynced_shard_is_found_at_its_module_and_rank() -> None:
     truth = expected("vllm_tp2_shard_desync")
     folder = FIXTURES / "vllm_tp2_shard_desync"
     analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
-    first = analysis.report["first_divergence"]
+    first = root_cause_report(analysis)["first_divergence"]
     cause = truth["root_cause"]
     assert (first["train_key"], first["rollout_key"]) == (cause["train_key"], cause["rollout_key"])
     assert first["rank_by_rank"] == [f"rank {truth['true_fault']['rank']}: output.0 differ"]
@@ -220,9 +222,9 @@ def test_a_disagreeing_kv_copy_in_the_first_layer_leaves_the_qkv_pairs_compared(
     layer 0's qkv_proj (aligned on Max/Min), at o_proj, with the unmapped rotary / attention between."""
     folder = FIXTURES / "vllm_tp2_kv_replica_desync"
     analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
-    assert analysis.report["structural_false_positives"] == []
+    assert root_cause_report(analysis)["structural_false_positives"] == []
     qkv = [r.comparison for r in analysis.records if r.rollout_paths[0].endswith("qkv_proj")]
     assert [c.output_consistency for c in qkv] == ["aligned", "mismatch"]  # layer 1 after the divergence
     cause = expected("vllm_tp2_kv_replica_desync")["root_cause"]
-    first = analysis.report["first_divergence"]
+    first = root_cause_report(analysis)["first_divergence"]
     assert (first["train_key"], first["rollout_key"]) == (cause["train_key"], cause["rollout_key"])

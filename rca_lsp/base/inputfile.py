@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from rca_lsp.core.errors import InputError
+from rca_lsp.base.errors import InputError
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),

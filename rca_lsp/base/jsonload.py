@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from rca_lsp.core.errors import InputError
+from rca_lsp.base.errors import InputError
 
 # Python's json writes NaN, Infinity and -Infinity bare; orjson rejects them. Quoted, they become strings that
 # float() reads back. The same-length stand-ins below make a document that fails (if at all) at the same line and

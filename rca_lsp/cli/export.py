@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rca_lsp.core.atomicfile import remove_stale_temporaries, write_atomically
-from rca_lsp.core.dump import DumpCache
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.msprobe_export import FORMATS, export_mapping
-from rca_lsp.core.run import raise_if_unusable, read_mapping_file
-from rca_lsp.source_args import add_dump_arguments, add_source_arguments, side_options
+from rca_lsp.base.atomicfile import remove_stale_temporaries, write_atomically
+from rca_lsp.base.errors import InputError
+from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
+from rca_lsp.diagnose.run import raise_if_unusable, read_mapping_file
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.mapping.export import FORMATS, export_mapping
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,17 +9,19 @@ import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from rca_lsp import __version__, export_cli
-from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.msprobe_columns import COLUMN_STYLES
-from rca_lsp.core.outputs import write_outputs
-from rca_lsp.core.report_md import NOTHING_COMPARED
-from rca_lsp.core.run import analyze_paths, raise_if_unusable
-from rca_lsp.core.stepjoin import steps_joined
-from rca_lsp.core.tolerance import Tolerances, checked_tolerance
-from rca_lsp.source_args import add_dump_arguments, add_source_arguments, side_options
-from rca_lsp.suggest import cli as suggest_cli
+from rca_lsp import __version__
+from rca_lsp.base.errors import InputError
+from rca_lsp.cli import export as export_cli
+from rca_lsp.cli import suggest as suggest_cli
+from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
+from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.diagnose.run import analyze_paths, raise_if_unusable
+from rca_lsp.dumps.stepjoin import steps_joined
+from rca_lsp.model.tolerance import Tolerances, checked_tolerance
+from rca_lsp.report.columns import COLUMN_STYLES
+from rca_lsp.report.markdown import NOTHING_COMPARED
+from rca_lsp.report.outputs import write_outputs
+from rca_lsp.report.root_cause import root_cause_report
 
 DEMO_DIR = Path(__file__).parent / "demo"
 
@@ -78,7 +80,7 @@ def _tolerances(values: Sequence[str]) -> Tolerances:
 
 
 def _summary(analysis: Analysis, out_dir: Path, chart: bool = True) -> str:
-    report = analysis.report
+    report = root_cause_report(analysis)
     lines = [
         "Root Cause Evidence Summary:",
         f"- output_dir: {out_dir}",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from rca_lsp.core.dumpsource import parse_layout, parse_step
-from rca_lsp.core.run import SideOptions
+from rca_lsp.diagnose.run import SideOptions
+from rca_lsp.dumps.sources import parse_layout, parse_step
 
 
 def add_dump_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import orjson
 
-from rca_lsp.core.atomicfile import remove_stale_temporaries, write_atomically
-from rca_lsp.core.dump import Dump, DumpCache
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.mapping import MSPROBE_SUFFIXES
-from rca_lsp.core.run import raise_if_unusable, read_mapping_file
-from rca_lsp.source_args import add_dump_arguments, add_source_arguments, side_options
+from rca_lsp.base.atomicfile import remove_stale_temporaries, write_atomically
+from rca_lsp.base.errors import InputError
+from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
+from rca_lsp.diagnose.run import raise_if_unusable, read_mapping_file
+from rca_lsp.dumps.dump import Dump
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.mapping.model import MSPROBE_SUFFIXES
 from rca_lsp.suggest import suggest_mapping
 from rca_lsp.suggest.coverage import render_coverage
 from rca_lsp.suggest.result import MappingValue

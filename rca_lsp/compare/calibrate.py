@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from rca_lsp.core.records import ModuleRecord
-from rca_lsp.core.tolerance import Tolerances, normalise_dtype
+from rca_lsp.compare.records import ModuleRecord
+from rca_lsp.model.tolerance import Tolerances, normalise_dtype
 
 JUMP_FACTOR = 8.0  # an error this many times the noise floor is a divergence (a jump of ~30x the noise is found)
 THRESHOLD_STEPS = 4  # thresholds are rounded up to 2**(1/4) steps

@@ -18,11 +18,11 @@ from typing import NamedTuple, Sequence
 
 import msgspec
 
-from rca_lsp.core.compare import aggregate, copy_difference
-from rca_lsp.core.dump import Disagreement, Dump, ModuleEntry, TensorStats, leading_size
-from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.dumps.dump import Disagreement, Dump, ModuleEntry
+from rca_lsp.model.keys import ALL_CALLS
+from rca_lsp.model.stats import TensorStats, aggregate, copy_difference, leading_size
+from rca_lsp.model.tolerance import Tolerances
 
-ALL_CALLS = "*"  # `Module.<path>.<Class>.forward.*` in a mapping: every call of that module
 _NOT_COMPARABLE_KWARGS = ("mask", "cache", "past_key_value", "layer_past", "kv_cache")
 _PROBABILITY_DROPOUTS = ("attention_dropout", "attn_dropout")
 

@@ -12,13 +12,14 @@ from typing import Any, NamedTuple, Sequence
 
 import msgspec
 
-from rca_lsp.core.calls import fold_calls
-from rca_lsp.core.compare import quick_verdict
-from rca_lsp.core.dump import Dump, ModuleEntry, ParallelInfo, raw_entry
-from rca_lsp.core.module import branch_facts, compare_module
-from rca_lsp.core.rankfile import read_raw_entry
-from rca_lsp.core.rankmerge import slot_stats
-from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.compare.calls import fold_calls
+from rca_lsp.compare.module import compare_module
+from rca_lsp.compare.residual import branch_facts
+from rca_lsp.compare.statistics import quick_verdict
+from rca_lsp.dumps.dump import Dump, ModuleEntry, ParallelInfo, raw_entry
+from rca_lsp.dumps.rankfile import read_raw_entry
+from rca_lsp.dumps.ranks.slots import slot_stats
+from rca_lsp.model.tolerance import Tolerances
 
 
 class RankCopy(NamedTuple):

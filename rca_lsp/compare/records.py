@@ -5,11 +5,12 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Iterable, NamedTuple
 
-from rca_lsp.core.dump import Dump, ModuleEntry
-from rca_lsp.core.keys import block_of, layer_index
-from rca_lsp.core.module import ModuleComparison, branch_facts, compare_module
-from rca_lsp.core.tolerance import Tolerances
-from rca_lsp.core.validate import Suggestions
+from rca_lsp.compare.module import ModuleComparison, compare_module
+from rca_lsp.compare.residual import branch_facts
+from rca_lsp.dumps.dump import Dump, ModuleEntry
+from rca_lsp.mapping.validate import Suggestions
+from rca_lsp.model.keys import block_of, layer_index
+from rca_lsp.model.tolerance import Tolerances
 
 
 class ModuleRecord(NamedTuple):  # a NamedTuple built with tuple.__new__: 10^5 are made per analysis

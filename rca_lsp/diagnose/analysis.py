@@ -11,17 +11,16 @@ import bisect
 from dataclasses import dataclass, replace
 from functools import cached_property
 from operator import attrgetter
-from typing import Any
 
-from rca_lsp.core.calibrate import Calibration, calibrate
-from rca_lsp.core.dump import Dump
-from rca_lsp.core.gcpause import paused_gc
-from rca_lsp.core.keys import block_of, layer_index
-from rca_lsp.core.mapping import MappingEntry, MappingIssue, ParsedMapping
-from rca_lsp.core.records import Comparator, ModuleRecord, Owners, build_groups, owners_of, regroup, updated_owners
-from rca_lsp.core.report_json import hypothesis, root_cause_report
-from rca_lsp.core.rootcause import CallEvidence, RootCauseAnalysis, Suspect, ranked_suspects
-from rca_lsp.core.validate import unknown_entries, unknown_key_issues
+from rca_lsp.base.gcpause import paused_gc
+from rca_lsp.compare.calibrate import Calibration, calibrate
+from rca_lsp.compare.records import Comparator, ModuleRecord, Owners, build_groups, owners_of, regroup, updated_owners
+from rca_lsp.diagnose.hypothesis import hypothesis
+from rca_lsp.diagnose.rootcause import CallEvidence, RootCauseAnalysis, Suspect, ranked_suspects
+from rca_lsp.dumps.dump import Dump
+from rca_lsp.mapping.model import MappingEntry, MappingIssue, ParsedMapping
+from rca_lsp.mapping.validate import unknown_entries, unknown_key_issues
+from rca_lsp.model.keys import block_of, layer_index
 
 Usable = dict[str, tuple[str, ...]]  # train key -> rollout keys present in the rollout dump
 
@@ -81,11 +80,6 @@ class Analysis:
     @property
     def top_hypothesis(self) -> str:
         return hypothesis(self.suspects[0] if self.suspects else None)[0]
-
-    @cached_property
-    def report(self) -> dict[str, Any]:
-        """output_5, built when asked for."""
-        return root_cause_report(self)
 
     @cached_property
     def rows(self) -> list[MappingRow]:

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 from operator import attrgetter, itemgetter
 from typing import Final, Iterable, Literal, NamedTuple, Sequence
 
-from rca_lsp.core.calibrate import JUMP_FACTOR
-from rca_lsp.core.dump import Dump
-from rca_lsp.core.keys import is_activation_like, is_descendant_path, parse_module_key
-from rca_lsp.core.module import CALL_DISAGREEMENT_BUCKET, RANK_DISAGREEMENT_BUCKET
-from rca_lsp.core.records import ModuleRecord
+from rca_lsp.compare.calibrate import JUMP_FACTOR
+from rca_lsp.compare.module import CALL_DISAGREEMENT_BUCKET, RANK_DISAGREEMENT_BUCKET
+from rca_lsp.compare.records import ModuleRecord
+from rca_lsp.diagnose.between import Between, collect_between, is_placeholder, one_sided_activations
+from rca_lsp.dumps.dump import Dump
+from rca_lsp.model.keys import is_activation_like, parse_module_key
 
 Classification = Literal[
     "missing_or_extra_op_between_aligned_boundary",
@@ -46,22 +47,6 @@ LAYOUT_NOTE = (
 
 
 @dataclass
-class Between:
-    train: list[str] = field(default_factory=list)
-    rollout: list[str] = field(default_factory=list)
-    inside_train: list[str] = field(default_factory=list)
-    inside_rollout: list[str] = field(default_factory=list)
-
-
-def one_sided_activations(between: Between) -> tuple[str, list[str]]:
-    """The side whose unmatched activation-like modules lie between (the rollout's first) and those modules."""
-    rollout = [k for k in between.rollout if is_activation_like(k)]
-    if rollout:
-        return "rollout", rollout
-    return "train", [k for k in between.train if is_activation_like(k)]
-
-
-@dataclass
 class Suspect:
     record: ModuleRecord
     classification: Classification
@@ -74,46 +59,6 @@ class Suspect:
     @property
     def train_key(self) -> str:
         return self.record.train_key
-
-
-def _is_inside(path: str, paths: Sequence[str]) -> bool:
-    return any(is_descendant_path(path, p) for p in paths)
-
-
-def _encloses(path: str, paths: Sequence[str]) -> bool:
-    return any(is_descendant_path(p, path) or p == path for p in paths)
-
-
-def _collect_between(
-    dump: Dump,
-    unmatched: list[int],
-    start: int,
-    end: int,
-    boundary_paths: Sequence[str],
-    suspect_paths: Sequence[str],
-    placed: dict[str, int] | None = None,
-) -> tuple[list[str], list[str]]:
-    """Unmatched keys completed after `start` and before `end`: (between, inside the suspect). `unmatched`: the
-    dump positions of its unmatched keys, ascending (a window over hundreds of decode calls visits only those).
-    `placed` remembers where each module path went, across the windows of one suspect."""
-    between: list[str] = []
-    inside: list[str] = []
-    keys, entries = dump.keys, dump.entries
-    placed = {} if placed is None else placed  # path -> 1 inside the suspect, 2 between, 0 neither
-    for position in unmatched[bisect.bisect_right(unmatched, start) : bisect.bisect_left(unmatched, end)]:
-        key = keys[position]
-        path = entries[key].path
-        where = placed.get(path)
-        if where is None:
-            # a container of the boundary completes later; it is not "between"
-            where = placed[path] = (
-                1 if _is_inside(path, suspect_paths) else (0 if _encloses(path, boundary_paths) else 2)
-            )
-        if where == 1:
-            inside.append(key)
-        elif where == 2:
-            between.append(key)
-    return between, inside
 
 
 class _CallIndex:
@@ -427,7 +372,7 @@ class RootCauseAnalysis:
             entry = entries[key]
             calls[entry.call_index] = max(calls.get(entry.call_index, -1), entry.position)
         if len(calls) == 1:
-            return _collect_between(dump, unmatched, start, end, boundary_paths, suspect_paths)
+            return collect_between(dump, unmatched, start, end, boundary_paths, suspect_paths)
         starts: dict[int, int] = {}
         for key in (
             ()
@@ -443,7 +388,7 @@ class RootCauseAnalysis:
         placed: dict[str, int] = {}
         for call, call_end in calls.items():
             call_start = starts.get(call, self._call_start(dump, call_end))
-            found_between, found_inside = _collect_between(
+            found_between, found_inside = collect_between(
                 dump, unmatched, max(call_start, call_end - MAX_SCAN), call_end, boundary_paths, suspect_paths, placed
             )
             between += found_between
@@ -608,15 +553,6 @@ def ranked_suspects(evidence: Iterable[CallEvidence]) -> list[Suspect]:
 def _short(key: str) -> str:
     parsed = parse_module_key(key)
     return f"{parsed.path}.{parsed.call_index}" if parsed else key
-
-
-_PLACEHOLDER_CLASSES = ("Identity", "IdentityOp", "IdentityFuncOp", "Dropout")
-
-
-def is_placeholder(key: str) -> bool:
-    """Modules that pass data through unchanged at inference (identity ops, dropout): weak evidence."""
-    parsed = parse_module_key(key)
-    return parsed is not None and parsed.class_name in _PLACEHOLDER_CLASSES
 
 
 _UNSEEN_PARAMETERS = (

@@ -8,17 +8,18 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import ContextManager
 
-from rca_lsp.core.analysis import Analysis, analyze
-from rca_lsp.core.dump import DumpCache
-from rca_lsp.core.dumpsource import DumpSource, ParallelLayout, StepChoice, resolve_dump_source
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.forkload import BackgroundDump, BackgroundRanks
-from rca_lsp.core.inputfile import read_regular_file
-from rca_lsp.core.jsonload import text_position
-from rca_lsp.core.mapping import ParsedMapping, parse_mapping
-from rca_lsp.core.rankmerge import load_ranks
-from rca_lsp.core.records import Comparator
-from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.base.errors import InputError
+from rca_lsp.base.inputfile import read_regular_file
+from rca_lsp.base.jsonload import text_position
+from rca_lsp.compare.records import Comparator
+from rca_lsp.diagnose.analysis import Analysis, analyze
+from rca_lsp.dumps.forkload import BackgroundDump, BackgroundRanks
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.dumps.ranks.merge import load_ranks
+from rca_lsp.dumps.sources import DumpSource, ParallelLayout, StepChoice, resolve_dump_source
+from rca_lsp.mapping.model import ParsedMapping
+from rca_lsp.mapping.parse import parse_mapping
+from rca_lsp.model.tolerance import Tolerances
 
 BLOCKING_CODES = ("json-syntax", "invalid-value")  # mapping problems a command cannot go on with
 

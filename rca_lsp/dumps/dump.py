@@ -3,87 +3,23 @@
 from __future__ import annotations
 
 import math
-import os
-import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence, Union
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence, Union
 
 import msgspec
 
-from rca_lsp.core.dumpsource import DumpSource, resolve_dump_source
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.gcpause import paused_gc
-from rca_lsp.core.inputfile import read_regular_file
-from rca_lsp.core.jsonload import as_float, loads_lenient, quote_literals
-from rca_lsp.core.keys import parse_module_key
+from rca_lsp.base.errors import InputError
+from rca_lsp.base.gcpause import paused_gc
+from rca_lsp.base.inputfile import read_regular_file
+from rca_lsp.base.jsonload import loads_lenient, quote_literals
+from rca_lsp.model.keys import parse_module_key
+from rca_lsp.model.stats import TensorStats, is_integer_dtype, leading_size
 
 _EMPTY: Mapping[str, "TensorStats"] = MappingProxyType({})
-
-
-class TensorStats(msgspec.Struct, gc=False):
-    """Statistics of one tensor as msprobe summarised it (None where it wrote null).
-
-    Decoded straight from a dump's JSON (the field names are msprobe's): a dump's tensors are ~10^6 of these, and
-    building them in C instead of walking parsed dicts in Python makes loading faster than a plain parse.
-    `numel` and `observable` are derived on construction, whatever the JSON holds under those names.
-    """
-
-    dtype: Any = None
-    shape: Any = None
-    max: Any = msgspec.field(default=None, name="Max")
-    min: Any = msgspec.field(default=None, name="Min")
-    mean: Any = msgspec.field(default=None, name="Mean")
-    norm: Any = msgspec.field(default=None, name="Norm")
-    numel: int | None = None
-    # False for tensors msprobe saw but could not summarise (e.g. repacked weights of shape [0]).
-    observable: bool = False
-
-    def __post_init__(self) -> None:
-        dtype, shape = self.dtype, self.shape
-        if dtype is not None and type(dtype) is not str:
-            self.dtype = str(dtype)
-        if type(shape) is list:
-            self.shape = shape = tuple(shape)
-        elif type(shape) is not tuple:
-            self.shape = shape = None
-        # Statistics are floats in all but odd cases (int, null, bool, quoted non-finite): convert only those.
-        mx, mn, mean, norm = self.max, self.min, self.mean, self.norm
-        if type(mx) is not float:
-            self.max = mx = as_float(mx)
-        if type(mn) is not float:
-            self.min = mn = as_float(mn)
-        if type(mean) is not float:
-            self.mean = mean = as_float(mean)
-        if type(norm) is not float:
-            self.norm = norm = as_float(norm)
-        numel = self.numel = _numel(shape)
-        self.observable = numel != 0 and not (mx is None and mn is None and mean is None and norm is None)
-
-    @property
-    def is_tensor(self) -> bool:
-        """A tensor node, as opposed to the {"type": ..., "value": ...} nodes msprobe writes for other arguments."""
-        return self.dtype is not None
-
-
-def leading_size(stats: TensorStats) -> int:
-    """Elements per feature vector: all dims but the last (sequence x batch, or tokens); 0 when unknown."""
-    if not stats.shape or stats.numel is None or not stats.shape[-1]:
-        return 0
-    return stats.numel // stats.shape[-1]
-
-
-def _numel(shape: tuple[Any, ...] | None) -> int | None:
-    if shape is None:
-        return None
-    try:
-        numel = math.prod(shape)
-    except TypeError:
-        return None
-    return numel if type(numel) is int else None  # else not a list of sizes
 
 
 # Every JSON value fits: objects decode as TensorStats (tensor or not), and so do the items of argument lists;
@@ -506,16 +442,6 @@ def _after_first_float(items: Any) -> TensorStats | None:
     return None
 
 
-_INTEGER_KINDS = ("int", "uint", "bool", "long", "short", "char", "byte")
-
-
-@lru_cache(maxsize=256)
-def is_integer_dtype(dtype: str | None) -> bool:
-    """Integer and boolean tensors (msprobe gives them no Mean/Norm; they never compare with floating ones)."""
-    name = (dtype or "").rpartition(".")[2].lower()
-    return name.startswith(_INTEGER_KINDS)
-
-
 def _tensor_map(nodes: Any) -> Mapping[str, TensorStats]:
     if type(nodes) is not dict or not nodes:
         return _EMPTY
@@ -665,73 +591,3 @@ def combined_dump(
     return Dump(
         label, first.task, first.level, first.framework, keys, entries, skipped, parallel, null_keys, joined_steps
     )
-
-
-class DumpCache:
-    """Logical dumps by source, reused while every file's size and mtime are unchanged."""
-
-    def __init__(self) -> None:
-        self._dumps: dict[tuple[object, ...], tuple[tuple[tuple[int, int], ...], Dump]] = {}
-        self._locks: dict[tuple[object, ...], threading.Lock] = {}
-        self._guard = threading.Lock()
-
-    def get(
-        self, source: "DumpSource | str | os.PathLike[str]", load: "Callable[[DumpSource], Dump] | None" = None
-    ) -> Dump:
-        """`source` as resolved by resolve_dump_source, or a path (a file or a directory with one step)."""
-        if not isinstance(source, DumpSource):
-            source = resolve_dump_source(source)
-        identity = _identity(source)
-        with self._guard:
-            lock = self._locks.setdefault(identity, threading.Lock())
-        with lock:
-            before = signatures(source)
-            cached = self._dumps.get(identity)
-            if cached is not None and cached[0] == before:
-                return cached[1]
-            dump = (load or load_source)(source)
-            check_unchanged(source, before)
-            self._dumps[identity] = (before, dump)
-            return dump
-
-    def is_current(self, source: "DumpSource") -> bool:
-        cached = self._dumps.get(_identity(source))
-        try:
-            return cached is not None and cached[0] == signatures(source)
-        except InputError:
-            return False
-
-
-def _identity(source: "DumpSource") -> tuple[object, ...]:
-    return (source.files, source.layout)
-
-
-def load_source(source: "DumpSource") -> Dump:
-    """The logical dump of a source: its one file, its ranks merged, or its steps joined."""
-    if source.joined_steps:
-        from rca_lsp.core.stepjoin import join_steps  # the join imports this module
-
-        return join_steps([load_source(step) for step in source.step_sources()], source)
-    if len(source.files) == 1:
-        return load_dump_file(source.files[0])
-    from rca_lsp.core.rankmerge import load_ranks  # the merge imports this module
-
-    return load_ranks(source)
-
-
-def signatures(source: "DumpSource") -> tuple[tuple[int, int], ...]:
-    return tuple(signature(path) for path in source.files)
-
-
-def check_unchanged(source: "DumpSource", before: tuple[tuple[int, int], ...]) -> None:
-    for path, was in zip(source.files, before):
-        if signature(path) != was:
-            raise InputError(str(path), "the dump changed while it was being read; it is probably being rewritten")
-
-
-def signature(path: Path) -> tuple[int, int]:
-    try:
-        info = path.stat()
-    except OSError as error:
-        raise InputError(str(path), f"cannot read dump: {error.strerror}") from None
-    return info.st_size, info.st_mtime_ns

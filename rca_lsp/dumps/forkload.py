@@ -20,20 +20,12 @@ from typing import Any, Sequence
 
 import msgspec
 
-from rca_lsp.core.dump import (
-    Dump,
-    JoinedSteps,
-    ModuleEntry,
-    ParallelInfo,
-    check_unchanged,
-    load_dump_file,
-    load_source,
-    signatures,
-)
-from rca_lsp.core.dumpsource import DumpSource
-from rca_lsp.core.gcpause import paused_gc
-from rca_lsp.core.inputfile import read_regular_file
-from rca_lsp.core.rankload import Differences, FirstRank, RankTexts, load_rank_files
+from rca_lsp.base.gcpause import paused_gc
+from rca_lsp.base.inputfile import read_regular_file
+from rca_lsp.dumps.dump import Dump, JoinedSteps, ModuleEntry, ParallelInfo, load_dump_file
+from rca_lsp.dumps.load import load_source
+from rca_lsp.dumps.rankload import Differences, FirstRank, RankTexts, load_rank_files
+from rca_lsp.dumps.sources import DumpSource, check_unchanged, signatures
 
 
 class _Transfer(msgspec.Struct, array_like=True, gc=False):
@@ -129,7 +121,7 @@ class BackgroundDump:
         self.close()
 
 
-_CHILD = "from rca_lsp.core.forkload import write_packed; write_packed()"
+_CHILD = "from rca_lsp.dumps.forkload import write_packed; write_packed()"
 
 
 def write_packed() -> None:

@@ -17,9 +17,9 @@ from typing import Any, Sequence
 
 import msgspec
 
-from rca_lsp.core.dump import Dump, ModuleEntry, RawValue, index_entries, load_dump_file
-from rca_lsp.core.gcpause import paused_gc
-from rca_lsp.core.inputfile import read_regular_file
+from rca_lsp.base.gcpause import paused_gc
+from rca_lsp.base.inputfile import read_regular_file
+from rca_lsp.dumps.dump import Dump, ModuleEntry, RawValue, index_entries, load_dump_file
 
 
 class _ScannedDump(msgspec.Struct, gc=False):

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.inputfile import file_kind
+from rca_lsp.base.errors import InputError
+from rca_lsp.base.inputfile import file_kind
 
 _STEP_RE = re.compile(r"step(\d+)$")
 _RANK_RE = re.compile(r"rank(\d+)$")
@@ -273,3 +273,21 @@ def _describe_ranks(folder: Path) -> str:
     if ranks:
         return _ranks_text(ranks)
     return f"{len(_proc_folders(folder))} proc"
+
+
+def signatures(source: "DumpSource") -> tuple[tuple[int, int], ...]:
+    return tuple(signature(path) for path in source.files)
+
+
+def check_unchanged(source: "DumpSource", before: tuple[tuple[int, int], ...]) -> None:
+    for path, was in zip(source.files, before):
+        if signature(path) != was:
+            raise InputError(str(path), "the dump changed while it was being read; it is probably being rewritten")
+
+
+def signature(path: Path) -> tuple[int, int]:
+    try:
+        info = path.stat()
+    except OSError as error:
+        raise InputError(str(path), f"cannot read dump: {error.strerror}") from None
+    return info.st_size, info.st_mtime_ns

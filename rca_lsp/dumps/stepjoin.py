@@ -16,8 +16,8 @@ from typing import Sequence
 
 import msgspec
 
-from rca_lsp.core.dump import Dump, JoinedSteps, ModuleEntry, ParallelInfo, combined_dump
-from rca_lsp.core.dumpsource import DumpSource
+from rca_lsp.dumps.dump import Dump, JoinedSteps, ModuleEntry, ParallelInfo, combined_dump
+from rca_lsp.dumps.sources import DumpSource
 
 
 def join_steps(dumps: Sequence[Dump], source: DumpSource) -> Dump:

@@ -19,10 +19,10 @@ from typing import Iterable, Sequence
 
 import yaml
 
-from rca_lsp.core.dump import Dump, entries_with_slots
-from rca_lsp.core.mapping import MappingEntry
-from rca_lsp.core.msprobe_mapping import CELL, DATA, parse_msprobe_mapping
-from rca_lsp.core.msprobe_names import cell_name, tensor_names
+from rca_lsp.dumps.dump import Dump, entries_with_slots
+from rca_lsp.mapping.model import MappingEntry
+from rca_lsp.mapping.msprobe_names import cell_name, tensor_names
+from rca_lsp.mapping.msprobe_yaml import CELL, DATA, parse_msprobe_mapping
 
 FORMATS = (DATA, CELL)
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]*")

@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator, Mapping, NamedTuple
 
-from rca_lsp.core.dump import ModuleEntry, TensorStats
-from rca_lsp.core.keys import parse_module_key
+from rca_lsp.dumps.dump import ModuleEntry
+from rca_lsp.model.keys import parse_module_key
+from rca_lsp.model.stats import TensorStats
 
 # a module's tensor: <Module|Cell>.<path>.<Class>.<forward|backward>.<n>.<input|output|parameters|kwargs>[.<rest>]
 _MODULE_TENSOR_RE = re.compile(

@@ -17,10 +17,10 @@ from typing import NamedTuple
 
 import yaml
 
-from rca_lsp.core.calls import ALL_CALLS
-from rca_lsp.core.dump import Dump
-from rca_lsp.core.mapping import LineIndex, MappingEntry, MappingIssue, ParsedMapping, Span
-from rca_lsp.core.msprobe_names import cell_name, is_tensor_name, parse_tensor_name, rename_cell
+from rca_lsp.dumps.dump import Dump
+from rca_lsp.mapping.model import LineIndex, MappingEntry, MappingIssue, ParsedMapping, Span
+from rca_lsp.mapping.msprobe_names import cell_name, is_tensor_name, parse_tensor_name, rename_cell
+from rca_lsp.model.keys import ALL_CALLS
 
 DATA, CELL = "data", "cell"
 # the mapping-key file's codes, which keep their meaning here: the file does not parse; a line names no module of

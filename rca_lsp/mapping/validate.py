@@ -7,8 +7,8 @@ from typing import Iterable
 
 from rapidfuzz import fuzz, process
 
-from rca_lsp.core.dump import Dump
-from rca_lsp.core.mapping import MappingEntry, MappingIssue, ParsedMapping, Span
+from rca_lsp.dumps.dump import Dump
+from rca_lsp.mapping.model import MappingEntry, MappingIssue, ParsedMapping, Span
 
 MAX_SUGGESTED_LOOKUPS = 25  # each costs ~20-50 ms on 10^5 keys; beyond a few the mapping belongs to another dump
 

@@ -73,3 +73,6 @@ def is_activation_like(key: str) -> bool:
     parsed = parse_module_key(key)
     name = f"{parsed.path.rpartition('.')[2]} {parsed.class_name}" if parsed else key
     return any(token.lower() in ACTIVATION_TOKENS for token in _TOKEN_RE.findall(name))
+
+
+ALL_CALLS = "*"  # `Module.<path>.<Class>.forward.*` in a mapping: every call of that module

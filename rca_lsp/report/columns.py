@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
-from rca_lsp.core.compare import STAT_NAMES
+from rca_lsp.compare.statistics import STAT_NAMES
 
 COLUMN_STYLES = ("rca", "msprobe")  # output_3's column names: ours, or msprobe compare's
 _STATS = ("max", "min", "mean", "l2norm")
@@ -43,14 +43,8 @@ MSPROBE_COLUMNS = (
     "Err_message",
 )
 MSPROBE_LIST_COLUMNS = (4, 5)  # the shapes
-# ours, kept beside msprobe's (train_key/rollout_key: the module keys the tensor names start with)
-_KEPT = (
-    "train_key",
-    "rollout_key",
-    "target",
-    "aggregated",
-    "dtype_match",
-    "shape_relation",
+# output_3's verdict of a target, the same in both column styles
+VERDICT_COLUMNS = (
     *(f"{stat}_{part}" for stat in STAT_NAMES for part in ("rel_err", "status")),
     "tolerance",
     "numeric_consistency",
@@ -59,6 +53,8 @@ _KEPT = (
     "priority_bucket",
     "focus",
 )
+# ours, kept beside msprobe's (train_key/rollout_key: the module keys the tensor names start with)
+_KEPT = ("train_key", "rollout_key", "target", "aggregated", "dtype_match", "shape_relation", *VERDICT_COLUMNS)
 _RESULT = {"aligned": "pass", "mismatch": "error"}  # else (statistics missing): "warning", look at it
 _NON_FINITE = {"nan": "Nan", "inf": "inf", "-inf": "-inf"}  # msprobe's spellings
 

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from rca_lsp.core.chart import ChartData
+from rca_lsp.report.chart_schema import ChartData
 
 BUNDLE = "chart.bundle.js"  # built from editors/vscode/chart by its build.mjs, committed as package data
 

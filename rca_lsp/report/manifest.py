@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from rca_lsp.core.atomicfile import write_atomically
+from rca_lsp.base.atomicfile import write_atomically
 
 MANIFEST_NAME = "output_manifest.json"
 

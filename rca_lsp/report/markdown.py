@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from rca_lsp.core.keys import is_activation_like
-from rca_lsp.core.rootcause import (
+from rca_lsp.diagnose.rootcause import (
     CALL_DISAGREEMENT,
     IN_MODULE,
     MANUAL,
@@ -15,10 +14,12 @@ from rca_lsp.core.rootcause import (
     UPSTREAM,
     Suspect,
 )
-from rca_lsp.core.stepjoin import steps_joined
+from rca_lsp.dumps.stepjoin import steps_joined
+from rca_lsp.model.keys import is_activation_like
+from rca_lsp.report.root_cause import root_cause_report
 
 if TYPE_CHECKING:
-    from rca_lsp.core.analysis import Analysis
+    from rca_lsp.diagnose.analysis import Analysis
 
 MAX_ROWS = 20
 
@@ -77,7 +78,7 @@ NOTHING_COMPARED = (
 )
 
 
-def _judgement(analysis: "Analysis") -> list[str]:
+def _judgement(analysis: "Analysis", report: dict[str, Any]) -> list[str]:
     if not analysis.records:
         return [f"{NOTHING_COMPARED[0].upper()}{NOTHING_COMPARED[1:]}. No root-cause hypothesis."]
     if not analysis.suspects:
@@ -86,7 +87,6 @@ def _judgement(analysis: "Analysis") -> list[str]:
             "(or only premise problems remain, listed below). No root-cause hypothesis."
         ]
     first = analysis.suspects[0]
-    report = analysis.report
     lines = [
         f"- Most likely root cause: **{report['top_hypothesis']}**",
         f"- At: {_code(_group_key(first.record.comparison.train_keys))} ↔ "
@@ -201,7 +201,7 @@ def _expert(analysis: "Analysis") -> list[str]:
     ]
 
 
-def _notes(analysis: "Analysis") -> list[str]:
+def _notes(analysis: "Analysis", report: dict[str, Any]) -> list[str]:
     credible = [s for s in analysis.suspects if s.credible_origin]
     lines = []
     if len(credible) > 1:
@@ -216,17 +216,14 @@ def _notes(analysis: "Analysis") -> list[str]:
     premise = sum(1 for r in analysis.records if r.comparison.module_priority_rank == 3)
     if premise:
         lines.append(f"- Missing evidence: {premise} mapped pairs had no comparable output.")
-    if analysis.report.get("nonfinite_on_both_sides"):
-        lines.append(
-            f"- Non-finite statistics on both sides: {len(analysis.report['nonfinite_on_both_sides'])} modules."
-        )
+    if report.get("nonfinite_on_both_sides"):
+        lines.append(f"- Non-finite statistics on both sides: {len(report['nonfinite_on_both_sides'])} modules.")
     lines.append("- Statistics (Max/Min/Mean/Norm) cannot reveal permutations or layouts of equal values.")
     return lines
 
 
-def _provenance(analysis: "Analysis") -> list[str]:
+def _provenance(analysis: "Analysis", report: dict[str, Any]) -> list[str]:
     """Calibration, ranks merged and calls joined: how the compared statistics were made and judged."""
-    report = analysis.report
     lines = [f"- Calibration: {summary['summary']}" for summary in report["calibration"].values()]
     first = report["first_divergence"]
     if first is not None and first["confidence"]["above_noise"] is not None:
@@ -273,11 +270,17 @@ def _chart(chart_image: str | None, drawn: bool) -> list[str]:
 
 
 def render_markdown(
-    analysis: "Analysis", run_id: str | None = None, chart_image: str | None = None, chart: bool = True
+    analysis: "Analysis",
+    run_id: str | None = None,
+    chart_image: str | None = None,
+    chart: bool = True,
+    report: dict[str, Any] | None = None,
 ) -> str:
     """The report; `run_id`: the run writing it, named in the Context (see manifest); `chart_image`: the file name
     of the chart's image next to the report (None: it could not be drawn, the report says how to get it); `chart`:
-    whether the run drew the chart at all."""
+    whether the run drew the chart at all; `report`: the analysis's root_cause_report when the caller has it."""
+    if report is None:
+        report = root_cause_report(analysis)
     sections = [
         (
             "Context",
@@ -288,15 +291,15 @@ def render_markdown(
                 *([f"- Run: `{run_id}` (see output_manifest.json)"] if run_id else []),
             ],
         ),
-        *([("Calibration, ranks and calls", provenance)] if (provenance := _provenance(analysis)) else []),
-        ("Final judgement", _judgement(analysis)),
+        *([("Calibration, ranks and calls", provenance)] if (provenance := _provenance(analysis, report)) else []),
+        ("Final judgement", _judgement(analysis, report)),
         *([("Divergence chart", _chart(chart_image, chart))] if analysis.records else []),
         ("Evidence chain", _evidence_chain(analysis)),
         ("Key suspects", _suspect_table(analysis.suspects)),
         ("Excluded candidates", _excluded(analysis)),
         ("Expert hypothesis", _expert(analysis)),
-        ("Next checks", [f"- {c}" for c in analysis.report["next_checks"]]),
-        ("Notes", _notes(analysis)),
+        ("Next checks", [f"- {c}" for c in report["next_checks"]]),
+        ("Notes", _notes(analysis, report)),
     ]
     body = "\n\n".join(f"## {title}\n\n" + "\n".join(lines) for title, lines in sections)
     return f"# Root-cause report\n\n{body}\n"

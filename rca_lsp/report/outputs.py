@@ -18,21 +18,23 @@ import msgspec
 import orjson
 
 from rca_lsp import __version__
-from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.atomicfile import atomic_stream, remove_stale_temporaries, write_atomically
-from rca_lsp.core.cancel import ShouldStop, never, stop_if
-from rca_lsp.core.chart import ChartData, chart_data
-from rca_lsp.core.compare import STAT_NAMES, priority_for
-from rca_lsp.core.dump import TensorStats
-from rca_lsp.core.forkpart import BackgroundWork
-from rca_lsp.core.gcpause import paused_gc
-from rca_lsp.core.manifest import forget_manifest, new_run_id, write_manifest
-from rca_lsp.core.msprobe_columns import MSPROBE_LIST_COLUMNS, msprobe_rows
-from rca_lsp.core.records import ModuleRecord
-from rca_lsp.core.report_html import render_html
-from rca_lsp.core.report_md import CHART_HTML, CHART_PNG, render_markdown
-from rca_lsp.core.report_png import render_png
-from rca_lsp.core.splittable import write_split
+from rca_lsp.base.atomicfile import atomic_stream, remove_stale_temporaries, write_atomically
+from rca_lsp.base.cancel import ShouldStop, never, stop_if
+from rca_lsp.base.forkpart import BackgroundWork
+from rca_lsp.base.gcpause import paused_gc
+from rca_lsp.compare.records import ModuleRecord
+from rca_lsp.compare.statistics import STAT_NAMES, priority_for
+from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.model.stats import TensorStats
+from rca_lsp.report.chart import chart_data
+from rca_lsp.report.chart_schema import ChartData
+from rca_lsp.report.columns import MSPROBE_LIST_COLUMNS, VERDICT_COLUMNS, msprobe_rows
+from rca_lsp.report.html import render_html
+from rca_lsp.report.manifest import forget_manifest, new_run_id, write_manifest
+from rca_lsp.report.markdown import CHART_HTML, CHART_PNG, render_markdown
+from rca_lsp.report.png import render_png
+from rca_lsp.report.root_cause import root_cause_report
+from rca_lsp.report.splittable import write_split
 
 T = TypeVar("T")
 
@@ -119,13 +121,7 @@ TARGET_COLUMNS = (
     "rollout_shape",
     "shape_relation",
     *(f"{side}_{stat}" for stat in STAT_NAMES for side in ("train", "rollout")),
-    *(f"{stat}_{part}" for stat in STAT_NAMES for part in ("rel_err", "status")),
-    "tolerance",
-    "numeric_consistency",
-    "value_status",
-    "priority",
-    "priority_bucket",
-    "focus",
+    *VERDICT_COLUMNS,
     "reason",
 )
 MODULE_COLUMNS = (
@@ -425,7 +421,8 @@ def _write_report(
     """The root-cause report: JSON, the chart (interactive HTML; a PNG when matplotlib is installed) unless `chart`
     is off, Markdown. A chart file this run does not write is removed: one of an earlier run would not show it.
     With `fork` (single-threaded callers only) the image is drawn by a forked child while the page is written."""
-    report = {"run_id": meta["run_id"], **analysis.report}
+    found = root_cause_report(analysis)
+    report = {"run_id": meta["run_id"], **found}
     written = [out_dir / "output_5_root_cause_report.json"]
     write_atomically(written[0], _json(report, indent=True))
     image: list[Path] = []
@@ -440,7 +437,7 @@ def _write_report(
     else:
         (out_dir / CHART_HTML).unlink(missing_ok=True)
         (out_dir / CHART_PNG).unlink(missing_ok=True)
-    markdown = render_markdown(analysis, meta["run_id"], CHART_PNG if image else None, chart)
+    markdown = render_markdown(analysis, meta["run_id"], CHART_PNG if image else None, chart, found)
     write_atomically(out_dir / "output_5_root_cause_report.md", markdown.encode())
     return written + [out_dir / "output_5_root_cause_report.md"]
 

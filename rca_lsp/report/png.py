@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import math
 
-from rca_lsp.core.chart import ChartCall, ChartData, Number
+from rca_lsp.report.chart_schema import ChartCall, ChartData, Number
 
 LOWEST = 1e-10  # exact agreement is drawn here (a log axis has no 0), as the interactive chart does
 _COLOURS = {"output": "#1f77b4", "input": "#e07b00", "parameters": "#8e44ad"}

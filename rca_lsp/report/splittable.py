@@ -18,8 +18,8 @@ from multiprocessing.sharedctypes import SynchronizedArray
 from pathlib import Path
 from typing import BinaryIO, Callable, TypeVar
 
-from rca_lsp.core.atomicfile import create_temporary
-from rca_lsp.core.gcpause import paused_gc
+from rca_lsp.base.atomicfile import create_temporary
+from rca_lsp.base.gcpause import paused_gc
 
 EncodeChunk = Callable[[int], tuple[bytes, bytes]]  # chunk index -> (its JSON text, its CSV text)
 T = TypeVar("T")

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 from pygls.protocol import LanguageServerProtocol
 
-from rca_lsp.core.cancel import ShouldStop, never
+from rca_lsp.base.cancel import ShouldStop, never
 
 
 class Cancellations:

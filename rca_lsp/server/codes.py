@@ -4,15 +4,7 @@ from __future__ import annotations
 
 from lsprotocol import types
 
-from rca_lsp.core.rootcause import (
-    CALL_DISAGREEMENT,
-    IN_MODULE,
-    MANUAL,
-    MISSING_OP,
-    PARAMETER,
-    RANK_DISAGREEMENT,
-    UPSTREAM,
-)
+from rca_lsp.diagnose import rootcause as cause
 
 SOURCE = "rca-lsp"
 
@@ -36,13 +28,13 @@ RANK_DISAGREEMENT_CODE = "rank-disagreement"
 CALL_DISAGREEMENT_CODE = "call-disagreement"
 
 CLASSIFICATION_CODES = {
-    MISSING_OP: MISSING_OP_CODE,
-    PARAMETER: PARAMETER_SYNC,
-    IN_MODULE: IN_MODULE_DIFF,
-    UPSTREAM: UPSTREAM_CODE,
-    MANUAL: MANUAL_REVIEW,
-    RANK_DISAGREEMENT: RANK_DISAGREEMENT_CODE,
-    CALL_DISAGREEMENT: CALL_DISAGREEMENT_CODE,
+    cause.MISSING_OP: MISSING_OP_CODE,
+    cause.PARAMETER: PARAMETER_SYNC,
+    cause.IN_MODULE: IN_MODULE_DIFF,
+    cause.UPSTREAM: UPSTREAM_CODE,
+    cause.MANUAL: MANUAL_REVIEW,
+    cause.RANK_DISAGREEMENT: RANK_DISAGREEMENT_CODE,
+    cause.CALL_DISAGREEMENT: CALL_DISAGREEMENT_CODE,
 }
 
 _S = types.DiagnosticSeverity

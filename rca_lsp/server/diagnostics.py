@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from lsprotocol import types
 
-from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.dump import Dump
-from rca_lsp.core.mapping import MappingEntry, MappingIssue, ParsedMapping
-from rca_lsp.core.rootcause import MISSING_OP, UPSTREAM, Suspect, one_sided_activations
+from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.diagnose.between import one_sided_activations
+from rca_lsp.diagnose.rootcause import MISSING_OP, UPSTREAM, Suspect
+from rca_lsp.dumps.dump import Dump
+from rca_lsp.mapping.model import MappingEntry, MappingIssue, ParsedMapping
 from rca_lsp.server import codes
+from rca_lsp.server.documents import FindingMemo, MappingDocument, Place
 from rca_lsp.server.pairing import Unpaired
 from rca_lsp.server.positions import Positions, top_of_file
 from rca_lsp.server.settings import Settings
 from rca_lsp.suggest import Candidate
-
-if TYPE_CHECKING:
-    from rca_lsp.server.documents import MappingDocument
 
 SeverityOf = Callable[[str, types.DiagnosticSeverity], types.DiagnosticSeverity | None]
 
@@ -94,33 +93,6 @@ def _dump_location(dump: Dump, key: str) -> types.Location | None:
 
 def _related(location: types.Location | None, message: str) -> list[types.DiagnosticRelatedInformation]:
     return [types.DiagnosticRelatedInformation(location=location, message=message)] if location else []
-
-
-Place = tuple[tuple[int, int], ...]  # (line, column) of the entry keys a finding is drawn on
-
-
-class FindingMemo:
-    """The diagnostics of each suspect at the last publish: a suspect that an edit left unchanged (the analysis
-    reuses the object) and whose entries did not move gets the same diagnostics without building them again."""
-
-    def __init__(self, settings: object = None) -> None:
-        self.settings = settings  # the diagnostics depend on the severities in force
-        self._previous: dict[int, tuple[Suspect, Place, list[types.Diagnostic]]] = {}
-        self._current: dict[int, tuple[Suspect, Place, list[types.Diagnostic]]] = {}
-
-    def get(self, suspect: Suspect, place: Place) -> list[types.Diagnostic] | None:
-        found = self._previous.get(id(suspect))
-        if found is None or found[0] is not suspect or found[1] != place:
-            return None
-        self._current[id(suspect)] = found
-        return found[2]
-
-    def put(self, suspect: Suspect, place: Place, diagnostics: list[types.Diagnostic]) -> None:
-        self._current[id(suspect)] = (suspect, place, diagnostics)
-
-    def published(self) -> None:
-        """Keep what this publish used; forget the rest."""
-        self._previous, self._current = self._current, {}
 
 
 class FindingBuilder:

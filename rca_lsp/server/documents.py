@@ -8,11 +8,37 @@ from pathlib import Path
 
 from lsprotocol import types
 
-from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.mapping import ParsedMapping
-from rca_lsp.server.diagnostics import FindingMemo
+from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.diagnose.rootcause import Suspect
+from rca_lsp.mapping.model import ParsedMapping
 from rca_lsp.server.pairing import Pair, Unpaired
 from rca_lsp.suggest import Candidate
+
+Place = tuple[tuple[int, int], ...]  # (line, column) of the entry keys a finding is drawn on
+
+
+class FindingMemo:
+    """The diagnostics of each suspect at the last publish: a suspect that an edit left unchanged (the analysis
+    reuses the object) and whose entries did not move gets the same diagnostics without building them again."""
+
+    def __init__(self, settings: object = None) -> None:
+        self.settings = settings  # the diagnostics depend on the severities in force
+        self._previous: dict[int, tuple[Suspect, Place, list[types.Diagnostic]]] = {}
+        self._current: dict[int, tuple[Suspect, Place, list[types.Diagnostic]]] = {}
+
+    def get(self, suspect: Suspect, place: Place) -> list[types.Diagnostic] | None:
+        found = self._previous.get(id(suspect))
+        if found is None or found[0] is not suspect or found[1] != place:
+            return None
+        self._current[id(suspect)] = found
+        return found[2]
+
+    def put(self, suspect: Suspect, place: Place, diagnostics: list[types.Diagnostic]) -> None:
+        self._current[id(suspect)] = (suspect, place, diagnostics)
+
+    def published(self) -> None:
+        """Keep what this publish used; forget the rest."""
+        self._previous, self._current = self._current, {}
 
 
 @dataclass

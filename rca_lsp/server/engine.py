@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import threading
 
-from rca_lsp.core.analysis import Analysis, analyze
-from rca_lsp.core.dump import Dump, DumpCache
-from rca_lsp.core.dumpsource import DumpSource
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.forkload import BackgroundDump
-from rca_lsp.core.mapping import ParsedMapping
-from rca_lsp.core.rankview import rank_parts
-from rca_lsp.core.records import Comparator
-from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.base.errors import InputError
+from rca_lsp.compare.rankview import rank_parts
+from rca_lsp.compare.records import Comparator
+from rca_lsp.diagnose.analysis import Analysis, analyze
+from rca_lsp.dumps.dump import Dump
+from rca_lsp.dumps.forkload import BackgroundDump
+from rca_lsp.dumps.load import DumpCache
+from rca_lsp.dumps.sources import DumpSource
+from rca_lsp.mapping.model import ParsedMapping
+from rca_lsp.model.tolerance import Tolerances
 from rca_lsp.server.diagnostics import related_dump_keys
 from rca_lsp.server.matching import MatcherCache
 from rca_lsp.server.pairing import Pair

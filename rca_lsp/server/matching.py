@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from rca_lsp.core.dump import Dump
+from rca_lsp.dumps.dump import Dump
 from rca_lsp.suggest import Matcher
 
 

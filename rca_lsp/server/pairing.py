@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from rca_lsp.core.dumpsource import DumpSource, parse_layout, parse_step, resolve_dump_source
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.mapping import MSPROBE_SUFFIXES
+from rca_lsp.base.errors import InputError
+from rca_lsp.dumps.sources import DumpSource, parse_layout, parse_step, resolve_dump_source
+from rca_lsp.mapping.model import MSPROBE_SUFFIXES
 from rca_lsp.server.settings import PairSetting
 
 CONFIG_NAME = "rca-lsp.toml"

@@ -8,22 +8,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import Callable, TypeVar
 
 from lsprotocol import types
 
-from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.inputfile import read_regular_file
-from rca_lsp.core.mapping import ParsedMapping, parse_mapping
+from rca_lsp.base.errors import InputError
+from rca_lsp.base.inputfile import read_regular_file
+from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.mapping.model import ParsedMapping
+from rca_lsp.mapping.parse import parse_mapping
 from rca_lsp.server.diagnostics import document_diagnostics
 from rca_lsp.server.documents import MappingDocument
 from rca_lsp.server.pairing import Pair, Unpaired, find_pair
 from rca_lsp.server.positions import Positions
+from rca_lsp.server.state import ServerState
 from rca_lsp.server.timing import Laps
-
-if TYPE_CHECKING:
-    from rca_lsp.server.app import RcaServer
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ class Superseded(Exception):
 class Run:
     """One scheduled analysis of a document, current as long as no newer one was scheduled."""
 
-    def __init__(self, server: RcaServer, doc: MappingDocument, generation: int) -> None:
+    def __init__(self, server: ServerState, doc: MappingDocument, generation: int) -> None:
         self.server = server
         self.doc = doc
         self.generation = generation
@@ -56,7 +55,7 @@ class Run:
 
 
 class Pipeline:
-    def __init__(self, server: RcaServer) -> None:
+    def __init__(self, server: ServerState) -> None:
         self.server = server
 
     # --- scheduling ---------------------------------------------------------------------------------------------

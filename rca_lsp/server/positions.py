@@ -5,7 +5,7 @@ from __future__ import annotations
 from lsprotocol import types
 from pygls.workspace import PositionCodec
 
-from rca_lsp.core.mapping import ParsedMapping, Span
+from rca_lsp.mapping.model import ParsedMapping, Span
 
 
 class Positions:

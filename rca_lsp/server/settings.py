@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from rca_lsp.core.msprobe_columns import COLUMN_STYLES
-from rca_lsp.core.tolerance import Tolerances, checked_tolerance
+from rca_lsp.model.tolerance import Tolerances, checked_tolerance
+from rca_lsp.report.columns import COLUMN_STYLES
 from rca_lsp.server.codes import DEFAULT_SEVERITY
 
 RULES: dict[str, Any] = json.loads(resources.files("rca_lsp").joinpath("data", "settings_rules.json").read_text())

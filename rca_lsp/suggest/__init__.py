@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rca_lsp.core.dump import Dump
+from rca_lsp.dumps.dump import Dump
 from rca_lsp.suggest.matcher import Matcher
 from rca_lsp.suggest.result import Candidate, MappingGroup, MappingValue, Suggestion, SuggestionResult
 from rca_lsp.suggest.rules import NamingRules

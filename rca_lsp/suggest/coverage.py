@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from rca_lsp.core.calls import is_all_calls_key
-from rca_lsp.core.keys import parse_module_key
+from rca_lsp.compare.calls import is_all_calls_key
+from rca_lsp.model.keys import parse_module_key
 
 if TYPE_CHECKING:
     from rca_lsp.suggest.result import SuggestionResult

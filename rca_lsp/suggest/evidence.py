@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Literal, Sequence
 
-from rca_lsp.core.dump import ModuleEntry, TensorStats
+from rca_lsp.dumps.dump import ModuleEntry
+from rca_lsp.model.stats import TensorStats
 from rca_lsp.suggest.rules import NamingRules
 
 ShapeRelation = Literal["same", "permuted", "flattened", "numel", "different", "unknown"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rca_lsp.core.dump import Dump, ModuleEntry
+from rca_lsp.dumps.dump import Dump, ModuleEntry
 from rca_lsp.suggest.canonical import Canonicalizer, CanonicalName
 
 Scope = tuple[int | None, int]  # (layer index or None for modules outside the layers, call index)

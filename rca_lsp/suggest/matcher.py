@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rca_lsp.core.calls import joined_calls_view, partition_calls, regrouped_view
-from rca_lsp.core.cancel import ShouldStop, never, stop_if
-from rca_lsp.core.dump import Dump
-from rca_lsp.core.gcpause import paused_gc
-from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.base.cancel import ShouldStop, never, stop_if
+from rca_lsp.base.gcpause import paused_gc
+from rca_lsp.compare.calls import joined_calls_view, partition_calls, regrouped_view
+from rca_lsp.dumps.dump import Dump
+from rca_lsp.model.tolerance import Tolerances
 from rca_lsp.suggest.align import align_leftovers
 from rca_lsp.suggest.canonical import Canonicalizer
 from rca_lsp.suggest.experts import fused_expert_proposals

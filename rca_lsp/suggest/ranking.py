@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rapidfuzz import fuzz, process
 
-from rca_lsp.core.keys import parse_module_key
+from rca_lsp.model.keys import parse_module_key
 from rca_lsp.suggest.confidence import NO_NAME, NameEvidence
 from rca_lsp.suggest.index import SideIndex
 from rca_lsp.suggest.proposal import Assessor, Proposal

@@ -9,8 +9,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
-from rca_lsp.core.errors import InputError
-from rca_lsp.core.inputfile import read_regular_file
+from rca_lsp.base.errors import InputError
+from rca_lsp.base.inputfile import read_regular_file
 
 TOP_LEVEL = "^"  # an `inside` entry meaning "no named segment above"
 

@@ -595,7 +595,7 @@ async def test_a_dump_folder_renamed_away_and_back_pairs_again(client: LanguageC
 async def test_a_pair_whose_mapping_key_is_an_msprobe_cell_mapping_analyses_and_reports(client: LanguageClient) -> None:
     """rcaLsp.pairs names a cell_mapping.yaml kept away from the dumps: its findings and its problems are drawn on
     its lines, and the report is written from it."""
-    from rca_lsp.core.msprobe_names import cell_name
+    from rca_lsp.mapping.msprobe_names import cell_name
 
     copy_variant(client, "missing_activation")
     root = client.root  # type: ignore[attr-defined]

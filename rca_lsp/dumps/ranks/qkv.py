@@ -24,16 +24,15 @@ from typing import Any, Mapping, Sequence
 
 import msgspec
 
-from rca_lsp.core.compare import aggregate, copy_difference
-from rca_lsp.core.dump import Dump, TensorStats
-from rca_lsp.core.rankfile import read_raw_entries, read_raw_entry
-from rca_lsp.core.tolerance import Tolerances
+from rca_lsp.dumps.dump import Dump
+from rca_lsp.dumps.rankfile import read_raw_entries, read_raw_entry
+from rca_lsp.dumps.ranks.slots import MERGE_TOLERANCES
+from rca_lsp.model.stats import TensorStats, aggregate, copy_difference
 
 QKV_CLASS = "QKVParallel"
 MERGED_CLASS = "MergedColumnParallel"
 _INPUTS_OF = "the q, k, v inputs of "  # how a layout's evidence names its attention module
 _LOOKAHEAD = 16  # keys after the projection searched for its attention module (rotary and norms come between)
-_TOLERANCES = Tolerances()
 
 
 @dataclass(frozen=True)
@@ -176,7 +175,7 @@ def qkv_parts(
         if rotary_inputs is None or attention_inputs is None or output is None or len(rotary_inputs) < 3:
             return None
         q, k, v = rotary_inputs[1], rotary_inputs[2], attention_inputs[2]
-        if copy_difference(output, aggregate([q, k, v], output.shape)) > _TOLERANCES.for_dtypes(output.dtype):
+        if copy_difference(output, aggregate([q, k, v], output.shape)) > MERGE_TOLERANCES.for_dtypes(output.dtype):
             return None  # not the projection's parts (e.g. a q/k norm between): no exact merge from them
         parts.append([q, k, v])
     if not all(_same(parts[r - r % replicas][1:], parts[r][1:]) for r in range(len(parts))):
@@ -320,4 +319,4 @@ def _width(stats: TensorStats) -> int | None:
 
 
 def _same(a: list[TensorStats], b: list[TensorStats]) -> bool:
-    return all(copy_difference(x, y) <= _TOLERANCES.for_dtypes(x.dtype) for x, y in zip(a, b))
+    return all(copy_difference(x, y) <= MERGE_TOLERANCES.for_dtypes(x.dtype) for x, y in zip(a, b))

@@ -9,8 +9,8 @@ from typing import Callable
 import orjson
 from lsprotocol import types
 
-from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.mapping import MSPROBE_SUFFIXES, MappingEntry, ParsedMapping
+from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.mapping.model import MSPROBE_SUFFIXES, MappingEntry, ParsedMapping
 from rca_lsp.server import codes
 from rca_lsp.server.matching import MatcherCache
 from rca_lsp.server.pairing import CONFIG_NAME, config_skeleton

@@ -1,4 +1,4 @@
-"""The `rcaLsp.server.chartData` command: the divergence chart's data (core/chart.py) of a mapping file's latest
+"""The `rcaLsp.server.chartData` command: the divergence chart's data (report/chart.py) of a mapping file's latest
 analysis, for any client to render (the VS Code extension's webview does; see the README for the shape)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import msgspec
 
-from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.chart import chart_data
-from rca_lsp.core.errors import InputError
+from rca_lsp.base.errors import InputError
+from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.report.chart import chart_data
 from rca_lsp.server.documents import MappingDocument
 from rca_lsp.server.protocol import CommandError
 

@@ -8,10 +8,10 @@ from typing import Iterator
 
 from lsprotocol import types
 
-from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.calls import all_calls_key, is_all_calls_key
-from rca_lsp.core.dump import Dump
-from rca_lsp.core.mapping import ParsedMapping
+from rca_lsp.compare.calls import all_calls_key, is_all_calls_key
+from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.dumps.dump import Dump
+from rca_lsp.mapping.model import ParsedMapping
 from rca_lsp.server.matching import MatcherCache
 
 MAX_ITEMS = 200

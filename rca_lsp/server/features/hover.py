@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import math
 
-from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.compare import TargetComparison
-from rca_lsp.core.dump import slot_label
-from rca_lsp.core.keys import parse_module_key
-from rca_lsp.core.rankview import held_by, merged_slots, per_rank_rows, rank_by_rank
-from rca_lsp.core.records import ModuleRecord
-from rca_lsp.core.report_json import confidence, next_checks
-from rca_lsp.core.rootcause import Suspect
+from rca_lsp.compare.rankview import held_by, merged_slots, per_rank_rows, rank_by_rank
+from rca_lsp.compare.records import ModuleRecord
+from rca_lsp.compare.statistics import TargetComparison
+from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.diagnose.hypothesis import next_checks
+from rca_lsp.diagnose.rootcause import Suspect
+from rca_lsp.dumps.dump import slot_label
+from rca_lsp.model.keys import parse_module_key
+from rca_lsp.report.root_cause import confidence
 
 _STATS = ("max", "min", "mean", "norm")
 

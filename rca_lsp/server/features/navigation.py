@@ -7,10 +7,10 @@ from pathlib import Path
 
 from lsprotocol import types
 
-from rca_lsp.core.analysis import Analysis
-from rca_lsp.core.cancel import ShouldStop, never, stop_if
-from rca_lsp.core.keys import layer_index
-from rca_lsp.core.mapping import MappingEntry, ParsedMapping, Span
+from rca_lsp.base.cancel import ShouldStop, never, stop_if
+from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.mapping.model import MappingEntry, ParsedMapping, Span
+from rca_lsp.model.keys import layer_index
 from rca_lsp.server.positions import Positions
 
 MAX_SYMBOL_ENTRIES = 5000

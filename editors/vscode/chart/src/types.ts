@@ -1,5 +1,5 @@
 /**
- * The chart data as rca_lsp/core/chart.py writes it (ChartData): columnar, one element per mapped module of a
+ * The chart data as rca_lsp/report/chart.py writes it (ChartData): columnar, one element per mapped module of a
  * call; string columns hold indexes into ChartData.strings (a key: head, label, tail indexes per part).
  * Non-finite numbers arrive as the strings "NaN", "Infinity", "-Infinity".
  */

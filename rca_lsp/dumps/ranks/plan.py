@@ -1,0 +1,163 @@
+"""Planning a rank merge: which ranks are pipeline stages (and in which order), which form the analysed
+data-parallel group, and the tensor- and expert-parallel sizes within it (given by the user, or told from the dumps)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from rca_lsp.base.errors import InputError
+from rca_lsp.dumps.dump import Dump
+from rca_lsp.dumps.ranks.experts import (
+    EXPERT_RE,
+    ep_reads_own_data,
+    expert_free,
+    hold_other_experts,
+    own_data_note,
+    unweighed_experts,
+)
+from rca_lsp.dumps.ranks.replicas import data_group_size, data_parallel_note, replica_disagreements
+from rca_lsp.dumps.sources import DumpSource, ParallelLayout
+
+
+@dataclass
+class Plan:
+    """Which ranks are merged how (indexes into the source's files)."""
+
+    stages: list[list[int]]  # per pipeline stage, the ranks of its first data-parallel group
+    dumps: Sequence[Dump]  # the ranks' dumps, the first group's entries carrying any disagreement with replicas
+    tp: int
+    ep: int
+    dp: int
+    inferred: bool
+    notes: list[str]
+    own_data: bool = False  # the expert-parallel ranks read their own batches (see ep_reads_own_data)
+
+
+def _same_stage(a: Dump, b: Dump) -> bool:
+    """Same key set, or one a prefix of the other in dump order (a rank that stopped early)."""
+    shorter, longer = (a.keys, b.keys) if len(a.keys) <= len(b.keys) else (b.keys, a.keys)
+    return longer[: len(shorter)] == shorter
+
+
+def plan_merge(dumps: Sequence[Dump], source: DumpSource) -> Plan:
+    given = source.layout or ParallelLayout()
+    world = len(dumps)
+    notes: list[str] = []
+    if given.pp is not None:
+        if world % given.pp:
+            raise InputError(source.label, f"{world} ranks cannot form pp={given.pp} pipeline stages")
+        stage_size = world // given.pp
+    else:
+        stage_size = 1
+        while stage_size < world and _same_stage(dumps[0], dumps[stage_size]):
+            stage_size += 1
+        if world % stage_size:
+            raise InputError(
+                source.label,
+                f"cannot tell the pipeline stages: ranks 0-{stage_size - 1} dump the same "
+                f"modules but {world} ranks do not divide into stages of {stage_size}; "
+                "pass --parallel pp=N (setting `parallel`)",
+            )
+    stages = [list(range(start, start + stage_size)) for start in range(0, world, stage_size)]
+    for stage in stages:
+        odd = [i for i in stage if not _same_stage(dumps[stage[0]], dumps[i])]
+        if odd and given.pp is None:
+            raise InputError(
+                source.label,
+                f"cannot tell the pipeline stages: rank {source.ranks[odd[0]]} dumps other "
+                f"modules than rank {source.ranks[stage[0]]}; pass --parallel pp=N",
+            )
+    stages = _in_pipeline_order(stages, dumps, source, notes)
+    group = data_group_size(dumps, stages[0], given, source, notes)
+    dp = stage_size // group
+    if dp > 1:
+        notes.append(data_parallel_note(dumps, stages, group, source))
+        if given.ep is None and unweighed_experts(dumps[stages[0][0]]):
+            notes.append(
+                "the data-parallel groups were told by their other data alone: their expert weights were not "
+                "dumped, and expert-parallel ranks that read their own batches look the same; if they are such "
+                "ranks, pass --parallel ep=N (setting `parallel`)"
+            )
+    tp, ep = _tp_ep(dumps, stages[0][:group], given, source)
+    own_data = ep > 1 and any(ep_reads_own_data(dumps, stage[:group], tp, ep) for stage in stages)
+    if own_data:
+        notes.append(own_data_note([i for stage in stages for i in stage[:tp]], ep, dp, source))
+    return Plan(
+        [stage[:group] for stage in stages],
+        replica_disagreements(dumps, stages, group, source) if dp > 1 else dumps,
+        tp,
+        ep,
+        dp,
+        given.tp is None and given.pp is None and given.ep is None and given.dp is None,
+        notes,
+        own_data,
+    )
+
+
+_FIRST_STAGE_RE = re.compile(r"(?<![^.])(embedding|embed_tokens|word_embeddings|wte)(?=\.|$)")
+
+
+_LAST_STAGE_RE = re.compile(r"(?<![^.])(output_layer|lm_head|final_layernorm)(?=\.|$)")
+
+
+def _in_pipeline_order(
+    stages: list[list[int]], dumps: Sequence[Dump], source: DumpSource, notes: list[str]
+) -> list[list[int]]:
+    """Stages in rank order (Megatron's pp is the slowest dimension), unless the content says otherwise: the stage
+    holding the embedding runs first, the one holding the output layer last."""
+    if len(stages) < 2:
+        return stages
+
+    def holds(stage: list[int], pattern: re.Pattern[str]) -> bool:
+        dump = dumps[stage[0]]
+        return any(pattern.search(dump.entries[key].path) for key in dump.keys)
+
+    first = next((s for s in stages if holds(s, _FIRST_STAGE_RE)), stages[0])
+    last = next((s for s in stages if holds(s, _LAST_STAGE_RE) and s is not first), stages[-1])
+    ordered = [first] + [s for s in stages if s is not first and s is not last] + ([last] if last is not first else [])
+    if ordered != stages:
+        notes.append(
+            "pipeline stages ordered by their content (the embedding's stage first, the output layer's last): "
+            + " -> ".join(f"ranks {source.ranks[s[0]]}-{source.ranks[s[-1]]}" for s in ordered)
+        )
+    return ordered
+
+
+def _tp_ep(dumps: Sequence[Dump], group: list[int], given: ParallelLayout, source: DumpSource) -> tuple[int, int]:
+    size = len(group)
+    if given.tp is not None or given.ep is not None:
+        tp = given.tp or max(size // (given.ep or 1), 1)
+        if tp * (size // tp) != size or (given.ep is not None and tp * given.ep != size):
+            raise InputError(
+                source.label,
+                f"--parallel {source.layout}: the {size} rank(s) of a data-parallel group "
+                f"cannot be split into tp={tp}" + (f" x ep={given.ep}" if given.ep else ""),
+            )
+        return tp, size // tp
+    has_experts = any(EXPERT_RE.search(k) for k in dumps[group[0]].keys)
+    if size == 1 or not has_experts:
+        return size, 1
+    # Expert-parallel peers hold other experts and the same weights outside them (whatever batch they read);
+    # without weights: they agree on everything outside their experts when they read one batch. Tensor-parallel
+    # peers differ on shards.
+    shared = expert_free(dumps[group[0]])
+
+    def fingerprint(index: int) -> tuple[object, ...]:
+        entries = dumps[index].entries
+        return tuple(entries[k].output if k in entries else None for k in shared)
+
+    def ep_peers(a: int, b: int) -> bool:
+        if any(e.parameters for e in dumps[a].entries.values()):
+            return hold_other_experts(dumps[a], dumps[b])
+        return fingerprint(a) == fingerprint(b)
+
+    ep = 1 + sum(1 for i in group[1:] if ep_peers(group[0], i))
+    tp = size // ep
+    if tp * ep != size or not all(ep_peers(group[t], group[t + e * tp]) for t in range(tp) for e in range(1, ep)):
+        raise InputError(
+            source.label,
+            "cannot tell tensor-parallel from expert-parallel ranks; pass --parallel tp=N,ep=M (setting `parallel`)",
+        )
+    return tp, ep

@@ -1,0 +1,240 @@
+"""A parsed mapping-key file, whatever its format: entries (train key -> rollout keys) with the spans of their text,
+the issues found without the dumps, and the line index that turns offsets into positions. The JSON reader
+(jsonfile) and msprobe's YAML reader (msprobe_yaml) both produce a `ParsedMapping`."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+from array import array
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, NamedTuple, Sequence
+
+if TYPE_CHECKING:
+    from rca_lsp.dumps.dump import Dump
+
+
+MSPROBE_SUFFIXES = (".yaml", ".yml")  # msprobe's mapping files (data_mapping.yaml, cell_mapping.yaml)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Character offsets [start, end) into the file's text."""
+
+    start: int
+    end: int
+
+    def contains(self, offset: int) -> bool:
+        return self.start <= offset <= self.end
+
+
+@dataclass(frozen=True, slots=True)
+class MappingIssue:
+    code: str  # json-syntax | invalid-value | duplicate-key | unknown-train-key | unknown-rollout-key
+    message: str
+    span: Span
+    key: str | None = None
+    suggestions: tuple[str, ...] = ()
+
+
+class MappingEntry:
+    """One `"train key": value` pair. Offsets are relative to the key's opening quote, so an entry outside an
+    edited region is reused as is by the next parse; `ParsedMapping.spans` gives its place in one text.
+    Compared by identity: two definitions of the same key are two entries."""
+
+    __slots__ = ("train_key", "rollout_keys", "is_list", "key_length", "value_offsets", "value_extent")
+
+    def __init__(
+        self,
+        train_key: str,
+        rollout_keys: tuple[str, ...],
+        is_list: bool,
+        key_length: int,
+        value_offsets: tuple[tuple[int, int], ...],
+        value_extent: tuple[int, int],
+    ) -> None:
+        self.train_key = train_key
+        self.rollout_keys = rollout_keys
+        self.is_list = is_list
+        self.key_length = key_length
+        self.value_offsets = value_offsets  # each rollout key string
+        self.value_extent = value_extent  # the whole value (string or list)
+
+    def __repr__(self) -> str:
+        return f"MappingEntry({self.train_key!r}: {self.rollout_keys!r})"
+
+
+class EntrySpans(NamedTuple):
+    key: Span
+    values: tuple[Span, ...]  # one per rollout key
+    value: Span  # the whole value
+
+    @property
+    def whole(self) -> Span:
+        return Span(self.key.start, self.value.end)
+
+
+class EntryList:
+    """Entries with the absolute offset of each key, built from absolute spans."""
+
+    def __init__(self) -> None:
+        self.entries: list[MappingEntry] = []
+        self.starts: list[int] = []
+
+    def add(
+        self,
+        key: str,
+        key_span: Span,
+        values: tuple[str, ...],
+        spans: tuple[Span, ...],
+        value_span: Span,
+        is_list: bool,
+    ) -> None:
+        start = key_span.start
+        self.entries.append(
+            MappingEntry(
+                key,
+                values,
+                is_list,
+                key_span.end - start,
+                tuple((s.start - start, s.end - start) for s in spans),
+                (value_span.start - start, value_span.end - start),
+            )
+        )
+        self.starts.append(start)
+
+
+@dataclass(frozen=True)
+class MappingEdit:
+    """How a parse differs from the earlier parse it was derived from (by its token): entries replaced."""
+
+    base: int
+    removed: list[MappingEntry]
+    added: list[MappingEntry]
+
+    def derives(self, earlier: ParsedMapping) -> bool:
+        return self.base == earlier.token
+
+
+_TOKENS = itertools.count()
+
+
+FEW_LOOKUPS = 8  # positions found by counting before the line index is built (an error in a huge file needs one)
+
+
+class LineIndex:
+    """Offset <-> (0-based line, column in characters). The index of line starts is built on demand: a file of
+    millions of lines that only needs the position of its one error never builds it."""
+
+    def __init__(self, text: str, starts: Sequence[int] | None = None) -> None:
+        self._text = text
+        self._built = starts
+        self._counted = 0
+
+    @property
+    def _starts(self) -> Sequence[int]:
+        if self._built is None:
+            starts = array("q", [0])  # 8 bytes a line, not a Python int and a string each
+            starts.extend(found.end() for found in re.finditer("\n", self._text))
+            self._built = starts
+        return self._built
+
+    def after_edit(self, text: str, start: int, old_end: int, new_end: int) -> LineIndex:
+        """The index of `text`, made from the old text's by replacing old[start:old_end] with text[start:new_end]."""
+        starts = self._starts
+        kept = bisect.bisect_right(starts, start)  # lines starting at or before the edit
+        moved = bisect.bisect_right(starts, old_end)  # lines starting after the edit's last character
+        inside = [start + found.end() for found in re.finditer("\n", text[start:new_end])]
+        delta = new_end - old_end
+        return LineIndex(text, [*starts[:kept], *inside, *(s + delta for s in starts[moved:])])
+
+    def position(self, offset: int) -> tuple[int, int]:
+        if self._built is None and self._counted < FEW_LOOKUPS:
+            self._counted += 1
+            return self._text.count("\n", 0, offset), offset - (self._text.rfind("\n", 0, offset) + 1)
+        line = bisect.bisect_right(self._starts, offset) - 1
+        return line, offset - self._starts[line]
+
+    def offset(self, line: int, column: int) -> int:
+        if line >= len(self._starts):
+            return self._starts[-1]
+        return self._starts[line] + column
+
+
+@dataclass
+class ParsedMapping:
+    path: str
+    text: str
+    entries: list[MappingEntry]  # in file order, duplicates included
+    key_starts: list[int]  # offset of each entry's key, ascending
+    issues: list[MappingIssue]
+    syntax_ok: bool
+    lines: LineIndex
+    edit: MappingEdit | None = None  # set when this parse was derived from an earlier one
+    token: int = field(default_factory=lambda: next(_TOKENS))  # identifies this parse in a later one's `edit`
+    _effective: dict[str, MappingEntry] | None = field(default=None, repr=False)
+
+    def effective(self) -> dict[str, MappingEntry]:
+        """Train key -> entry, the last definition winning (as every JSON reader does)."""
+        if self._effective is None:
+            self._effective = {entry.train_key: entry for entry in self.entries}
+        return self._effective
+
+    @cached_property
+    def _index(self) -> dict[MappingEntry, int]:
+        return dict(zip(self.entries, range(len(self.entries))))
+
+    @property
+    def reusable(self) -> bool:
+        """Whether a parse of an edited version can start from this one (valid, every value well formed)."""
+        return self.syntax_ok and all(i.code == "duplicate-key" for i in self.issues)
+
+    def index_of(self, entry: MappingEntry) -> int | None:
+        """Where an entry is in this parse's file order, None if it is not one of this parse's entries."""
+        return self._index.get(entry)
+
+    def entries_not_in(self, other: ParsedMapping) -> list[MappingEntry]:
+        """This parse's entries that are not (the very same objects) in another parse."""
+        known = other._index
+        return [e for e in self.entries if e not in known]
+
+    def spans(self, entry: MappingEntry) -> EntrySpans:
+        """Where an entry of this parse sits in its text."""
+        start = self.key_starts[self._index[entry]]
+        return EntrySpans(
+            Span(start, start + entry.key_length),
+            tuple(Span(start + a, start + b) for a, b in entry.value_offsets),
+            Span(start + entry.value_extent[0], start + entry.value_extent[1]),
+        )
+
+    def as_dict(self) -> dict[str, str | list[str]]:
+        return {
+            e.train_key: list(e.rollout_keys) if e.is_list else e.rollout_keys[0] for e in self.effective().values()
+        }
+
+    def entry_before(self, offset: int) -> MappingEntry | None:
+        """The last entry whose key starts at or before an offset."""
+        index = bisect.bisect_right(self.key_starts, offset) - 1
+        return self.entries[index] if index >= 0 else None
+
+    def entry_at(self, offset: int) -> tuple[MappingEntry, int | None] | None:
+        """The entry under an offset, and which rollout value (None when on the key or between values)."""
+        entry = self.entry_before(offset)
+        if entry is None:
+            return None
+        spans = self.spans(entry)
+        if spans.key.contains(offset):
+            return entry, None
+        if spans.value.contains(offset):
+            return entry, next((i for i, s in enumerate(spans.values) if s.contains(offset)), None)
+        return None
+
+    def line_of(self, span: Span) -> int:
+        return self.lines.position(span.start)[0] + 1
+
+    def for_dumps(self, train: Dump, rollout: Dump) -> ParsedMapping:
+        """The mapping an analysis of these dumps reads: this one, whose entries name their keys (msprobe's YAML
+        mappings are resolved against the dumps, see msprobe_mapping)."""
+        return self

@@ -1,0 +1,207 @@
+"""One tensor's statistics as msprobe writes them (Max, Min, Mean, Norm, dtype, shape), and their algebra: the exact
+statistics of a concatenation of parts, of a sum, and the relative difference of two tensors' statistics judged
+against the tensor's scale. Every stage passes these around: the rank merge aggregates shards with them, the
+comparison judges mapped pairs with them."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from math import isfinite, isnan
+from typing import Any, Sequence
+
+import msgspec
+
+from rca_lsp.base.jsonload import as_float
+from rca_lsp.model.tolerance import normalise_dtype
+
+
+class TensorStats(msgspec.Struct, gc=False):
+    """Statistics of one tensor as msprobe summarised it (None where it wrote null).
+
+    Decoded straight from a dump's JSON (the field names are msprobe's): a dump's tensors are ~10^6 of these, and
+    building them in C instead of walking parsed dicts in Python makes loading faster than a plain parse.
+    `numel` and `observable` are derived on construction, whatever the JSON holds under those names.
+    """
+
+    dtype: Any = None
+    shape: Any = None
+    max: Any = msgspec.field(default=None, name="Max")
+    min: Any = msgspec.field(default=None, name="Min")
+    mean: Any = msgspec.field(default=None, name="Mean")
+    norm: Any = msgspec.field(default=None, name="Norm")
+    numel: int | None = None
+    # False for tensors msprobe saw but could not summarise (e.g. repacked weights of shape [0]).
+    observable: bool = False
+
+    def __post_init__(self) -> None:
+        dtype, shape = self.dtype, self.shape
+        if dtype is not None and type(dtype) is not str:
+            self.dtype = str(dtype)
+        if type(shape) is list:
+            self.shape = shape = tuple(shape)
+        elif type(shape) is not tuple:
+            self.shape = shape = None
+        # Statistics are floats in all but odd cases (int, null, bool, quoted non-finite): convert only those.
+        mx, mn, mean, norm = self.max, self.min, self.mean, self.norm
+        if type(mx) is not float:
+            self.max = mx = as_float(mx)
+        if type(mn) is not float:
+            self.min = mn = as_float(mn)
+        if type(mean) is not float:
+            self.mean = mean = as_float(mean)
+        if type(norm) is not float:
+            self.norm = norm = as_float(norm)
+        numel = self.numel = _numel(shape)
+        self.observable = numel != 0 and not (mx is None and mn is None and mean is None and norm is None)
+
+    @property
+    def is_tensor(self) -> bool:
+        """A tensor node, as opposed to the {"type": ..., "value": ...} nodes msprobe writes for other arguments."""
+        return self.dtype is not None
+
+
+def leading_size(stats: TensorStats) -> int:
+    """Elements per feature vector: all dims but the last (sequence x batch, or tokens); 0 when unknown."""
+    if not stats.shape or stats.numel is None or not stats.shape[-1]:
+        return 0
+    return stats.numel // stats.shape[-1]
+
+
+def _numel(shape: tuple[Any, ...] | None) -> int | None:
+    if shape is None:
+        return None
+    try:
+        numel = math.prod(shape)
+    except TypeError:
+        return None
+    return numel if type(numel) is int else None  # else not a list of sizes
+
+
+_INTEGER_KINDS = ("int", "uint", "bool", "long", "short", "char", "byte")
+
+
+@lru_cache(maxsize=256)
+def is_integer_dtype(dtype: str | None) -> bool:
+    """Integer and boolean tensors (msprobe gives them no Mean/Norm; they never compare with floating ones)."""
+    name = (dtype or "").rpartition(".")[2].lower()
+    return name.startswith(_INTEGER_KINDS)
+
+
+def aggregate(
+    parts: Sequence[TensorStats], shape: tuple[int, ...] | None = None, with_mean: bool = True
+) -> TensorStats:
+    """Exact statistics of the concatenation of the parts, in any order or permutation; `shape` is the
+    concatenation's shape when known (else flat). `with_mean=False` leaves the Mean out: for tensors whose parts
+    are not pieces of one tensor's elements (attention probabilities of decode steps lack the masked triangle)."""
+    if len(parts) == 1 and shape is None and with_mean:
+        return parts[0]
+    numels = [p.numel for p in parts]
+    total = sum(n for n in numels if n is not None) if all(n is not None for n in numels) else None
+    maxes = [p.max for p in parts]
+    mins = [p.min for p in parts]
+    norms = [p.norm for p in parts]
+    means = [p.mean for p in parts]
+    mean = None
+    if with_mean and total and all(m is not None for m in means) and all(n is not None for n in numels):
+        mean = math.fsum(m * n for m, n in zip(means, numels)) / total  # type: ignore[operator]
+    dtypes = {p.dtype for p in parts}
+    return TensorStats(
+        dtype=dtypes.pop() if len(dtypes) == 1 else None,
+        shape=shape if shape is not None else ((total,) if total is not None else None),
+        max=max(maxes) if all(v is not None for v in maxes) else None,  # type: ignore[type-var]
+        min=min(mins) if all(v is not None for v in mins) else None,  # type: ignore[type-var]
+        mean=mean,
+        norm=math.sqrt(math.fsum(n * n for n in norms)) if all(n is not None for n in norms) else None,  # type: ignore[operator]
+    )
+
+
+def tensor_scale(stats: TensorStats) -> float:
+    """Typical magnitude of the tensor's elements: RMS from Norm, else the largest absolute extreme."""
+    numel = stats.numel
+    if stats.norm is not None and numel and math.isfinite(stats.norm):
+        return stats.norm / math.sqrt(numel)
+    extremes = [abs(v) for v in (stats.max, stats.min) if v is not None and math.isfinite(v)]
+    return max(extremes, default=0.0)
+
+
+def comparison_scale(train: TensorStats, rollout: TensorStats, dtype_match: str) -> float:
+    """The rollout tensor's scale (the train one's too when the dtypes differ); the train one's when the rollout
+    statistics do not give one (e.g. only the Mean of a sum of two tensors is known)."""
+    if dtype_match == "mismatch":
+        return max(tensor_scale(rollout), tensor_scale(train))
+    return tensor_scale(rollout) or tensor_scale(train)
+
+
+def sum_of(a: TensorStats | None, b: TensorStats | None) -> TensorStats | None:
+    """What the statistics of a + b (same shape) say exactly: the Mean; Max, Min and Norm stay unknown."""
+    if a is None or b is None or a.mean is None or b.mean is None or a.shape != b.shape:
+        return None
+    return TensorStats(a.dtype if a.dtype == b.dtype else None, a.shape, None, None, a.mean + b.mean, None)
+
+
+def statistic_pairs(train: TensorStats, rollout: TensorStats) -> tuple[tuple[str, float | None, float | None], ...]:
+    """(statistic name, train value, rollout value) for Max, Min, Mean and Norm, in the seed's order."""
+    return (
+        ("Max", train.max, rollout.max),
+        ("Min", train.min, rollout.min),
+        ("Mean", train.mean, rollout.mean),
+        ("Norm", train.norm, rollout.norm),
+    )
+
+
+def relative_error(train: TensorStats | None, rollout: TensorStats | None) -> float | None:
+    """The largest relative error of a statistic between the two sides, judged as quick_verdict judges them (Mean,
+    Max and Min against the tensor's scale); None when nothing is comparable, inf when only one side is finite."""
+    if train is None or rollout is None or not train.observable or not rollout.observable:
+        return None
+    dtype_match, same_form = dtype_pair(train.dtype, rollout.dtype)
+    if not same_form:
+        return None
+    t_max, t_min, t_mean, t_norm = train.max, train.min, train.mean, train.norm
+    if (t_max, t_min, t_mean, t_norm) == (rollout.max, rollout.min, rollout.mean, rollout.norm) and all(
+        v is None or isfinite(v) for v in (t_max, t_min, t_mean, t_norm)
+    ):
+        return None if t_max is None and t_min is None and t_mean is None and t_norm is None else 0.0  # the common case
+    scale = comparison_scale(train, rollout, dtype_match)
+    worst: float | None = None
+    for name, t, r in statistic_pairs(train, rollout):
+        if t is None or r is None:
+            continue
+        if not (isfinite(t) and isfinite(r)):
+            if not ((isnan(t) and isnan(r)) or t == r):
+                return math.inf
+            continue
+        error = 0.0 if t == r else stat_error(name, t, r, scale)
+        worst = error if worst is None else max(worst, error)
+    return worst
+
+
+def copy_difference(reference: TensorStats, copy: TensorStats) -> float:
+    """The largest relative difference of a statistic between two copies of what should be one tensor (0 when
+    identical; inf when their shapes differ, a statistic is on one only, or only one side is finite)."""
+    if reference.shape != copy.shape or _present(reference) != _present(copy):
+        return math.inf
+    return relative_error(copy, reference) or 0.0
+
+
+def _present(stats: TensorStats) -> tuple[bool, ...]:
+    return stats.max is not None, stats.min is not None, stats.mean is not None, stats.norm is not None
+
+
+def stat_error(name: str, t: float, r: float, scale: float) -> float:
+    # Mean, Max and Min are judged against the tensor's scale (a mean near zero would make any noise "huge");
+    # Norm is a magnitude itself.
+    floor = 1e-12 if name == "Norm" else max(scale, 1e-12)
+    return abs(t - r) / max(abs(r), floor)
+
+
+@lru_cache(maxsize=1024)
+def dtype_pair(train: str | None, rollout: str | None) -> tuple[str, bool]:
+    """(dtype_match, whether both are integer or both floating)."""
+    match = (
+        "unknown"
+        if train is None or rollout is None
+        else ("match" if normalise_dtype(train) == normalise_dtype(rollout) else "mismatch")
+    )
+    return match, is_integer_dtype(train) == is_integer_dtype(rollout)
