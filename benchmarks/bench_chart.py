@@ -1,6 +1,6 @@
 """How long the divergence chart takes to render 10^5 modules in headless Chromium.
 
-Builds a synthetic chart of `--modules` mapped modules over `--layers` layers (core/chart.ChartData: fp32-like noise
+Builds a synthetic chart of `--modules` mapped modules over `--layers` layers (report/chart_schema.ChartData: fp32-like noise
 of ~1e-7, a jump to ~1e-2 at the middle layer that stays up, a one-sided activation per layer, parameters on half of
 the modules), writes it as the HTML report (report_html.render_html, the same page `analyze` writes) to
 benchmarks/data/chart/, and drives Debian's Chromium through playwright-core (from editors/vscode/node_modules) with

@@ -133,7 +133,7 @@ class ModuleEntry(msgspec.Struct, frozen=True, gc=False):
 
 
 class ParallelInfo(msgspec.Struct, gc=False):
-    """How a logical dump was merged from the ranks of a parallel run (see rankmerge)."""
+    """How a logical dump was merged from the ranks of a parallel run (see dumps/ranks)."""
 
     files: tuple[str, ...]  # rank order
     ranks: tuple[int, ...]
@@ -256,7 +256,7 @@ class Dump:
 
     def _returns_reduced_sums(self, returns: dict[str, str], with_stream: set[tuple[str, int]]) -> None:
         """Add to `returns` the residual blocks that return the reduced sum of a descendant's per-rank partial sums
-        (rankmerge: only their Mean is known; SGLang at TP > 1 reduces the MLP's output at the layer's end): the
+        (dumps/ranks: only their Mean is known; SGLang at TP > 1 reduces the MLP's output at the layer's end): the
         nearest ancestor holding a fused-residual module whose output has that shape and Mean (within float32
         rounding of its scale)."""
         entries = self.entries

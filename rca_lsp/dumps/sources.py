@@ -1,7 +1,7 @@
 """Which files make up one logical dump: a dump.json, or the rank folders of one step of an msprobe dump directory.
 
 msprobe writes `<dump_path>/step<N>/rank<R>/dump.json` per rank (`proc<pid>/` without a rank). A directory with
-several ranks of one step is one logical dump (the ranks are merged, see rankmerge); several steps need a choice:
+several ranks of one step is one logical dump (the ranks are merged, see dumps/ranks); several steps need a choice:
 one step, or a span of steps joined as successive calls (see stepjoin) when each step is one engine step of a
 decoding rollout (msprobe's vLLM integration dumps every `execute_model` as its own step). Joined steps must hold
 the same ranks (a tensor-parallel engine: one rank folder per worker in every step).

@@ -6,7 +6,7 @@ a module's calls are numbered across the steps in order (`forward.0` of step N i
 runs once per step), so `....forward.*` names all of them, as for a rollout dumped in one step.
 
 A tensor-parallel rollout dumps one `rank<R>/` per worker in every step: each step's ranks are merged first (as
-one step's are, see rankmerge), then the merged steps are joined; the joined dump's ParallelInfo spans every
+one step's are, see dumps/ranks), then the merged steps are joined; the joined dump's ParallelInfo spans every
 step's rank files, so a joined key leads to its own step's rank files.
 """
 
@@ -75,7 +75,7 @@ def _joined_ranks(dumps: Sequence[Dump], source: DumpSource, renamed: list[dict[
     varied: set[str] = set()
     notes = list(infos[0].notes)
     for index, (info, names) in enumerate(zip(infos, renamed)):
-        assert info is not None and len(info.files) == per  # each step holds the first step's ranks (dumpsource)
+        assert info is not None and len(info.files) == per  # each step holds the first step's ranks (dumps/sources)
         offset = index * per
         for key, new_key in names.items():
             file_index, original = info.origins.get(key, (0, key))
