@@ -76,9 +76,11 @@ def test_writing_the_outputs_stops_and_leaves_no_partial_file(tmp_path) -> None:
     with pytest.raises(Cancelled):
         write_outputs(analysis, tmp_path, should_stop=stop_at_the_value_compare)
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == [
+    assert names == [  # the answer (output_5's report) is written first, then the tables in order
         "output_1_key_mapping.csv",
         "output_1_key_mapping.json",
         "output_2_mapping.csv",
         "output_2_mapping.json",
+        "output_5_root_cause_report.json",
+        "output_5_root_cause_report.md",
     ]

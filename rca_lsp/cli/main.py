@@ -7,12 +7,13 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Any, NoReturn, Sequence
 
 from rca_lsp import __version__
 from rca_lsp.base.errors import InputError
 from rca_lsp.cli import export as export_cli
 from rca_lsp.cli import suggest as suggest_cli
+from rca_lsp.cli.progress import Progress
 from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
 from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.diagnose.run import analyze_paths, raise_if_unusable
@@ -21,7 +22,6 @@ from rca_lsp.model.tolerance import Tolerances, checked_tolerance
 from rca_lsp.report.columns import COLUMN_STYLES
 from rca_lsp.report.markdown import NOTHING_COMPARED
 from rca_lsp.report.outputs import write_outputs
-from rca_lsp.report.root_cause import root_cause_report
 
 DEMO_DIR = Path(__file__).resolve().parents[1] / "demo"  # package data beside the stages: rca_lsp/demo
 
@@ -79,8 +79,7 @@ def _tolerances(values: Sequence[str]) -> Tolerances:
     return Tolerances.with_overrides(overrides)
 
 
-def _summary(analysis: Analysis, out_dir: Path, chart: bool = True) -> str:
-    report = root_cause_report(analysis)
+def _summary(analysis: Analysis, report: dict[str, Any], out_dir: Path, chart: bool = True) -> str:
     lines = [
         "Root Cause Evidence Summary:",
         f"- output_dir: {out_dir}",
@@ -132,6 +131,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     else:
         train, rollout, mapping = Path(args.train), Path(args.rollout), Path(args.mapping_key)
     train_options, rollout_options = side_options(args)
+    progress = Progress()
     analysis = analyze_paths(
         train,
         rollout,
@@ -140,6 +140,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         fork=True,
         train_options=train_options,
         rollout_options=rollout_options,
+        progress=progress,
     )
     raise_if_unusable(analysis.mapping)
     for issue in analysis.issues[:10]:
@@ -151,11 +152,19 @@ def run_analyze(args: argparse.Namespace) -> int:
     if len(analysis.issues) > 10:
         print(f"warning: ... {len(analysis.issues) - 10} more mapping problems (see output_5)", file=sys.stderr)
     out_dir = Path(args.out_dir or "rca_out")
+
+    def answer(report: dict[str, Any]) -> None:  # printed as soon as output_5 is written, before the tables
+        print(_summary(analysis, report, out_dir, not args.no_chart), flush=True)
+        progress.say(f"writing the tables{' and the chart' if not args.no_chart else ''} to {out_dir}")
+
+    progress.say(f"writing the root-cause report to {out_dir}")
     try:
-        write_outputs(analysis, out_dir, fork=True, columns=args.columns, chart=not args.no_chart)
+        written = write_outputs(
+            analysis, out_dir, fork=True, columns=args.columns, chart=not args.no_chart, on_answer=answer
+        )
     except OSError as error:
         raise InputError(str(out_dir), f"cannot write the output files: {error.strerror or error}") from None
-    print(_summary(analysis, out_dir, not args.no_chart))
+    progress.wrote(written)
     if args.exit_when_done:
         _exit_without_teardown()
     return 0

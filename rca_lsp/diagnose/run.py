@@ -6,7 +6,7 @@ import multiprocessing
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import ContextManager
+from typing import ContextManager, Protocol
 
 from rca_lsp.base.errors import InputError
 from rca_lsp.base.inputfile import read_regular_file
@@ -67,8 +67,10 @@ def analyze_paths(
     fork: bool = False,
     train_options: SideOptions = SideOptions(),
     rollout_options: SideOptions = SideOptions(),
+    progress: RunProgress | None = None,
 ) -> Analysis:
-    """With `fork` (single-threaded callers only), the rollout dump is loaded by a child process meanwhile."""
+    """With `fork` (single-threaded callers only), the rollout dump is loaded by a child process meanwhile;
+    `progress` is told each phase as it starts."""
     cache = cache or DumpCache()
     with (
         _background_load(rollout, rollout_options if fork else None) as background,
@@ -76,14 +78,31 @@ def analyze_paths(
     ):
         parsed = read_mapping_file(mapping)
         train_source = train_options.resolve(train)
+        if progress is not None:
+            progress.reading("train", train_source)
         train_dump = cache.get(
             train_source,
             (lambda source: load_ranks(source, ranks.load)) if ranks and not train_source.joined_steps else None,
         )
         rollout_source = rollout_options.resolve(rollout)
+        if progress is not None:
+            progress.reading("rollout", rollout_source)
         rollout_dump = cache.get(rollout_source, background.load) if background else cache.get(rollout_source)
     comparator = Comparator(train_dump, rollout_dump, tolerances or Tolerances())
+    if progress is not None:
+        progress.say(
+            f"comparing {len(parsed.entries)} mapping entries over {len(train_dump.keys)} train and "
+            f"{len(rollout_dump.keys)} rollout module calls"
+        )
     return analyze(parsed, comparator)
+
+
+class RunProgress(Protocol):
+    """What analyze_paths tells of its phases (the CLI shows them on a terminal)."""
+
+    def reading(self, side: str, source: DumpSource) -> None: ...
+
+    def say(self, text: str) -> None: ...
 
 
 def _background_load(

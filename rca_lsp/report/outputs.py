@@ -9,7 +9,6 @@ import io
 import itertools
 import math
 import multiprocessing
-from contextlib import nullcontext
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
@@ -26,13 +25,9 @@ from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.compare.statistics import STAT_NAMES, priority_for
 from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.model.stats import TensorStats
-from rca_lsp.report.chart import chart_data
-from rca_lsp.report.chart_schema import ChartData
+from rca_lsp.report.answer import ANSWER_NAMES, write_answer, write_chart
 from rca_lsp.report.columns import MSPROBE_LIST_COLUMNS, VERDICT_COLUMNS, msprobe_rows
-from rca_lsp.report.html import render_html
 from rca_lsp.report.manifest import forget_manifest, new_run_id, write_manifest
-from rca_lsp.report.markdown import CHART_HTML, CHART_PNG, render_markdown
-from rca_lsp.report.png import render_png
 from rca_lsp.report.root_cause import root_cause_report
 from rca_lsp.report.splittable import write_split
 
@@ -410,54 +405,14 @@ def _write_modules(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: S
     return write_table(out_dir, "output_4_module_analysis", meta, "records", MODULE_COLUMNS, rows, (2, 3))
 
 
-def _write_report(
-    analysis: Analysis,
-    out_dir: Path,
-    meta: Meta,
-    should_stop: ShouldStop = never,
-    chart: bool = True,
-    fork: bool = False,
-) -> list[Path]:
-    """The root-cause report: JSON, the chart (interactive HTML; a PNG when matplotlib is installed) unless `chart`
-    is off, Markdown. A chart file this run does not write is removed: one of an earlier run would not show it.
-    With `fork` (single-threaded callers only) the image is drawn by a forked child while the page is written."""
-    found = root_cause_report(analysis)
-    report = {"run_id": meta["run_id"], **found}
-    written = [out_dir / "output_5_root_cause_report.json"]
-    write_atomically(written[0], _json(report, indent=True))
-    image: list[Path] = []
-    if chart:
-        data = chart_data(analysis, meta["run_id"])
-        draw = functools.partial(_write_image, out_dir, data)
-        with BackgroundWork(draw) if fork else nullcontext() as drawing:
-            write_atomically(out_dir / CHART_HTML, render_html(data).encode())
-            written.append(out_dir / CHART_HTML)
-            image = drawing.result() if drawing is not None else draw()
-        written += image
-    else:
-        (out_dir / CHART_HTML).unlink(missing_ok=True)
-        (out_dir / CHART_PNG).unlink(missing_ok=True)
-    markdown = render_markdown(analysis, meta["run_id"], CHART_PNG if image else None, chart, found)
-    write_atomically(out_dir / "output_5_root_cause_report.md", markdown.encode())
-    return written + [out_dir / "output_5_root_cause_report.md"]
-
-
-def _write_image(out_dir: Path, data: ChartData) -> list[Path]:
-    """The chart's PNG, or none (without matplotlib: an earlier run's is removed)."""
-    image = render_png(data)
-    if image is None:
-        (out_dir / CHART_PNG).unlink(missing_ok=True)
-        return []
-    write_atomically(out_dir / CHART_PNG, image)
-    return [out_dir / CHART_PNG]
-
-
-PARTS = (_write_mapping, _write_compare, _write_modules, _write_report)
-OUTPUT_NAMES = tuple(
-    f"{stem}.{ext}"
-    for stem in ("output_1_key_mapping", "output_2_mapping", _COMPARE_STEM, "output_4_module_analysis")
-    for ext in ("json", "csv")
-) + ("output_5_root_cause_report.json", CHART_HTML, CHART_PNG, "output_5_root_cause_report.md")
+OUTPUT_NAMES = (
+    tuple(
+        f"{stem}.{ext}"
+        for stem in ("output_1_key_mapping", "output_2_mapping", _COMPARE_STEM, "output_4_module_analysis")
+        for ext in ("json", "csv")
+    )
+    + ANSWER_NAMES
+)
 
 
 Part = Callable[[Analysis, Path, Meta, ShouldStop], list[Path]]
@@ -478,12 +433,15 @@ def write_outputs(
     should_stop: ShouldStop = never,
     columns: str = "rca",
     chart: bool = True,
+    on_answer: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[Path]:
     """Write every output file, then the manifest listing them (see manifest); the paths written, the manifest
     last; `columns`: output_3's column names, one of COLUMN_STYLES; `chart`: whether to draw the divergence chart
-    (seconds on 10^5 modules). With `fork` (single-threaded callers only: forking a threaded process can deadlock), the value-compare
+    (seconds on 10^5 modules). The answer comes first: output_5's JSON and Markdown are written, then
+    `on_answer` is called with the report they hold (the CLI prints its summary), then the chart and the tables.
+    With `fork` (single-threaded callers only: forking a threaded process can deadlock), the value-compare
     tables, most of the work, are shared with a child process: it starts on them while this process writes the
-    other files, which then takes value-compare chunks from the end.
+    other files, which then takes value-compare chunks from the end; a second child draws the chart meanwhile.
     Without `fork`, raises Cancelled once `should_stop` says so: files written by then stay, the one being written
     is dropped, no manifest is written. Temporary files that killed runs left in `out_dir` are removed first."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -491,24 +449,25 @@ def write_outputs(
     forget_manifest(out_dir)
     meta = _meta(analysis, new_run_id())
     fork = fork and "fork" in multiprocessing.get_all_start_methods()
-    chosen: dict[Part, Part] = {
-        _write_compare: functools.partial(_write_compare, style=columns),
-        _write_report: functools.partial(_write_report, chart=chart, fork=fork),
-    }
-    parts = [chosen.get(p, p) for p in PARTS]
+    report = {"run_id": meta["run_id"], **root_cause_report(analysis)}
+    written = write_answer(analysis, out_dir, report, chart)
+    if on_answer is not None:
+        on_answer(report)
+
+    def chart_files(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop) -> list[Path]:
+        return write_chart(analysis, out_dir, report, chart, fork)
+
+    compare: Part = functools.partial(_write_compare, style=columns)
     if not fork:
-        written = [path for part in parts for path in _write_part(part, analysis, out_dir, meta, should_stop)]
+        parts: list[Part] = [_write_mapping, compare, _write_modules, chart_files]
+        written += [path for part in parts for path in _write_part(part, analysis, out_dir, meta, should_stop)]
     elif chart:
-        # the report with its chart is seconds of work for one process (10^5 modules): a second child writes it
-        # meanwhile
-        report = functools.partial(_write_part, chosen[_write_report], analysis, out_dir, meta)
-        with BackgroundWork(report) as background:
-            others = [p for p in parts if p not in (chosen[_write_compare], chosen[_write_report])]
-            written = _write_forked(analysis, out_dir, meta, columns, others)
+        # the chart is seconds of work for one process (10^5 modules): a second child draws it meanwhile
+        with BackgroundWork(functools.partial(_write_part, chart_files, analysis, out_dir, meta)) as background:
+            written += _write_forked(analysis, out_dir, meta, columns, [_write_mapping, _write_modules])
             written += background.result()
     else:
-        others = [p for p in parts if p is not chosen[_write_compare]]
-        written = _write_forked(analysis, out_dir, meta, columns, others)
+        written += _write_forked(analysis, out_dir, meta, columns, [_write_mapping, _write_modules, chart_files])
     return written + [write_manifest(out_dir, meta, written)]
 
 

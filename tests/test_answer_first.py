@@ -1,0 +1,83 @@
+"""The answer first (issue 22): output_5's report is on disk, and the CLI's summary printed, before the tables;
+progress on stderr only when it is a terminal."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.report.outputs import write_outputs
+from tests.conftest import FIXTURES
+from tests.test_cli import analyze_args, rca
+
+REPORT = "output_5_root_cause_report"
+
+
+@pytest.mark.parametrize("fork", [False, True])
+@pytest.mark.parametrize("chart", [False, True])
+def test_the_report_is_written_before_the_tables_and_the_chart(tmp_path: Path, fork: bool, chart: bool) -> None:
+    variant = FIXTURES / "missing_activation"
+    analysis = analyze_paths(variant / "train", variant / "rollout", variant / "mapping_key.json")
+    seen: list[tuple[dict, list[str]]] = []
+
+    def answer(report: dict) -> None:
+        seen.append((report, sorted(p.name for p in tmp_path.iterdir())))
+
+    written = write_outputs(analysis, tmp_path, fork=fork, chart=chart, on_answer=answer)
+    ((report, present),) = seen
+    assert present == [f"{REPORT}.json", f"{REPORT}.md"]
+    assert report["top_hypothesis"] and report["run_id"] in (tmp_path / f"{REPORT}.json").read_text()
+    assert {p.name for p in written} >= {"output_3_value_compare.json", f"{REPORT}.md"}
+    assert (f"{REPORT}.html" in {p.name for p in written}) == chart
+
+
+def test_the_markdown_links_the_image_only_when_it_was_drawn(tmp_path: Path, monkeypatch) -> None:
+    """The Markdown, written before the image, is rewritten when the image it expected does not come."""
+    from rca_lsp.report import answer
+
+    variant = FIXTURES / "missing_activation"
+    analysis = analyze_paths(variant / "train", variant / "rollout", variant / "mapping_key.json")
+    monkeypatch.setattr(answer, "render_png", lambda data: None)  # matplotlib found but drawing nothing
+    write_outputs(analysis, tmp_path)
+    assert not (tmp_path / f"{REPORT}.png").exists()
+    assert f"{REPORT}.png" not in (tmp_path / f"{REPORT}.md").read_text()
+
+
+def _run_on_a_terminal(args: tuple[str, ...], cwd: Path) -> tuple[str, str]:
+    """Runs the CLI with stderr on a pseudo-terminal: (stdout, what the terminal showed)."""
+    terminal, child_end = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rca_lsp", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=child_end, text=True
+    )
+    os.close(child_end)
+    shown = b""
+    while True:
+        try:
+            data = os.read(terminal, 4096)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not data:
+            break
+        shown += data
+    stdout, _ = process.communicate(timeout=120)
+    os.close(terminal)
+    assert process.returncode == 0
+    return stdout, shown.decode()
+
+
+def test_progress_is_shown_on_a_terminal_and_not_when_piped(tmp_path: Path) -> None:
+    args = analyze_args(FIXTURES / "tp2_healthy", tmp_path / "out")
+    stdout, shown = _run_on_a_terminal(args, tmp_path)
+    lines = shown.splitlines()
+    assert any("reading the train dump" in line and "2 dump files" in line and "MiB" in line for line in lines)
+    assert any("reading the rollout dump" in line for line in lines)
+    assert any(line.startswith("rca-lsp: [") and "wrote 13 files" in line for line in lines), shown
+    assert "Root Cause Evidence Summary" in stdout and "rca-lsp: [" not in stdout
+    piped = rca(*args, cwd=tmp_path)
+    assert piped.returncode == 0 and piped.stderr == ""
