@@ -38,6 +38,7 @@ class Settings:
     out_dir: str = DEFAULT_OUT_DIR
     columns: str = COLUMN_STYLES[0]  # output_3's column names in writeOutputs: rca | msprobe (msprobe compare's)
     max_findings: int = 500  # findings published per file; credible origins are always included
+    max_per_kind: int = 500  # other diagnostics published per file and code, then one summary of how many more
 
     @classmethod
     def from_client(cls, raw: Any) -> tuple["Settings", list[str]]:

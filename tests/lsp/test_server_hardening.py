@@ -45,3 +45,29 @@ async def test_a_yaml_syntax_error_mid_edit_keeps_the_findings_of_the_last_good_
     assert placed(during, "yaml-syntax") == [("yaml-syntax", len(good.splitlines()))]
     assert placed(during, "missing-op", "aligned-boundary") == placed(before, "missing-op", "aligned-boundary")
     assert not [d for d in during if d.code in ("json-syntax", "unknown-train-key")]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_each_kind_of_diagnostic_is_capped_with_one_summary_of_how_many_more(client: LanguageClient) -> None:
+    """Also seen in issue 23: one edit published 240k unknown-key diagnostics in one message. At most 500 of each
+    kind per file; one more diagnostic of that kind says how many were left out; the findings still show."""
+    mapping = copy_variant(client, "missing_activation")
+    entries = json.loads(mapping.read_text())
+    rollout_key = next(v for v in entries.values() if isinstance(v, str))
+    typos = {f"Module.no.such.module{i}.Linear.forward.0": rollout_key for i in range(1200)}
+    wrong_values = {k: f"{v}.nowhere" for k, v in list(entries.items())[-3:] if isinstance(v, str)}
+    uri = open_document(client, mapping, json.dumps({**entries, **typos, **wrong_values}, indent=2))
+    diagnostics = await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    unknown = [d for d in diagnostics if d.code == "unknown-train-key"]
+    summaries = [d for d in unknown if "more" in d.message and "not shown" in d.message]
+    assert len(unknown) == 501 and len(summaries) == 1 and "700 more" in summaries[0].message
+    assert summaries[0].severity == types.DiagnosticSeverity.Information
+    assert len([d for d in diagnostics if d.code == "unknown-rollout-key"]) == len(wrong_values)  # under the cap
+    actions = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=summaries[0].range,
+            context=types.CodeActionContext(diagnostics=summaries),
+        )
+    )
+    assert not actions  # the summary stands for no entry: nothing to replace or remove
