@@ -16,6 +16,7 @@ from lsprotocol import types
 from pygls.uris import to_fs_path
 
 from rca_lsp.base.cancel import Cancelled, ShouldStop
+from rca_lsp.base.errors import InputError
 from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.mapping.model import MappingEntry, ParsedMapping
 from rca_lsp.report.outputs import write_outputs
@@ -344,6 +345,8 @@ async def cmd_write_outputs(ls: RcaServer, *arguments: Any) -> dict[str, str] | 
             return None  # the client has its answer (request cancelled) already
         except OSError as error:
             raise CommandError(f"cannot write the output files to {out_dir}: {error.strerror or error}") from None
+        except InputError as error:  # a rank file read for the report's per-rank rows went away or broke meanwhile
+            raise CommandError(f"cannot write the output files of {doc.path}: {error}") from None
     return {"outDir": str(out_dir), "reportMarkdown": str(out_dir / "output_5_root_cause_report.md")}
 
 
@@ -368,6 +371,8 @@ async def cmd_suggest_mapping(ls: RcaServer, *arguments: Any) -> dict[str, str] 
             return await asyncio.get_running_loop().run_in_executor(ls.executor, run, should_stop)
         except Cancelled:
             return None  # the client has its answer (request cancelled) already
+        except InputError as error:  # a dump broken or being rewritten since the last analysis: its one line
+            raise CommandError(f"cannot suggest a mapping for {doc.path}: {error}") from None
 
 
 @server.command(CHART_DATA)

@@ -3,13 +3,15 @@ not end, YAML mid-edit, floods of diagnostics, commands on broken dumps. pytest-
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 import test_server
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
-from test_server import copy_variant, open_document, wait_for
+from test_server import TIMEOUT, copy_variant, open_document, wait_for
 
 from rca_lsp.mapping.msprobe_names import cell_name
 
@@ -71,3 +73,25 @@ async def test_each_kind_of_diagnostic_is_capped_with_one_summary_of_how_many_mo
         )
     )
     assert not actions  # the summary stands for no entry: nothing to replace or remove
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_suggest_mapping_on_a_broken_rank_answers_the_one_line_error(client: LanguageClient) -> None:
+    """Also seen in issue 23: a rank file broken while the server runs made suggestMapping answer -32603 "internal
+    error: InputError ..." (and log a traceback); the answer is the error's one line, naming the file."""
+    mapping = copy_variant(client, "tp2_shard_desync")
+    uri = open_document(client, mapping)
+    await wait_for(client, uri, lambda ds: any(d.code == "parameter-sync" for d in ds))
+    rank1 = mapping.parent / "train" / "step0" / "rank1" / "dump.json"
+    rank1.write_bytes(rank1.read_bytes()[:5000])
+    with pytest.raises(JsonRpcException) as raised:
+        await asyncio.wait_for(
+            client.workspace_execute_command_async(
+                types.ExecuteCommandParams(command="rcaLsp.server.suggestMapping", arguments=[uri])
+            ),
+            timeout=TIMEOUT,
+        )
+    assert raised.value.code == -32803, raised.value  # RequestFailed: valid request, the dumps cannot be read
+    message = raised.value.message
+    assert str(rank1) in message and "\n" not in message
+    assert "internal error" not in message.lower() and "InputError" not in message and "Traceback" not in message
