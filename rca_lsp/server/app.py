@@ -26,7 +26,7 @@ from rca_lsp.server.features.chart import CHART_DATA, chart_data_result
 from rca_lsp.server.features.completion import complete
 from rca_lsp.server.features.hover import hover_markdown
 from rca_lsp.server.features.navigation import definition, document_symbols
-from rca_lsp.server.pairing import CONFIG_NAME, MAPPING_GLOBS, Pair, Unpaired
+from rca_lsp.server.pairing import CONFIG_NAME, MAPPING_GLOBS, Pair, Unpaired, is_mapping_name
 from rca_lsp.server.pipeline import Pipeline
 from rca_lsp.server.positions import Positions
 from rca_lsp.server.protocol import CommandError
@@ -54,12 +54,11 @@ class RcaServer(ServerState):
         self.watcher = DumpWatcher(self._dump_changed_threadsafe)
         self.pipeline = Pipeline(self)
 
-    def scan_workspace(self) -> None:
-        for folder in self.folders():
-            for pattern in MAPPING_GLOBS:
-                for path in folder.rglob(pattern):
-                    if not SKIP_DIRS.intersection(path.relative_to(folder).parts):
-                        self.pipeline.schedule(path.resolve().as_uri(), 0.0)
+    async def scan_workspace(self) -> None:
+        """Analyse every mapping file of the workspace folders, found off the loop (a walk of the whole tree)."""
+        found = await asyncio.get_running_loop().run_in_executor(self.executor, mapping_files, self.folders())
+        for path in found:
+            self.pipeline.schedule(path.as_uri(), 0.0)
 
     # --- dumps changing on disk ---------------------------------------------------------------------------------
     def _dump_changed_threadsafe(self, path: Path) -> None:
@@ -77,6 +76,17 @@ class RcaServer(ServerState):
                 self.pipeline.schedule(doc.uri, DUMP_DELAY)  # one of its dump files, or a folder holding one
             elif isinstance(doc.pair, Unpaired) and resolved.is_relative_to(doc.path.parent):
                 self.pipeline.schedule(doc.uri, DUMP_DELAY)
+
+
+def mapping_files(folders: list[Path]) -> list[Path]:
+    """The mapping files below the folders (by name, see pairing.MAPPING_GLOBS), resolved; SKIP_DIRS and symlinked
+    folders are not entered."""
+    found = []
+    for folder in folders:
+        for parent, dirs, files in os.walk(folder):
+            dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+            found += [Path(parent, name).resolve() for name in files if is_mapping_name(Path(name))]
+    return found
 
 
 server = RcaServer()
@@ -134,7 +144,7 @@ async def on_initialized(ls: RcaServer, params: types.InitializedParams) -> None
             ls.client_watches_files = True
         except Exception as error:  # the client advertised dynamic registration but refused it
             log.warning("could not register file watchers: %s", error)
-    ls.scan_workspace()
+    await ls.scan_workspace()
 
 
 async def pull_configuration(ls: RcaServer) -> bool:

@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Sequence
 
 from rca_lsp.base.errors import InputError
+from rca_lsp.base.globs import expand
 from rca_lsp.dumps.sources import DumpSource, parse_layout, parse_step, resolve_dump_source
 from rca_lsp.mapping.model import MSPROBE_SUFFIXES
 from rca_lsp.server.settings import PairSetting
 
 CONFIG_NAME = "rca-lsp.toml"
+GLOB_ENTRIES = 200_000  # directory entries a pair's glob may visit (about a second of listing) before it is refused
 # mapping-key JSON, and msprobe's mapping files under the names its documentation and msagent give them
 MAPPING_GLOBS = (
     "*mapping_key*.json",
@@ -62,9 +64,11 @@ def _expand(value: str, folder: Path | None, base: Path) -> str:
 
 
 def _first_match(pattern: str) -> Path | None:
+    """The path a pair names: itself, or the first match of its glob (an InputError for a glob that visits more than
+    GLOB_ENTRIES files and folders; `**` does not follow symlinks to folders, see base/globs)."""
     if not glob.has_magic(pattern):
         return Path(pattern)
-    matches = sorted(glob.glob(pattern, recursive=True))
+    matches = expand(pattern, GLOB_ENTRIES)
     return Path(matches[0]) if matches else None
 
 
@@ -79,10 +83,10 @@ class SourceOptions:
 def _dump_pair(
     mapping: Path, train: str, rollout: str, source: str, options: SourceOptions = SourceOptions()
 ) -> Pair | Unpaired:
-    found = [_first_match(train), _first_match(rollout)]
-    if None in found:
-        return Unpaired(mapping, (source,), f"{source}: no file matches {train if found[0] is None else rollout}")
     try:
+        found = [_first_match(train), _first_match(rollout)]
+        if None in found:
+            return Unpaired(mapping, (source,), f"{source}: no file matches {train if found[0] is None else rollout}")
         layouts = (
             parse_layout(options.parallel, f"{source}: parallel"),
             parse_layout(options.rollout_parallel, f"{source}: rollout_parallel"),

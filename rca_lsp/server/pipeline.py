@@ -104,7 +104,8 @@ class Pipeline:
             self.clear(doc)
             return
         text, version = current
-        pair = find_pair(doc.path, self.server.settings.pairs, self.server.folders())
+        # off the loop: a pair's glob and its dump folders are listed (rank folders, steps)
+        pair = await run.step(find_pair, doc.path, self.server.settings.pairs, self.server.folders())
         doc.pair = pair
         parsed = await run.step(parse_mapping, str(doc.path), text, doc.latest_parse())
         laps.lap("parse")
