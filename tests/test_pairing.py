@@ -172,3 +172,27 @@ def test_the_bounded_glob_matches_what_glob_matches_without_symlinks(tmp_path: P
     (root / "exp" / ".hidden").mkdir()
     (root / ".hidden").mkdir()
     assert expand(f"{root}/{pattern}", 10**6) == sorted(glob.glob(f"{root}/{pattern}", recursive=True))
+
+
+def test_rank_files_gone_since_the_last_analysis_are_told_from_a_dump_made_anew(tmp_path: Path) -> None:
+    """Issue 23, defect 6: what the server compares a pair with before analysing it again (dump_layout)."""
+    from rca_lsp.server.pairing import dump_layout, root_gone
+
+    root = workspace(tmp_path)
+    mapping = root / "ranks" / "mapping_key.json"
+    first = find_pair(mapping, (), [root])
+    assert isinstance(first, Pair) and len(first.train.files) == 2
+    layout, gone = dump_layout(None, first)
+    assert gone == []
+    rank1 = root / "ranks" / "train" / "step0" / "rank1"
+    (rank1 / "dump.json").rename(root / "aside.json")  # deleted, as a rewrite does first
+    shrunk = find_pair(mapping, (), [root])
+    assert isinstance(shrunk, Pair) and dump_layout(layout, shrunk)[1] == [(rank1 / "dump.json").resolve()]
+    (root / "aside.json").rename(rank1 / "dump.json")
+    assert dump_layout(layout, find_pair(mapping, (), [root]))[1] == []  # type: ignore[arg-type]
+    train = root / "ranks" / "train"
+    train.rename(root / "old_train")  # the dump removed: gone as a whole, then made anew with one rank
+    assert root_gone(layout)
+    shutil.copytree(root / "old_train", train, ignore=shutil.ignore_patterns("rank1"))
+    again = find_pair(mapping, (), [root])
+    assert isinstance(again, Pair) and len(again.train.files) == 1 and dump_layout(layout, again)[1] == []

@@ -70,10 +70,8 @@ class RcaServer(ServerState):
         those that found no dumps when the change lies below their folder (a dump folder renamed back, a new dump)."""
         resolved = path.resolve()
         for doc in self.documents.values():
-            if isinstance(doc.pair, Pair) and any(
-                f == resolved or f.is_relative_to(resolved) for f in doc.pair.files()
-            ):
-                self.pipeline.schedule(doc.uri, DUMP_DELAY)  # one of its dump files, or a folder holding one
+            if any(resolved.is_relative_to(root) or root.is_relative_to(resolved) for root in doc.dump_roots()):
+                self.pipeline.schedule(doc.uri, DUMP_DELAY)  # below one of its dump roots, or a folder holding one
             elif isinstance(doc.pair, Unpaired) and resolved.is_relative_to(doc.path.parent):
                 self.pipeline.schedule(doc.uri, DUMP_DELAY)
 
@@ -141,7 +139,6 @@ async def on_initialized(ls: RcaServer, params: types.InitializedParams) -> None
                     ]
                 )
             )
-            ls.client_watches_files = True
         except Exception as error:  # the client advertised dynamic registration but refused it
             log.warning("could not register file watchers: %s", error)
     await ls.scan_workspace()
@@ -171,7 +168,7 @@ async def on_configuration(ls: RcaServer, params: types.DidChangeConfigurationPa
         ls.apply_settings(params.settings)
     else:
         await pull_configuration(ls)
-    ls.pipeline.schedule_all()
+    ls.pipeline.schedule_all(accept_layout=True)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
@@ -193,7 +190,7 @@ def on_change(ls: RcaServer, params: types.DidChangeTextDocumentParams) -> None:
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
 def on_save(ls: RcaServer, params: types.DidSaveTextDocumentParams) -> None:
     if Path(to_fs_path(params.text_document.uri) or "").name == CONFIG_NAME:
-        ls.pipeline.schedule_all()
+        ls.pipeline.schedule_all(accept_layout=True)
     ls.pipeline.schedule(params.text_document.uri, SAVE_DELAY)
 
 
@@ -209,7 +206,7 @@ def on_watched(ls: RcaServer, params: types.DidChangeWatchedFilesParams) -> None
     for change in params.changes:
         path = Path(to_fs_path(change.uri) or "")
         if path.name == CONFIG_NAME:
-            ls.pipeline.schedule_all(DUMP_DELAY)
+            ls.pipeline.schedule_all(DUMP_DELAY, accept_layout=True)
         elif ls.is_mapping(path):
             doc = ls.document(change.uri)
             if change.type == types.FileChangeType.Deleted and doc is not None:
@@ -365,6 +362,8 @@ async def cmd_suggest_mapping(ls: RcaServer, *arguments: Any) -> dict[str, str] 
     doc = _document_for_command(ls, SUGGEST_MAPPING, arguments)
     if not isinstance(doc.pair, Pair):
         raise CommandError(f"{doc.path} is not paired with dumps")
+    if doc.problems:  # a rank file gone or broken: not a mapping of what is left
+        raise CommandError(f"cannot suggest a mapping for {doc.path} now: {doc.problems[0]}")
     existing = doc.parsed.as_dict() if doc.parsed is not None else None
     pair = doc.pair
 

@@ -312,7 +312,7 @@ def document_diagnostics(
     found += [_diagnostic(codes.DUMP_PROBLEM, problem, top_of_file(), severity) for problem in doc.problems]
     analysis = doc.analysis if doc.analysis is not None and doc.analysis.mapping is parsed else None
     found += issue_diagnostics(analysis.issues if analysis is not None else parsed.issues, positions, severity, cap)
-    if doc.last_good is not None and not isinstance(doc.pair, Unpaired):
+    if doc.last_good is not None and not (isinstance(doc.pair, Unpaired) and not doc.pair.problem):
         if doc.findings.settings is not settings:
             doc.findings = FindingMemo(settings)
         builder = FindingBuilder(doc.last_good, parsed, positions, doc.uri, severity, doc.findings)

@@ -44,6 +44,54 @@ class Pair:
         """Every dump file the analysis reads (each rank's)."""
         return self.train.files + self.rollout.files
 
+    def roots(self) -> tuple[Path, ...]:
+        """What the pair names on each side (resolved): a dump.json, or the dump folder its files are found in."""
+        return self.train.root, self.rollout.root
+
+
+@dataclass(frozen=True)
+class DumpLayout:
+    """The dump files an analysis read, and the identity (device, inode) of the roots it found them in."""
+
+    pair: Pair
+    identities: tuple[tuple[int, int] | None, ...]
+
+
+def dump_layout(previous: DumpLayout | None, pair: Pair) -> tuple[DumpLayout, list[Path]]:
+    """The pair's layout now, and the files of an earlier analysis of the same dump roots that the pair no longer
+    holds because they are no longer there (deleted, as a rewrite does first; a rank or step folder moved away).
+    Not files the pair leaves out by choice (another step), nor those of other roots or of a root put anew in the
+    place of the earlier one (a dump folder removed and written again, with fewer ranks)."""
+    layout = DumpLayout(pair, tuple(_identity(root) for root in pair.roots()))
+    if previous is None or previous.pair.roots() != pair.roots() or previous.identities != layout.identities:
+        return layout, []
+    now = set(pair.files())
+    return layout, [path for path in previous.pair.files() if path not in now and not path.is_file()]
+
+
+def vanished_error(gone: list[Path]) -> InputError:
+    """What files of the last good analysis that are gone (see dump_layout) say."""
+    more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
+    return InputError(
+        str(gone[0]),
+        f"read by the last good analysis, is gone{more}: being rewritten, or its folder moved away? (a run of fewer "
+        "ranks is analysed once its dump folder is made anew or the pairing is saved)",
+    )
+
+
+def root_gone(layout: DumpLayout) -> bool:
+    """Whether a root of the layout no longer exists: the dump was removed, and what is written in its place is a
+    new dump, analysed as it is."""
+    return any(_identity(root) is None for root in layout.pair.roots())
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
 
 @dataclass(frozen=True)
 class Unpaired:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 import test_server
@@ -95,3 +96,64 @@ async def test_suggest_mapping_on_a_broken_rank_answers_the_one_line_error(clien
     message = raised.value.message
     assert str(rank1) in message and "\n" not in message
     assert "internal error" not in message.lower() and "InputError" not in message and "Traceback" not in message
+
+
+def origins(diagnostics: list[types.Diagnostic]) -> list[tuple[str, int]]:
+    """The findings drawn as origins (not the hints that follow from them), by code and line."""
+    from rca_lsp.server.codes import CLASSIFICATION_CODES
+
+    kinds = set(CLASSIFICATION_CODES.values())
+    return sorted((str(d.code), d.range.start.line) for d in diagnostics if d.code in kinds and d.severity != 4)
+
+
+def report(client: LanguageClient, path: Path, kind: types.FileChangeType) -> None:
+    client.workspace_did_change_watched_files(
+        types.DidChangeWatchedFilesParams(changes=[types.FileEvent(uri=path.as_uri(), type=kind)])
+    )
+
+
+def problems(diagnostics: list[types.Diagnostic]) -> list[str]:
+    return [d.message for d in diagnostics if d.code == "dump-problem"]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_rank_file_deleted_keeps_the_last_analysis_and_is_watched_when_back(client: LanguageClient) -> None:
+    """Defect 6: deleting rank1's dump.json (as a rewrite does) re-merged rank 0 alone into another root cause, and
+    the file, once back, was no longer watched (the pair held rank 0 only)."""
+    mapping = copy_variant(client, "tp2_shard_desync")
+    uri = open_document(client, mapping)
+    before = origins(await wait_for(client, uri, lambda ds: bool(origins(ds))))
+    rank1 = mapping.parent / "train" / "step0" / "rank1" / "dump.json"
+    good = rank1.read_bytes()
+    rank1.unlink()
+    report(client, rank1, types.FileChangeType.Deleted)
+    during = await wait_for(client, uri, lambda ds: bool(problems(ds)))
+    assert str(rank1) in problems(during)[0] and "last good analysis" in problems(during)[0]
+    assert origins(during) == before
+    with pytest.raises(JsonRpcException) as raised:  # not a mapping suggested from rank 0 alone
+        await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="rcaLsp.server.suggestMapping", arguments=[uri])
+        )
+    assert str(rank1) in raised.value.message
+    rank1.write_bytes(good)
+    report(client, rank1, types.FileChangeType.Created)
+    after = await wait_for(client, uri, lambda ds: not problems(ds) and bool(origins(ds)))
+    assert origins(after) == before
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_dump_too_deep_to_read_is_a_dump_problem_and_keeps_the_last_analysis(client: LanguageClient) -> None:
+    """Defect 1 in the server: a rank file nested thousands of levels deep raised a RecursionError through the
+    run: the status said "internal error" and nothing was published. Any failure to load a dump is a dump-problem
+    naming it, over the last good analysis."""
+    mapping = copy_variant(client, "tp2_shard_desync")
+    uri = open_document(client, mapping)
+    before = origins(await wait_for(client, uri, lambda ds: bool(origins(ds))))
+    rank1 = mapping.parent / "train" / "step0" / "rank1" / "dump.json"
+    deep = "[" * 100_000 + "]" * 100_000
+    rank1.write_text('{"task": "statistics", "level": "L0", "dump_data_dir": null, "data": {"m": ' + deep + "}}")
+    report(client, rank1, types.FileChangeType.Changed)
+    during = await wait_for(client, uri, lambda ds: bool(problems(ds)))
+    assert str(mapping.parent / "train") in problems(during)[0] and origins(during) == before
+    statuses = [getattr(s, "message", "") for s in client.statuses]  # type: ignore[attr-defined]
+    assert not [s for s in statuses if "internal error" in s]
