@@ -196,3 +196,14 @@ def test_rank_files_gone_since_the_last_analysis_are_told_from_a_dump_made_anew(
     shutil.copytree(root / "old_train", train, ignore=shutil.ignore_patterns("rank1"))
     again = find_pair(mapping, (), [root])
     assert isinstance(again, Pair) and len(again.train.files) == 1 and dump_layout(layout, again)[1] == []
+
+
+@pytest.mark.parametrize("option", ["step = true", "step = false", "rollout_step = true"])
+def test_a_boolean_step_in_a_config_file_is_refused_not_read_as_a_number(tmp_path: Path, option: str) -> None:
+    """Issue 23, also seen: toml `step = true` was read as step 1 (a bool is an int in Python)."""
+    root = workspace(tmp_path)
+    (root / "exp" / "rca-lsp.toml").write_text(
+        f'[[pair]]\nmapping_key = "mapping_key.json"\ntrain = "train"\nrollout = "rollout"\n{option}\n'
+    )
+    unpaired = find_pair(root / "exp" / "mapping_key.json", (), [root])
+    assert isinstance(unpaired, Unpaired) and "must be a step number" in (unpaired.problem or "")

@@ -70,7 +70,8 @@ def _text(value: object) -> str | None:
     return (value.strip() or None) if isinstance(value, str) else None
 
 
-def _step_number(value: object) -> bool:
+def is_step_number(value: object) -> bool:
+    """0, 1, ...: an int, not a bool (which Python counts as one: `step = true` is no step 1)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -87,11 +88,11 @@ def _pairs(raw: object, problems: list[str]) -> tuple[PairSetting, ...]:
             problems.append(f"rcaLsp.pairs[{index}] needs string fields mappingKey, train and rollout")
             continue
         step = item.get("step")
-        if step is not None and not _step_number(step):
+        if step is not None and not is_step_number(step):
             problems.append(f"rcaLsp.pairs[{index}].step must be a step number (0, 1, ...)")
             continue
         rollout_step = item.get("rolloutStep")
-        if rollout_step is not None and not (isinstance(rollout_step, str) or _step_number(rollout_step)):
+        if rollout_step is not None and not (isinstance(rollout_step, str) or is_step_number(rollout_step)):
             problems.append(f'rcaLsp.pairs[{index}].rolloutStep must be a step number, "all" or a span "0-4"')
             continue
         layouts = [item.get(k) for k in RULES["pairOptionalText"]]
