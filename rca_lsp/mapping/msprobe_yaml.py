@@ -93,7 +93,7 @@ def parse_msprobe_mapping(path: str, text: str) -> MsprobeMapping:
         root = yaml.compose(text, Loader=_LOADER)
     except yaml.YAMLError as error:
         issues.append(_syntax_issue(error, text, lines))
-        pairs = _salvaged(text)
+        rules = _salvaged(text, issues)
         syntax_ok = False
     else:
         if root is None:
@@ -103,41 +103,38 @@ def parse_msprobe_mapping(path: str, text: str) -> MsprobeMapping:
             return MsprobeMapping(
                 path, text, [], [], [MappingIssue("invalid-value", message, _span(root))], True, lines
             )
-        pairs = [(key, value, 0) for key, value in root.value]
+        rules = [rule for key, value in root.value if (rule := _rule(key, value, issues)) is not None]
         syntax_ok = True
-    rules = [rule for key, value, at in pairs if (rule := _rule(key, value, issues, at)) is not None]
     kind, rules = _kind(rules, issues)
     issues = sorted(issues + _duplicates(rules, lines), key=lambda i: i.span.start)
     return MsprobeMapping(path, text, [], [], issues, syntax_ok, lines, kind=kind, rules=rules)
 
 
-def _salvaged(text: str) -> list[tuple[yaml.Node, yaml.Node, int]]:
-    """(key, value, offset of its line) of each unindented line that reads on its own as one `left: right` pair:
-    while a line is being typed, the others keep their rules (and their findings), as the JSON reader keeps the
-    entries around a syntax error. Lines of plain names are read by pattern; others (quoted names, a value of
-    another type, which _rule reports) are composed alone; indented lines, comments and the rest are left out."""
-    found = []
+def _salvaged(text: str, issues: list[MappingIssue]) -> list[Rule]:
+    """The rules of the unindented lines that read on their own as one `left: right` pair: while a line is being
+    typed, the others keep their rules (and their findings), as the JSON reader keeps the entries around a syntax
+    error. Lines of two plain names are read by pattern; others (quoted names, a value of another type, which _rule
+    reports) are composed alone; indented lines, comments and the rest are left out."""
+    rules = []
     for line in _LINE.finditer(text):
-        content = line.group().rstrip("\r\n")
+        content, at = line.group().rstrip("\r\n"), line.start()
         if not content or content[0] in " \t#":
             continue
         plain = _PLAIN_PAIR.fullmatch(content)
-        if plain is not None:
-            key = yaml.ScalarNode(_plain_tag(plain[1]), plain[1], _mark(plain.start(1)), _mark(plain.end(1)))
-            value = yaml.ScalarNode(_plain_tag(plain[2]), plain[2], _mark(plain.start(2)), _mark(plain.end(2)))
-            found.append((key, value, line.start()))
+        if plain is not None and _plain_tag(plain[1]) == _plain_tag(plain[2]) == _STR:
+            rules.append(
+                Rule(plain[1], plain[2], Span(at, at + plain.end(1)), Span(at + plain.start(2), at + plain.end(2)))
+            )
             continue
         try:
             alone = yaml.compose(content, Loader=_LOADER)
         except yaml.YAMLError:
             continue
         if isinstance(alone, yaml.MappingNode) and len(alone.value) == 1:
-            found.append((*alone.value[0], line.start()))
-    return found
-
-
-def _mark(column: int) -> yaml.Mark:
-    return yaml.Mark("<line>", column, 0, column, None, None)
+            key, value = alone.value[0]
+            rule = _rule(key, value, issues, at)
+            rules += [rule] if rule is not None else []
+    return rules
 
 
 def _plain_tag(value: str) -> str:
