@@ -136,3 +136,26 @@ def test_any_yaml_text_gives_issues_by_line_or_one_input_error_never_an_exceptio
         raise_if_unusable(resolved)
     except InputError as error:
         assert str(error).startswith(f"{name}:") and error.line is not None and "\n" not in error.message
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(codec="utf-8", exclude_characters="\r\n"), max_size=60))
+def test_a_line_of_a_broken_yaml_file_reads_as_yaml_reads_it_alone(line: str) -> None:
+    """A file that does not parse keeps the rules of its lines that read on their own (msprobe_yaml._salvaged): a
+    line it takes must be the one pair yaml reads from that line alone, of the same names at the same places."""
+    text = "x.Linear: y: z\n" + line + "\n"  # the first line breaks the file
+    rules = parse_mapping("cell_mapping.yaml", text).rules  # type: ignore[attr-defined]
+    try:
+        alone = yaml.safe_load(line)
+    except yaml.YAMLError:
+        alone = None
+    if not rules:
+        assert (
+            line[:1] in ("", " ", "\t", "#")
+            or not (isinstance(alone, dict) and len(alone) == 1)
+            or not all(isinstance(v, str) and v for v in (*alone, *alone.values()))
+        )
+        return
+    (rule,) = rules
+    assert alone == {rule.left: rule.right}
+    assert yaml.safe_load(text[rule.key.start : rule.key.end]) == rule.left

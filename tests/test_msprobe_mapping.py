@@ -305,6 +305,33 @@ def test_a_bad_yaml_mapping_is_one_line_naming_file_and_line(
     assert error.startswith(f"rca-lsp: error: {path}:{line}:") and says in error and error.count("\n") == 1
 
 
+def test_a_yaml_syntax_error_has_its_own_code_and_the_other_lines_keep_their_rules() -> None:
+    """Mid-edit, as for the mapping-key JSON: the error is `yaml-syntax` on its line, and the lines that read on
+    their own (plain or quoted names) keep their rules, so the editor keeps their findings (issue 23, defect 19)."""
+    text = (
+        "a.Linear: b.Linear  # a comment\n"
+        "c.Linear: d: e\n"
+        "'e.Linear': \"f.Linear\"\n"
+        "g.Linear: true\n"
+        "  h.Linear: i.Linear\n"
+        "j.Linear#x: k.Linear\r\n"
+    )
+    parsed = parse_mapping("cell_mapping.yaml", text)
+    assert not parsed.syntax_ok
+    assert [(i.code, parsed.line_of(i.span)) for i in parsed.issues] == [("yaml-syntax", 2), ("invalid-value", 4)]
+    rules = parsed.rules  # type: ignore[attr-defined]
+    assert {r.left: r.right for r in rules} == {
+        "a.Linear": "b.Linear",
+        "e.Linear": "f.Linear",
+        "j.Linear#x": "k.Linear",
+    }
+    assert [text[r.key.start : r.value.end] for r in rules] == [
+        "a.Linear: b.Linear",
+        "'e.Linear': \"f.Linear\"",
+        "j.Linear#x: k.Linear",
+    ]
+
+
 def test_a_duplicate_name_warns_and_the_last_is_used_as_yaml_reads_it(tmp_path: Path) -> None:
     mapping = one_to_one("healthy_fp32")
     first, second = list(mapping.items())[:2]

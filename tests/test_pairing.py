@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import FIXTURES
 
 from rca_lsp.dumps.sources import ParallelLayout
@@ -131,3 +132,78 @@ def test_rollout_step_from_settings_and_config_joins_the_steps(tmp_path: Path) -
     )
     bad = find_pair(mapping, (), [root])
     assert isinstance(bad, Unpaired) and "no step in 9- here" in (bad.problem or "")
+
+
+def test_a_pairing_glob_is_expanded_without_following_symlinks_and_within_a_bound(tmp_path: Path, monkeypatch) -> None:
+    """Issue 23, defect 15: `**` does not descend into symlinked folders (two self-links made glob.glob run for
+    ever); a folder named through a symlink is still followed; a glob that visits more entries than the bound is
+    reported, naming the glob, instead of walking on."""
+    from rca_lsp.server import pairing
+
+    root = workspace(tmp_path)
+    exp = root / "exp"
+    (exp / "cycle").mkdir()
+    for name in ("a", "b"):
+        (exp / "cycle" / name).symlink_to(".", target_is_directory=True)
+    (root / "linked").symlink_to(root / "ranks", target_is_directory=True)
+    config = exp / "rca-lsp.toml"
+    config.write_text('[[pair]]\nmapping_key = "mapping_key.json"\ntrain = "**/train"\nrollout = "../link*/rollout"\n')
+    pair = find_pair(exp / "mapping_key.json", (), [root])
+    assert isinstance(pair, Pair), pair
+    assert pair.train.root == (exp / "train").resolve() and pair.rollout.root == (root / "ranks" / "rollout").resolve()
+    for index in range(30):
+        (exp / "deep" / f"d{index}").mkdir(parents=True)
+    monkeypatch.setattr(pairing, "GLOB_ENTRIES", 20)
+    unpaired = find_pair(exp / "mapping_key.json", (), [root])
+    assert isinstance(unpaired, Unpaired) and unpaired.problem is not None
+    assert f"{exp}/**/train" in unpaired.problem and "more than 20 files and folders" in unpaired.problem
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["**/train", "*/train", "**/rank*/dump.json", "ranks/**", "**/step0", "exp/*/step?", "**/.hidden", "**/[tr]*", "*"],
+)
+def test_the_bounded_glob_matches_what_glob_matches_without_symlinks(tmp_path: Path, pattern: str) -> None:
+    import glob
+
+    from rca_lsp.base.globs import expand
+
+    root = workspace(tmp_path)
+    (root / "exp" / ".hidden").mkdir()
+    (root / ".hidden").mkdir()
+    assert expand(f"{root}/{pattern}", 10**6) == sorted(glob.glob(f"{root}/{pattern}", recursive=True))
+
+
+def test_rank_files_gone_since_the_last_analysis_are_told_from_a_dump_made_anew(tmp_path: Path) -> None:
+    """Issue 23, defect 6: what the server compares a pair with before analysing it again (dump_layout)."""
+    from rca_lsp.server.pairing import dump_layout, root_gone
+
+    root = workspace(tmp_path)
+    mapping = root / "ranks" / "mapping_key.json"
+    first = find_pair(mapping, (), [root])
+    assert isinstance(first, Pair) and len(first.train.files) == 2
+    layout, gone = dump_layout(None, first)
+    assert gone == []
+    rank1 = root / "ranks" / "train" / "step0" / "rank1"
+    (rank1 / "dump.json").rename(root / "aside.json")  # deleted, as a rewrite does first
+    shrunk = find_pair(mapping, (), [root])
+    assert isinstance(shrunk, Pair) and dump_layout(layout, shrunk)[1] == [(rank1 / "dump.json").resolve()]
+    (root / "aside.json").rename(rank1 / "dump.json")
+    assert dump_layout(layout, find_pair(mapping, (), [root]))[1] == []  # type: ignore[arg-type]
+    train = root / "ranks" / "train"
+    train.rename(root / "old_train")  # the dump removed: gone as a whole, then made anew with one rank
+    assert root_gone(layout)
+    shutil.copytree(root / "old_train", train, ignore=shutil.ignore_patterns("rank1"))
+    again = find_pair(mapping, (), [root])
+    assert isinstance(again, Pair) and len(again.train.files) == 1 and dump_layout(layout, again)[1] == []
+
+
+@pytest.mark.parametrize("option", ["step = true", "step = false", "rollout_step = true"])
+def test_a_boolean_step_in_a_config_file_is_refused_not_read_as_a_number(tmp_path: Path, option: str) -> None:
+    """Issue 23, also seen: toml `step = true` was read as step 1 (a bool is an int in Python)."""
+    root = workspace(tmp_path)
+    (root / "exp" / "rca-lsp.toml").write_text(
+        f'[[pair]]\nmapping_key = "mapping_key.json"\ntrain = "train"\nrollout = "rollout"\n{option}\n'
+    )
+    unpaired = find_pair(root / "exp" / "mapping_key.json", (), [root])
+    assert isinstance(unpaired, Unpaired) and "must be a step number" in (unpaired.problem or "")

@@ -21,7 +21,7 @@ from rca_lsp.mapping.model import ParsedMapping
 from rca_lsp.mapping.parse import parse_mapping
 from rca_lsp.model.tolerance import Tolerances
 
-BLOCKING_CODES = ("json-syntax", "invalid-value")  # mapping problems a command cannot go on with
+BLOCKING_CODES = ("json-syntax", "yaml-syntax", "invalid-value")  # mapping problems a command cannot go on with
 
 
 def raise_if_unusable(parsed: ParsedMapping) -> None:

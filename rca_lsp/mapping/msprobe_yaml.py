@@ -12,6 +12,7 @@ front end reports on the file as it is.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -23,16 +24,23 @@ from rca_lsp.mapping.msprobe_names import cell_name, is_tensor_name, parse_tenso
 from rca_lsp.model.keys import ALL_CALLS
 
 DATA, CELL = "data", "cell"
-# the mapping-key file's codes, which keep their meaning here: the file does not parse; a line names no module of
-# the train dump (or none rca-lsp compares), or renames one into a name the rollout lacks; a name given twice
+# the file does not parse as YAML (its own code: the JSON reader's `json-syntax` names another syntax); then the
+# mapping-key file's codes, which keep their meaning here: a line names no module of the train dump (or none rca-lsp
+# compares), or renames one into a name the rollout lacks; a name given twice
 SYNTAX, UNKNOWN_TRAIN, UNKNOWN_ROLLOUT, DUPLICATE = (
-    "json-syntax",
+    "yaml-syntax",
     "unknown-train-key",
     "unknown-rollout-key",
     "duplicate-key",
 )
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_RESOLVER = yaml.resolver.Resolver()  # the tag the loader gives a plain scalar (a name, or true / 1 / null)
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|$)")  # YAML's line breaks
+# a line of two plain names in printable ASCII (what msprobe and msagent write), read without composing it alone
+_PLAIN_PAIR = re.compile(
+    r"((?![#'\"\[\]{},&*!|>%@`?:-])[!-~][!-~]*?):[ \t]+((?![#'\"\[\]{},&*!|>%@`?])[!-~][!-~]*?(?<!:))(?:[ \t]+#.*|[ \t]*)"
+)
 _STR = "tag:yaml.org,2002:str"
 _TOP = Span(0, 0)  # where entries no line names are anchored (modules paired by their common name)
 _KINDS = {
@@ -77,31 +85,65 @@ class MsprobeMapping(ParsedMapping):
 
 
 def parse_msprobe_mapping(path: str, text: str) -> MsprobeMapping:
-    """The file's rules and the problems visible without the dumps: syntax, types, names of the wrong kind."""
+    """The file's rules and the problems visible without the dumps: syntax, types, names of the wrong kind.
+    A file that does not parse (mid-edit) keeps the rules of the lines that read on their own (see _salvaged)."""
     lines = LineIndex(text)
-
-    def unresolved(issues: list[MappingIssue], syntax_ok: bool) -> MsprobeMapping:
-        return MsprobeMapping(path, text, [], [], issues, syntax_ok, lines)
-
+    issues: list[MappingIssue] = []
     try:
         root = yaml.compose(text, Loader=_LOADER)
     except yaml.YAMLError as error:
-        return unresolved([_syntax_issue(error, text, lines)], False)
-    if root is None:
-        return unresolved([], True)
-    if not isinstance(root, yaml.MappingNode):
-        message = "an msprobe mapping file is a YAML mapping, one `left name: right name` a line"
-        return unresolved([MappingIssue("invalid-value", message, _span(root))], True)
-    issues: list[MappingIssue] = []
-    rules = [rule for key, value in root.value if (rule := _rule(key, value, issues)) is not None]
+        issues.append(_syntax_issue(error, text, lines))
+        rules = _salvaged(text, issues)
+        syntax_ok = False
+    else:
+        if root is None:
+            return MsprobeMapping(path, text, [], [], [], True, lines)
+        if not isinstance(root, yaml.MappingNode):
+            message = "an msprobe mapping file is a YAML mapping, one `left name: right name` a line"
+            return MsprobeMapping(
+                path, text, [], [], [MappingIssue("invalid-value", message, _span(root))], True, lines
+            )
+        rules = [rule for key, value in root.value if (rule := _rule(key, value, issues)) is not None]
+        syntax_ok = True
     kind, rules = _kind(rules, issues)
-    parsed = unresolved(sorted(issues + _duplicates(rules, lines), key=lambda i: i.span.start), True)
-    parsed.kind, parsed.rules = kind, rules
-    return parsed
+    issues = sorted(issues + _duplicates(rules, lines), key=lambda i: i.span.start)
+    return MsprobeMapping(path, text, [], [], issues, syntax_ok, lines, kind=kind, rules=rules)
 
 
-def _span(node: yaml.Node) -> Span:
-    return Span(node.start_mark.index, node.end_mark.index)
+def _salvaged(text: str, issues: list[MappingIssue]) -> list[Rule]:
+    """The rules of the unindented lines that read on their own as one `left: right` pair: while a line is being
+    typed, the others keep their rules (and their findings), as the JSON reader keeps the entries around a syntax
+    error. Lines of two plain names are read by pattern; others (quoted names, a value of another type, which _rule
+    reports) are composed alone; indented lines, comments and the rest are left out."""
+    rules = []
+    for line in _LINE.finditer(text):
+        content, at = line.group().rstrip("\r\n"), line.start()
+        if not content or content[0] in " \t#":
+            continue
+        plain = _PLAIN_PAIR.fullmatch(content)
+        if plain is not None and _plain_tag(plain[1]) == _plain_tag(plain[2]) == _STR:
+            rules.append(
+                Rule(plain[1], plain[2], Span(at, at + plain.end(1)), Span(at + plain.start(2), at + plain.end(2)))
+            )
+            continue
+        try:
+            alone = yaml.compose(content, Loader=_LOADER)
+        except yaml.YAMLError:
+            continue
+        if isinstance(alone, yaml.MappingNode) and len(alone.value) == 1:
+            key, value = alone.value[0]
+            rule = _rule(key, value, issues, at)
+            rules += [rule] if rule is not None else []
+    return rules
+
+
+def _plain_tag(value: str) -> str:
+    return _RESOLVER.resolve(yaml.ScalarNode, value, (True, False))
+
+
+def _span(node: yaml.Node, at: int = 0) -> Span:
+    """The node's place in the file; `at`: the offset of the line it was composed from alone (see _salvaged)."""
+    return Span(at + node.start_mark.index, at + node.end_mark.index)
 
 
 def _syntax_issue(error: yaml.YAMLError, text: str, lines: LineIndex) -> MappingIssue:
@@ -123,15 +165,15 @@ def _what(node: yaml.Node) -> str:
     return _KINDS.get(node.tag, f"a {node.tag.rpartition(':')[2]} value")
 
 
-def _rule(key: yaml.Node, value: yaml.Node, issues: list[MappingIssue]) -> Rule | None:
+def _rule(key: yaml.Node, value: yaml.Node, issues: list[MappingIssue], at: int = 0) -> Rule | None:
     if not (isinstance(key, yaml.ScalarNode) and key.tag == _STR and key.value):
-        issues.append(MappingIssue("invalid-value", f"a name must be text, not {_what(key)}", _span(key)))
+        issues.append(MappingIssue("invalid-value", f"a name must be text, not {_what(key)}", _span(key, at)))
         return None
     if not (isinstance(value, yaml.ScalarNode) and value.tag == _STR and value.value):
         message = f"the right side must be a name (text), not {_what(value)}"
-        issues.append(MappingIssue("invalid-value", message, _span(value), key.value))
+        issues.append(MappingIssue("invalid-value", message, _span(value, at), key.value))
         return None
-    return Rule(key.value, value.value, _span(key), _span(value))
+    return Rule(key.value, value.value, _span(key, at), _span(value, at))
 
 
 def _kind(rules: list[Rule], issues: list[MappingIssue]) -> tuple[str | None, list[Rule]]:

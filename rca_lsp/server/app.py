@@ -16,6 +16,7 @@ from lsprotocol import types
 from pygls.uris import to_fs_path
 
 from rca_lsp.base.cancel import Cancelled, ShouldStop
+from rca_lsp.base.errors import InputError
 from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.mapping.model import MappingEntry, ParsedMapping
 from rca_lsp.report.outputs import write_outputs
@@ -25,7 +26,7 @@ from rca_lsp.server.features.chart import CHART_DATA, chart_data_result
 from rca_lsp.server.features.completion import complete
 from rca_lsp.server.features.hover import hover_markdown
 from rca_lsp.server.features.navigation import definition, document_symbols
-from rca_lsp.server.pairing import CONFIG_NAME, MAPPING_GLOBS, Pair, Unpaired
+from rca_lsp.server.pairing import CONFIG_NAME, MAPPING_GLOBS, Pair, Unpaired, is_mapping_name
 from rca_lsp.server.pipeline import Pipeline
 from rca_lsp.server.positions import Positions
 from rca_lsp.server.protocol import CommandError
@@ -53,12 +54,11 @@ class RcaServer(ServerState):
         self.watcher = DumpWatcher(self._dump_changed_threadsafe)
         self.pipeline = Pipeline(self)
 
-    def scan_workspace(self) -> None:
-        for folder in self.folders():
-            for pattern in MAPPING_GLOBS:
-                for path in folder.rglob(pattern):
-                    if not SKIP_DIRS.intersection(path.relative_to(folder).parts):
-                        self.pipeline.schedule(path.resolve().as_uri(), 0.0)
+    async def scan_workspace(self) -> None:
+        """Analyse every mapping file of the workspace folders, found off the loop (a walk of the whole tree)."""
+        found = await asyncio.get_running_loop().run_in_executor(self.executor, mapping_files, self.folders())
+        for path in found:
+            self.pipeline.schedule(path.as_uri(), 0.0)
 
     # --- dumps changing on disk ---------------------------------------------------------------------------------
     def _dump_changed_threadsafe(self, path: Path) -> None:
@@ -70,12 +70,21 @@ class RcaServer(ServerState):
         those that found no dumps when the change lies below their folder (a dump folder renamed back, a new dump)."""
         resolved = path.resolve()
         for doc in self.documents.values():
-            if isinstance(doc.pair, Pair) and any(
-                f == resolved or f.is_relative_to(resolved) for f in doc.pair.files()
-            ):
-                self.pipeline.schedule(doc.uri, DUMP_DELAY)  # one of its dump files, or a folder holding one
+            if any(resolved.is_relative_to(root) or root.is_relative_to(resolved) for root in doc.dump_roots()):
+                self.pipeline.schedule(doc.uri, DUMP_DELAY)  # below one of its dump roots, or a folder holding one
             elif isinstance(doc.pair, Unpaired) and resolved.is_relative_to(doc.path.parent):
                 self.pipeline.schedule(doc.uri, DUMP_DELAY)
+
+
+def mapping_files(folders: list[Path]) -> list[Path]:
+    """The mapping files below the folders (by name, see pairing.MAPPING_GLOBS), resolved; SKIP_DIRS and symlinked
+    folders are not entered."""
+    found = []
+    for folder in folders:
+        for parent, dirs, files in os.walk(folder):
+            dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+            found += [Path(parent, name).resolve() for name in files if is_mapping_name(Path(name))]
+    return found
 
 
 server = RcaServer()
@@ -130,10 +139,9 @@ async def on_initialized(ls: RcaServer, params: types.InitializedParams) -> None
                     ]
                 )
             )
-            ls.client_watches_files = True
         except Exception as error:  # the client advertised dynamic registration but refused it
             log.warning("could not register file watchers: %s", error)
-    ls.scan_workspace()
+    await ls.scan_workspace()
 
 
 async def pull_configuration(ls: RcaServer) -> bool:
@@ -160,7 +168,7 @@ async def on_configuration(ls: RcaServer, params: types.DidChangeConfigurationPa
         ls.apply_settings(params.settings)
     else:
         await pull_configuration(ls)
-    ls.pipeline.schedule_all()
+    ls.pipeline.schedule_all(accept_layout=True)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
@@ -182,7 +190,7 @@ def on_change(ls: RcaServer, params: types.DidChangeTextDocumentParams) -> None:
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
 def on_save(ls: RcaServer, params: types.DidSaveTextDocumentParams) -> None:
     if Path(to_fs_path(params.text_document.uri) or "").name == CONFIG_NAME:
-        ls.pipeline.schedule_all()
+        ls.pipeline.schedule_all(accept_layout=True)
     ls.pipeline.schedule(params.text_document.uri, SAVE_DELAY)
 
 
@@ -198,7 +206,7 @@ def on_watched(ls: RcaServer, params: types.DidChangeWatchedFilesParams) -> None
     for change in params.changes:
         path = Path(to_fs_path(change.uri) or "")
         if path.name == CONFIG_NAME:
-            ls.pipeline.schedule_all(DUMP_DELAY)
+            ls.pipeline.schedule_all(DUMP_DELAY, accept_layout=True)
         elif ls.is_mapping(path):
             doc = ls.document(change.uri)
             if change.type == types.FileChangeType.Deleted and doc is not None:
@@ -344,6 +352,8 @@ async def cmd_write_outputs(ls: RcaServer, *arguments: Any) -> dict[str, str] | 
             return None  # the client has its answer (request cancelled) already
         except OSError as error:
             raise CommandError(f"cannot write the output files to {out_dir}: {error.strerror or error}") from None
+        except InputError as error:  # a rank file read for the report's per-rank rows went away or broke meanwhile
+            raise CommandError(f"cannot write the output files of {doc.path}: {error}") from None
     return {"outDir": str(out_dir), "reportMarkdown": str(out_dir / "output_5_root_cause_report.md")}
 
 
@@ -352,6 +362,8 @@ async def cmd_suggest_mapping(ls: RcaServer, *arguments: Any) -> dict[str, str] 
     doc = _document_for_command(ls, SUGGEST_MAPPING, arguments)
     if not isinstance(doc.pair, Pair):
         raise CommandError(f"{doc.path} is not paired with dumps")
+    if doc.problems:  # a rank file gone or broken: not a mapping of what is left
+        raise CommandError(f"cannot suggest a mapping for {doc.path} now: {doc.problems[0]}")
     existing = doc.parsed.as_dict() if doc.parsed is not None else None
     pair = doc.pair
 
@@ -368,6 +380,8 @@ async def cmd_suggest_mapping(ls: RcaServer, *arguments: Any) -> dict[str, str] 
             return await asyncio.get_running_loop().run_in_executor(ls.executor, run, should_stop)
         except Cancelled:
             return None  # the client has its answer (request cancelled) already
+        except InputError as error:  # a dump broken or being rewritten since the last analysis: its one line
+            raise CommandError(f"cannot suggest a mapping for {doc.path}: {error}") from None
 
 
 @server.command(CHART_DATA)

@@ -9,6 +9,7 @@ from rca_lsp.diagnose import rootcause as cause
 SOURCE = "rca-lsp"
 
 JSON_SYNTAX = "json-syntax"
+YAML_SYNTAX = "yaml-syntax"
 INVALID_VALUE = "invalid-value"
 DUPLICATE_KEY = "duplicate-key"
 UNKNOWN_TRAIN_KEY = "unknown-train-key"
@@ -40,6 +41,7 @@ CLASSIFICATION_CODES = {
 _S = types.DiagnosticSeverity
 DEFAULT_SEVERITY = {
     JSON_SYNTAX: _S.Error,
+    YAML_SYNTAX: _S.Error,
     INVALID_VALUE: _S.Error,
     DUPLICATE_KEY: _S.Warning,
     UNKNOWN_TRAIN_KEY: _S.Error,

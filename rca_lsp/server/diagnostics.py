@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Callable
 
@@ -19,6 +20,7 @@ from rca_lsp.server.positions import Positions, top_of_file
 from rca_lsp.server.settings import Settings
 from rca_lsp.suggest import Candidate
 
+SUMMARY = "notShown"  # data of a diagnostic that stands for the ones of its code left out (no entry: no quick fix)
 SeverityOf = Callable[[str, types.DiagnosticSeverity], types.DiagnosticSeverity | None]
 
 
@@ -55,9 +57,42 @@ def _diagnostic(
     )
 
 
-def issue_diagnostics(issues: list[MappingIssue], positions: Positions, severity: SeverityOf) -> list[types.Diagnostic]:
+class KindCap:
+    """At most `limit` diagnostics of each code in one publish (a pasted file of 10^5 wrong keys must not become
+    one message of 10^5 diagnostics); what was left out is counted, and said by one summary per code."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.counts: Counter[str] = Counter()
+
+    def take(self, code: str) -> bool:
+        """Whether one more diagnostic of `code` is published (counted either way)."""
+        self.counts[code] += 1
+        return self.counts[code] <= self.limit
+
+    def summaries(self, severity: SeverityOf) -> list[types.Diagnostic | None]:
+        return [
+            _diagnostic(
+                code,
+                f"{count - self.limit} more {code} diagnostics in this file are not shown (at most {self.limit} of "
+                "each kind are published)",
+                top_of_file(),
+                severity,
+                types.DiagnosticSeverity.Information,
+                data={SUMMARY: count - self.limit},
+            )
+            for code, count in self.counts.items()
+            if count > self.limit
+        ]
+
+
+def issue_diagnostics(
+    issues: list[MappingIssue], positions: Positions, severity: SeverityOf, cap: KindCap
+) -> list[types.Diagnostic]:
     found = []
     for issue in issues:
+        if not cap.take(issue.code):
+            continue
         data = {"suggestions": list(issue.suggestions), "key": issue.key}
         diagnostic = _diagnostic(issue.code, issue.message, positions.range(issue.span), severity, data=data)
         if diagnostic is not None:
@@ -192,11 +227,11 @@ class FindingBuilder:
             found.append(_diagnostic(codes.NAN_INF, output.reason, key_range, self.severity))
         return [d for d in found if d is not None]
 
-    def structural(self) -> list[types.Diagnostic]:
+    def structural(self, cap: KindCap) -> list[types.Diagnostic]:
         found = []
         for record in self.analysis.structural:
             entry = self._entry(record.comparison.train_keys)
-            if entry is not None:
+            if entry is not None and cap.take(codes.FUSED_STRUCTURAL):
                 diagnostic = _diagnostic(
                     codes.FUSED_STRUCTURAL,
                     f"fused/structural pair: {record.comparison.reasoning}",
@@ -206,12 +241,12 @@ class FindingBuilder:
                 found += [diagnostic] if diagnostic else []
         return found
 
-    def unmapped(self, counterparts: dict[str, Candidate]) -> list[types.Diagnostic]:
+    def unmapped(self, counterparts: dict[str, Candidate], cap: KindCap) -> list[types.Diagnostic]:
         found = []
         for train_key, unmapped in self.analysis.unmapped_between.items():
             entry = self.entries.get(train_key)
             mappable = [key for key in unmapped if key in counterparts]
-            if entry is None or not mappable:
+            if entry is None or not mappable or not cap.take(codes.UNMAPPED_TRAIN):
                 continue
             names = ", ".join(mappable[:3]) + (f" and {len(mappable) - 3} more" if len(mappable) > 3 else "")
             data = {
@@ -230,7 +265,9 @@ class FindingBuilder:
             found += [diagnostic] if diagnostic else []
         return found
 
-    def all(self, limit: int, counterparts: dict[str, Candidate]) -> list[types.Diagnostic]:
+    def all(self, limit: int, counterparts: dict[str, Candidate], cap: KindCap) -> list[types.Diagnostic]:
+        """Findings (at most `limit` of them, credible origins first and always; a note says how many more), then
+        the structural and unmapped-module hints (at most `cap` of each)."""
         found: list[types.Diagnostic] = []
         shown = 0
         for suspect in self.analysis.suspects:  # credible origins come first
@@ -239,7 +276,7 @@ class FindingBuilder:
             found += self.suspect(suspect)
             shown += 1
         hidden = len(self.analysis.suspects) - shown
-        found += self.structural() + self.unmapped(counterparts)
+        found += self.structural(cap) + self.unmapped(counterparts, cap)
         if hidden > 0:
             note = _diagnostic(
                 codes.UPSTREAM_CODE,
@@ -261,6 +298,7 @@ def document_diagnostics(
     if parsed is None or positions is None:
         return []
     severity = severity_resolver(settings)
+    cap = KindCap(settings.max_per_kind)
     found: list[types.Diagnostic | None] = []
     if isinstance(doc.pair, Unpaired) and not doc.pair.problem:
         found.append(
@@ -273,11 +311,12 @@ def document_diagnostics(
         )
     found += [_diagnostic(codes.DUMP_PROBLEM, problem, top_of_file(), severity) for problem in doc.problems]
     analysis = doc.analysis if doc.analysis is not None and doc.analysis.mapping is parsed else None
-    found += issue_diagnostics(analysis.issues if analysis is not None else parsed.issues, positions, severity)
-    if doc.last_good is not None and not isinstance(doc.pair, Unpaired):
+    found += issue_diagnostics(analysis.issues if analysis is not None else parsed.issues, positions, severity, cap)
+    if doc.last_good is not None and not (isinstance(doc.pair, Unpaired) and not doc.pair.problem):
         if doc.findings.settings is not settings:
             doc.findings = FindingMemo(settings)
         builder = FindingBuilder(doc.last_good, parsed, positions, doc.uri, severity, doc.findings)
-        found += builder.all(settings.max_findings, doc.counterparts)
+        found += builder.all(settings.max_findings, doc.counterparts, cap)
         doc.findings.published()
+    found += cap.summaries(severity)
     return [d for d in found if d is not None and d.severity is not None]

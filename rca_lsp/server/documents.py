@@ -11,7 +11,7 @@ from lsprotocol import types
 from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.diagnose.rootcause import Suspect
 from rca_lsp.mapping.model import ParsedMapping
-from rca_lsp.server.pairing import Pair, Unpaired
+from rca_lsp.server.pairing import DumpLayout, Pair, Unpaired
 from rca_lsp.suggest import Candidate
 
 Place = tuple[tuple[int, int], ...]  # (line, column) of the entry keys a finding is drawn on
@@ -57,6 +57,8 @@ class MappingDocument:
     findings: FindingMemo = field(default_factory=FindingMemo)  # diagnostics of the last publish, for reuse
     symbols: tuple[ParsedMapping, list[types.DocumentSymbol]] | None = None  # of the parse they were built from
     pair: Pair | Unpaired | None = None
+    good_layout: DumpLayout | None = None  # the dumps the last analysis read: those that vanish since are a problem
+    accept_layout: bool = False  # the pairing saved or set since: the next run takes the dumps as they are
     problems: list[str] = field(default_factory=list)  # dump or pairing problems to show at the top
 
     def latest_parse(self) -> ParsedMapping | None:
@@ -69,6 +71,11 @@ class MappingDocument:
     def remember(self, parsed: ParsedMapping) -> None:
         if parsed.reusable:
             self.last_reusable = parsed
+
+    def dump_roots(self) -> set[Path]:
+        """The dump roots a change below (or of) which concerns this file: the current pair's and the last good's."""
+        pairs = [p for p in (self.pair, self.good_layout and self.good_layout.pair) if isinstance(p, Pair)]
+        return {root for pair in pairs for root in pair.roots()}
 
     def next_generation(self) -> int:
         self.generation += 1

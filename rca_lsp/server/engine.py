@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+from typing import Callable
 
 from rca_lsp.base.errors import InputError
 from rca_lsp.compare.rankview import rank_parts
@@ -19,6 +21,7 @@ from rca_lsp.server.matching import MatcherCache
 from rca_lsp.server.pairing import Pair
 from rca_lsp.suggest import Candidate
 
+log = logging.getLogger(__name__)
 COUNTERPART_MIN_SCORE = 0.6
 MAX_FINDINGS_LOCATED = 1000  # at most Settings.max_findings are published
 MAX_ORIGINS_PER_RANK_READ = 3  # credible origins whose per-rank statistics are read before their hover asks
@@ -39,13 +42,25 @@ class Engine:
     def load(self, pair: Pair) -> tuple[Dump, Dump]:
         """Both dumps; when neither is loaded yet, the rollout one in a child process meanwhile (two cores)."""
         if self.dumps.is_current(pair.train) or self.dumps.is_current(pair.rollout) or pair.train == pair.rollout:
-            return self.dumps.get(pair.train), self.dumps.get(pair.rollout)
+            return self._get(pair.train), self._get(pair.rollout)
         try:
             background = BackgroundDump(pair.rollout, new_interpreter=True)
         except (OSError, InputError):  # no child process: load both here (which reports any problem with the files)
-            return self.dumps.get(pair.train), self.dumps.get(pair.rollout)
+            return self._get(pair.train), self._get(pair.rollout)
         with background:
-            return self.dumps.get(pair.train), self.dumps.get(pair.rollout, background.load)
+            return self._get(pair.train), self._get(pair.rollout, background.load)
+
+    def _get(self, source: DumpSource, loader: Callable[[DumpSource], Dump] | None = None) -> Dump:
+        """A dump from the cache; any failure to load it is an InputError naming it: an error the readers do not
+        foresee (a RecursionError, a MemoryError) is still about this dump, and the server shows it as such over
+        the last good analysis instead of failing the run (logged with its traceback)."""
+        try:
+            return self.dumps.get(source, loader)
+        except InputError:
+            raise
+        except Exception as error:
+            log.error("loading %s failed", source.label, exc_info=error)
+            raise InputError(source.label, f"cannot be loaded: {type(error).__name__}: {error}") from None
 
     def comparator(self, pair: Pair, tolerances: Tolerances) -> Comparator:
         train, rollout = self.load(pair)

@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Sequence
 
 from rca_lsp.base.errors import InputError
+from rca_lsp.base.globs import expand
 from rca_lsp.dumps.sources import DumpSource, parse_layout, parse_step, resolve_dump_source
 from rca_lsp.mapping.model import MSPROBE_SUFFIXES
-from rca_lsp.server.settings import PairSetting
+from rca_lsp.server.settings import PairSetting, is_step_number
 
 CONFIG_NAME = "rca-lsp.toml"
+GLOB_ENTRIES = 200_000  # directory entries a pair's glob may visit (about a second of listing) before it is refused
 # mapping-key JSON, and msprobe's mapping files under the names its documentation and msagent give them
 MAPPING_GLOBS = (
     "*mapping_key*.json",
@@ -42,6 +44,54 @@ class Pair:
         """Every dump file the analysis reads (each rank's)."""
         return self.train.files + self.rollout.files
 
+    def roots(self) -> tuple[Path, ...]:
+        """What the pair names on each side (resolved): a dump.json, or the dump folder its files are found in."""
+        return self.train.root, self.rollout.root
+
+
+@dataclass(frozen=True)
+class DumpLayout:
+    """The dump files an analysis read, and the identity (device, inode) of the roots it found them in."""
+
+    pair: Pair
+    identities: tuple[tuple[int, int] | None, ...]
+
+
+def dump_layout(previous: DumpLayout | None, pair: Pair) -> tuple[DumpLayout, list[Path]]:
+    """The pair's layout now, and the files of an earlier analysis of the same dump roots that the pair no longer
+    holds because they are no longer there (deleted, as a rewrite does first; a rank or step folder moved away).
+    Not files the pair leaves out by choice (another step), nor those of other roots or of a root put anew in the
+    place of the earlier one (a dump folder removed and written again, with fewer ranks)."""
+    layout = DumpLayout(pair, tuple(_identity(root) for root in pair.roots()))
+    if previous is None or previous.pair.roots() != pair.roots() or previous.identities != layout.identities:
+        return layout, []
+    now = set(pair.files())
+    return layout, [path for path in previous.pair.files() if path not in now and not path.is_file()]
+
+
+def vanished_error(gone: list[Path]) -> InputError:
+    """What files of the last good analysis that are gone (see dump_layout) say."""
+    more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
+    return InputError(
+        str(gone[0]),
+        f"read by the last good analysis, is gone{more}: being rewritten, or its folder moved away? (a run of fewer "
+        "ranks is analysed once its dump folder is made anew or the pairing is saved)",
+    )
+
+
+def root_gone(layout: DumpLayout) -> bool:
+    """Whether a root of the layout no longer exists: the dump was removed, and what is written in its place is a
+    new dump, analysed as it is."""
+    return any(_identity(root) is None for root in layout.pair.roots())
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
 
 @dataclass(frozen=True)
 class Unpaired:
@@ -62,9 +112,11 @@ def _expand(value: str, folder: Path | None, base: Path) -> str:
 
 
 def _first_match(pattern: str) -> Path | None:
+    """The path a pair names: itself, or the first match of its glob (an InputError for a glob that visits more than
+    GLOB_ENTRIES files and folders; `**` does not follow symlinks to folders, see base/globs)."""
     if not glob.has_magic(pattern):
         return Path(pattern)
-    matches = sorted(glob.glob(pattern, recursive=True))
+    matches = expand(pattern, GLOB_ENTRIES)
     return Path(matches[0]) if matches else None
 
 
@@ -79,10 +131,10 @@ class SourceOptions:
 def _dump_pair(
     mapping: Path, train: str, rollout: str, source: str, options: SourceOptions = SourceOptions()
 ) -> Pair | Unpaired:
-    found = [_first_match(train), _first_match(rollout)]
-    if None in found:
-        return Unpaired(mapping, (source,), f"{source}: no file matches {train if found[0] is None else rollout}")
     try:
+        found = [_first_match(train), _first_match(rollout)]
+        if None in found:
+            return Unpaired(mapping, (source,), f"{source}: no file matches {train if found[0] is None else rollout}")
         layouts = (
             parse_layout(options.parallel, f"{source}: parallel"),
             parse_layout(options.rollout_parallel, f"{source}: rollout_parallel"),
@@ -150,11 +202,9 @@ def _config_options(item: dict[str, object]) -> SourceOptions | str:
     """A [[pair]]'s step / parallel / rollout_parallel / rollout_step, or what is wrong with them."""
     step, parallel, rollout_parallel = item.get("step"), item.get("parallel"), item.get("rollout_parallel")
     rollout_step = item.get("rollout_step")
-    if step is not None and not (isinstance(step, int) and step >= 0):
+    if step is not None and not is_step_number(step):
         return "step must be a step number (0, 1, ...)"
-    if rollout_step is not None and not (
-        isinstance(rollout_step, str) or (isinstance(rollout_step, int) and rollout_step >= 0)
-    ):
+    if rollout_step is not None and not (isinstance(rollout_step, str) or is_step_number(rollout_step)):
         return 'rollout_step must be a step number, "all" or a span such as "0-4"'
     if any(value is not None and not isinstance(value, str) for value in (parallel, rollout_parallel)):
         return 'parallel must be text such as "tp=2,pp=2"'

@@ -19,7 +19,7 @@ from rca_lsp.mapping.model import ParsedMapping
 from rca_lsp.mapping.parse import parse_mapping
 from rca_lsp.server.diagnostics import document_diagnostics
 from rca_lsp.server.documents import MappingDocument
-from rca_lsp.server.pairing import Pair, Unpaired, find_pair
+from rca_lsp.server.pairing import Pair, Unpaired, dump_layout, find_pair, root_gone, vanished_error
 from rca_lsp.server.positions import Positions
 from rca_lsp.server.state import ServerState
 from rca_lsp.server.timing import Laps
@@ -59,10 +59,13 @@ class Pipeline:
         self.server = server
 
     # --- scheduling ---------------------------------------------------------------------------------------------
-    def schedule(self, uri: str, delay: float) -> None:
+    def schedule(self, uri: str, delay: float, accept_layout: bool = False) -> None:
+        """`accept_layout`: the pairing was saved or set anew: analyse the dumps as they are now, also when files the
+        last good analysis read are gone (see MappingDocument.accept_layout)."""
         doc = self.server.document(uri)
         if doc is None:
             return
+        doc.accept_layout = doc.accept_layout or accept_layout
         run = Run(self.server, doc, doc.next_generation())
         doc.pending = self.server.debounce(doc.pending, delay, lambda: self.run(run), uri)
 
@@ -73,9 +76,9 @@ class Pipeline:
             return
         doc.pending_parse = self.server.debounce(doc.pending_parse, delay, lambda: self.parse_unsaved(doc), uri)
 
-    def schedule_all(self, delay: float = 0.0) -> None:
+    def schedule_all(self, delay: float = 0.0, accept_layout: bool = False) -> None:
         for uri in list(self.server.documents):
-            self.schedule(uri, delay)
+            self.schedule(uri, delay, accept_layout)
 
     async def parse_unsaved(self, doc: MappingDocument) -> None:
         opened = self.server.workspace.text_documents.get(doc.uri)
@@ -104,7 +107,7 @@ class Pipeline:
             self.clear(doc)
             return
         text, version = current
-        pair = find_pair(doc.path, self.server.settings.pairs, self.server.folders())
+        pair = await self._pair(run)
         doc.pair = pair
         parsed = await run.step(parse_mapping, str(doc.path), text, doc.latest_parse())
         laps.lap("parse")
@@ -113,26 +116,46 @@ class Pipeline:
         if doc.unsaved_view is not None and doc.unsaved_view.text == text:
             doc.unsaved_view = None
         if isinstance(pair, Unpaired):
-            if pair.problem:
-                doc.problems.append(pair.problem)
+            if doc.good_layout is not None and await run.step(root_gone, doc.good_layout):
+                doc.good_layout = None
+            if pair.problem:  # a configured pair that cannot be used now: the last good analysis stays
+                self._dump_problem(doc, parsed, pair.problem)
             self.publish(doc, version)
             return
-        # dumps the client reports on are left to it; without its watcher the server watches them all
-        self.server.watcher.watch(pair.files(), self.server.folders() if self.server.client_watches_files else [])
+        await run.step(self.server.watcher.watch, pair.roots())  # off the loop: watchdog lists the folders
+        layout, gone = await run.step(dump_layout, None if doc.accept_layout else doc.good_layout, pair)
         try:
+            if gone:  # never a merge of the ranks that are left: the last good analysis stays
+                raise vanished_error(gone)
             analysis = await self._analyse(run, pair, parsed)
             laps.lap("analysis")
         except InputError as error:
-            doc.problems.append(f"{error} — showing the last good analysis" if doc.last_good else str(error))
-            if doc.last_good is not None:  # drawn on this text (msprobe's YAML mappings: resolved against its dumps)
-                doc.parsed = parsed.for_dumps(doc.last_good.train, doc.last_good.rollout)
-            self.server.notify_status("error", doc.uri, str(error))
+            self._dump_problem(doc, parsed, str(error))
         else:
+            doc.good_layout, doc.accept_layout = layout, False
             await self._accept(run, parsed, analysis, version)
             laps.lap("counterparts")
         self.publish(doc, version)
         laps.lap("publish")
         log.info("analysed %s (version %s): %s", doc.path.name, version, laps)
+
+    async def _pair(self, run: Run) -> Pair | Unpaired:
+        """The document's dumps, found off the loop (a pair's glob, its step and rank folders are listed); a failure
+        other than an InputError (a fault of the listing, not of the files) is shown as the pair's problem."""
+        try:
+            return await run.step(find_pair, run.doc.path, self.server.settings.pairs, self.server.folders())
+        except Superseded:
+            raise
+        except Exception as error:
+            log.error("pairing %s failed", run.doc.path, exc_info=error)
+            return Unpaired(run.doc.path, (), f"cannot pair this file with its dumps: {type(error).__name__}: {error}")
+
+    def _dump_problem(self, doc: MappingDocument, parsed: ParsedMapping, problem: str) -> None:
+        """A dump (or its pairing) that cannot be used now: said at the top, over the last good analysis."""
+        doc.problems.append(f"{problem} — showing the last good analysis" if doc.last_good else problem)
+        if doc.last_good is not None:  # drawn on this text (msprobe's YAML mappings: resolved against its dumps)
+            doc.parsed = parsed.for_dumps(doc.last_good.train, doc.last_good.rollout)
+        self.server.notify_status("error", doc.uri, problem)
 
     def _text(self, doc: MappingDocument) -> tuple[str, int | None] | None:
         """The text to analyse: the editor's if the file is open, else the file's; None if it cannot be read."""

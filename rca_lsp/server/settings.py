@@ -38,6 +38,7 @@ class Settings:
     out_dir: str = DEFAULT_OUT_DIR
     columns: str = COLUMN_STYLES[0]  # output_3's column names in writeOutputs: rca | msprobe (msprobe compare's)
     max_findings: int = 500  # findings published per file; credible origins are always included
+    max_per_kind: int = 500  # other diagnostics published per file and code, then one summary of how many more
 
     @classmethod
     def from_client(cls, raw: Any) -> tuple["Settings", list[str]]:
@@ -69,7 +70,8 @@ def _text(value: object) -> str | None:
     return (value.strip() or None) if isinstance(value, str) else None
 
 
-def _step_number(value: object) -> bool:
+def is_step_number(value: object) -> bool:
+    """0, 1, ...: an int, not a bool (which Python counts as one: `step = true` is no step 1)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -86,11 +88,11 @@ def _pairs(raw: object, problems: list[str]) -> tuple[PairSetting, ...]:
             problems.append(f"rcaLsp.pairs[{index}] needs string fields mappingKey, train and rollout")
             continue
         step = item.get("step")
-        if step is not None and not _step_number(step):
+        if step is not None and not is_step_number(step):
             problems.append(f"rcaLsp.pairs[{index}].step must be a step number (0, 1, ...)")
             continue
         rollout_step = item.get("rolloutStep")
-        if rollout_step is not None and not (isinstance(rollout_step, str) or _step_number(rollout_step)):
+        if rollout_step is not None and not (isinstance(rollout_step, str) or is_step_number(rollout_step)):
             problems.append(f'rcaLsp.pairs[{index}].rolloutStep must be a step number, "all" or a span "0-4"')
             continue
         layouts = [item.get(k) for k in RULES["pairOptionalText"]]

@@ -48,7 +48,6 @@ class ServerState(LanguageServer):
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rca-analysis")
         self.loop: asyncio.AbstractEventLoop | None = None
         self.background: set[asyncio.Task[None]] = set()
-        self.client_watches_files = False  # the client reports workspace file changes (didChangeWatchedFiles)
         self.shut_down = False  # a shutdown request came
         self.pending_settings_problems: list[str] = []  # from initialize: shown once the client is initialized
 

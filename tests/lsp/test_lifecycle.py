@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import queue
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from builders import entry, write_dump, write_mapping
+from conftest import FIXTURES
 
 KEY = "Module.model.layers.{}.mlp.down_proj.Linear.forward.0"
 
@@ -86,3 +90,76 @@ def test_a_wrong_content_length_does_not_leave_the_server_deaf(tmp_path: Path) -
     out, err = server.communicate(initialize + wrong + rest, timeout=60)
     assert b'"id": 2' in out or b'"id":2' in out, (out[-500:], err[-2000:])  # the shutdown after it was answered
     assert server.returncode == 0
+
+
+def read_messages(stream, into: queue.Queue[dict]) -> None:
+    """LSP messages from the server's stdout, one dict each, until the stream ends."""
+    while True:
+        header = b""
+        while not header.endswith(b"\r\n\r\n"):
+            byte = stream.read(1)
+            if not byte:
+                return
+            header += byte
+        length = int(header.split(b"Content-Length:")[1].split(b"\r\n")[0])
+        into.put(json.loads(stream.read(length)))
+
+
+def test_a_pairing_glob_over_symlink_cycles_leaves_the_server_answering(tmp_path: Path) -> None:
+    """Issue 23, defect 15: `train = "**/train"` in an rca-lsp.toml beside two self-links made the server expand the
+    glob on its event loop for ever, answering nothing, not even shutdown. The glob is expanded off the loop,
+    without following symlinks to directories, so it finds the train folder and the findings are published."""
+    folder = tmp_path / "exp"
+    shutil.copytree(FIXTURES / "missing_activation", folder)
+    (folder / "rca-lsp.toml").write_text(
+        '[[pair]]\nmapping_key = "mapping_key.json"\ntrain = "**/train"\nrollout = "rollout"\n'
+    )
+    (folder / "cycle").mkdir()
+    for name in ("a", "b"):
+        (folder / "cycle" / name).symlink_to(".", target_is_directory=True)
+    mapping = folder / "mapping_key.json"
+    opened = {"uri": mapping.as_uri(), "languageId": "json", "version": 1, "text": mapping.read_text()}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "rca_lsp", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    messages: queue.Queue[dict] = queue.Queue()
+    threading.Thread(target=read_messages, args=(server.stdout, messages), daemon=True).start()
+    try:
+        server.stdin.write(
+            frame(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}},
+                }
+            )  # fmt: skip
+            + frame({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+            + frame({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": opened}})
+        )
+        server.stdin.flush()
+        codes: list[str] = []
+        deadline = time.monotonic() + 60  # a bound for a hang, not a speed target
+        while "missing-op" not in codes and time.monotonic() < deadline:
+            try:
+                message = messages.get(timeout=1)
+            except queue.Empty:
+                continue
+            if message.get("method") == "textDocument/publishDiagnostics" and message["params"]["uri"] == opened["uri"]:
+                codes = [d.get("code") for d in message["params"]["diagnostics"]]
+        assert "missing-op" in codes, codes
+        server.stdin.write(frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None}))
+        server.stdin.flush()
+        while (answer := messages.get(timeout=30)).get("id") != 2:
+            pass
+        assert "error" not in answer
+        server.stdin.write(frame({"jsonrpc": "2.0", "method": "exit", "params": None}))
+        server.stdin.close()
+        assert server.wait(timeout=30) == 0
+    finally:
+        server.kill()
+        server.wait()

@@ -91,3 +91,44 @@ async def test_ignored_settings_are_shown_from_initialize_and_from_a_pushed_chan
     )
     shown = await warnings(2)
     assert len(shown) == 2 and "rcaLsp.tolerances.float32" in shown[1]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+@pytest.mark.parametrize("moved", ["rank1", "rank3"])
+async def test_a_rank_folder_moved_away_is_noticed_and_the_last_analysis_kept(
+    plain: LanguageClient, moved: str
+) -> None:
+    """Issue 23, defect 6: the server watched each rank file's own folder only, so a rank folder moved away went
+    unnoticed (and rank 3 of 4 gone would re-merge three ranks; rank 1 gone leaves a gap). It watches the dump
+    folders: a dump-problem names the folder's file, the findings of the last good analysis stay, and they are
+    analysed again when it is back."""
+    folder = plain.root / "pair"  # type: ignore[attr-defined]
+    shutil.copytree(FIXTURES / "tp2_pp2_shard_desync", folder)
+    mapping = folder / "mapping_key.json"
+    uri = mapping.as_uri()
+    plain.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="json", version=1, text=mapping.read_text())
+        )
+    )
+
+    async def until(predicate) -> list[tuple[str, int]]:
+        deadline = time.monotonic() + 30
+        while not predicate(plain.diagnostics.get(uri, [])) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        diagnostics = plain.diagnostics.get(uri, [])
+        assert predicate(diagnostics), [(d.code, d.message[:120]) for d in diagnostics]
+        return sorted((str(d.code), d.range.start.line) for d in diagnostics if d.code != "dump-problem")
+
+    def dump_problems(diagnostics) -> list[str]:
+        return [d.message for d in diagnostics if d.code == "dump-problem"]
+
+    before = await until(lambda ds: any(d.code == "parameter-sync" for d in ds))
+    rank = folder / "train" / "step0" / moved
+    rank.rename(folder / f"{moved}.away")
+    during = await until(lambda ds: bool(dump_problems(ds)))
+    said = dump_problems(plain.diagnostics[uri])[0]
+    assert (f"{moved}/dump.json" in said or f"rank {moved[4:]} is missing" in said) and during == before
+    (folder / f"{moved}.away").rename(rank)
+    after = await until(lambda ds: not dump_problems(ds) and any(d.code == "parameter-sync" for d in ds))
+    assert after == before

@@ -16,6 +16,7 @@ export const DIAGNOSTIC_CODES = [
   'duplicate-key',
   'invalid-value',
   'json-syntax',
+  'yaml-syntax',
   'unpaired-mapping',
   'missing-op',
   'parameter-sync',

@@ -12,6 +12,7 @@ from lsprotocol import types
 from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.mapping.model import MSPROBE_SUFFIXES, MappingEntry, ParsedMapping
 from rca_lsp.server import codes
+from rca_lsp.server.diagnostics import SUMMARY
 from rca_lsp.server.matching import MatcherCache
 from rca_lsp.server.pairing import CONFIG_NAME, config_skeleton
 from rca_lsp.server.positions import Positions
@@ -175,6 +176,8 @@ def code_actions(ctx: ActionContext, diagnostics: list[types.Diagnostic]) -> lis
     actions: list[types.CodeAction] = []
     json_text = not ctx.mapping.path.lower().endswith(MSPROBE_SUFFIXES)  # not one of msprobe's YAML mappings
     for diagnostic in diagnostics:
+        if isinstance(diagnostic.data, dict) and SUMMARY in diagnostic.data:
+            continue  # stands for diagnostics not shown, on no entry
         provider = PROVIDERS.get(str(diagnostic.code)) if diagnostic.source == codes.SOURCE else None
         if provider is not None and (json_text or provider not in _EDITS_JSON):
             actions += provider(ctx, diagnostic)

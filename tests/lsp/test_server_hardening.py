@@ -1,0 +1,159 @@
+"""The server under change and bad input (issue 23): dumps deleted or moved while it runs, pairing globs that would
+not end, YAML mid-edit, floods of diagnostics, commands on broken dumps. pytest-lsp end to end on real fixtures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import test_server
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+from pytest_lsp import LanguageClient
+from test_server import TIMEOUT, copy_variant, open_document, wait_for
+
+from rca_lsp.mapping.msprobe_names import cell_name
+
+client = test_server.client  # the fixture: a VS Code-like client in a fresh workspace
+
+
+def change_and_save(client: LanguageClient, uri: str, text: str, version: int) -> None:
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
+        )
+    )
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+
+
+def placed(diagnostics: list[types.Diagnostic], *kinds: str) -> list[tuple[str, int]]:
+    return sorted((str(d.code), d.range.start.line) for d in diagnostics if d.code in kinds)
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_yaml_syntax_error_mid_edit_keeps_the_findings_of_the_last_good_parse(client: LanguageClient) -> None:
+    """Defect 19: one broken line of a cell_mapping.yaml made every finding give way to one `json-syntax`."""
+    mapping = copy_variant(client, "missing_activation")
+    entries = json.loads(mapping.read_text())
+    path = mapping.with_name("cell_mapping.yaml")  # paired by convention, as the mapping-key JSON beside it
+    good = "".join(f"{cell_name(k)}: {cell_name(v)}\n" for k, v in entries.items() if isinstance(v, str))
+    path.write_text(good)
+    uri = open_document(client, path)
+    before = await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    change_and_save(client, uri, good + "module.being.Typed: model.half: typed\n", 2)
+    during = await wait_for(client, uri, lambda ds: any(d.code == "yaml-syntax" for d in ds))
+    assert placed(during, "yaml-syntax") == [("yaml-syntax", len(good.splitlines()))]
+    assert placed(during, "missing-op", "aligned-boundary") == placed(before, "missing-op", "aligned-boundary")
+    assert not [d for d in during if d.code in ("json-syntax", "unknown-train-key")]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_each_kind_of_diagnostic_is_capped_with_one_summary_of_how_many_more(client: LanguageClient) -> None:
+    """Also seen in issue 23: one edit published 240k unknown-key diagnostics in one message. At most 500 of each
+    kind per file; one more diagnostic of that kind says how many were left out; the findings still show."""
+    mapping = copy_variant(client, "missing_activation")
+    entries = json.loads(mapping.read_text())
+    rollout_key = next(v for v in entries.values() if isinstance(v, str))
+    typos = {f"Module.no.such.module{i}.Linear.forward.0": rollout_key for i in range(1200)}
+    wrong_values = {k: f"{v}.nowhere" for k, v in list(entries.items())[-3:] if isinstance(v, str)}
+    uri = open_document(client, mapping, json.dumps({**entries, **typos, **wrong_values}, indent=2))
+    diagnostics = await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    unknown = [d for d in diagnostics if d.code == "unknown-train-key"]
+    summaries = [d for d in unknown if "more" in d.message and "not shown" in d.message]
+    assert len(unknown) == 501 and len(summaries) == 1 and "700 more" in summaries[0].message
+    assert summaries[0].severity == types.DiagnosticSeverity.Information
+    assert len([d for d in diagnostics if d.code == "unknown-rollout-key"]) == len(wrong_values)  # under the cap
+    actions = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=summaries[0].range,
+            context=types.CodeActionContext(diagnostics=summaries),
+        )
+    )
+    assert not actions  # the summary stands for no entry: nothing to replace or remove
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_suggest_mapping_on_a_broken_rank_answers_the_one_line_error(client: LanguageClient) -> None:
+    """Also seen in issue 23: a rank file broken while the server runs made suggestMapping answer -32603 "internal
+    error: InputError ..." (and log a traceback); the answer is the error's one line, naming the file."""
+    mapping = copy_variant(client, "tp2_shard_desync")
+    uri = open_document(client, mapping)
+    await wait_for(client, uri, lambda ds: any(d.code == "parameter-sync" for d in ds))
+    rank1 = mapping.parent / "train" / "step0" / "rank1" / "dump.json"
+    rank1.write_bytes(rank1.read_bytes()[:5000])
+    with pytest.raises(JsonRpcException) as raised:
+        await asyncio.wait_for(
+            client.workspace_execute_command_async(
+                types.ExecuteCommandParams(command="rcaLsp.server.suggestMapping", arguments=[uri])
+            ),
+            timeout=TIMEOUT,
+        )
+    assert raised.value.code == -32803, raised.value  # RequestFailed: valid request, the dumps cannot be read
+    message = raised.value.message
+    assert str(rank1) in message and "\n" not in message
+    assert "internal error" not in message.lower() and "InputError" not in message and "Traceback" not in message
+
+
+def origins(diagnostics: list[types.Diagnostic]) -> list[tuple[str, int]]:
+    """The findings drawn as origins (not the hints that follow from them), by code and line."""
+    from rca_lsp.server.codes import CLASSIFICATION_CODES
+
+    kinds = set(CLASSIFICATION_CODES.values())
+    return sorted((str(d.code), d.range.start.line) for d in diagnostics if d.code in kinds and d.severity != 4)
+
+
+def report(client: LanguageClient, path: Path, kind: types.FileChangeType) -> None:
+    client.workspace_did_change_watched_files(
+        types.DidChangeWatchedFilesParams(changes=[types.FileEvent(uri=path.as_uri(), type=kind)])
+    )
+
+
+def problems(diagnostics: list[types.Diagnostic]) -> list[str]:
+    return [d.message for d in diagnostics if d.code == "dump-problem"]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_rank_file_deleted_keeps_the_last_analysis_and_is_watched_when_back(client: LanguageClient) -> None:
+    """Defect 6: deleting rank1's dump.json (as a rewrite does) re-merged rank 0 alone into another root cause, and
+    the file, once back, was no longer watched (the pair held rank 0 only)."""
+    mapping = copy_variant(client, "tp2_shard_desync")
+    uri = open_document(client, mapping)
+    before = origins(await wait_for(client, uri, lambda ds: bool(origins(ds))))
+    rank1 = mapping.parent / "train" / "step0" / "rank1" / "dump.json"
+    good = rank1.read_bytes()
+    rank1.unlink()
+    report(client, rank1, types.FileChangeType.Deleted)
+    during = await wait_for(client, uri, lambda ds: bool(problems(ds)))
+    assert str(rank1) in problems(during)[0] and "last good analysis" in problems(during)[0]
+    assert origins(during) == before
+    with pytest.raises(JsonRpcException) as raised:  # not a mapping suggested from rank 0 alone
+        await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="rcaLsp.server.suggestMapping", arguments=[uri])
+        )
+    assert str(rank1) in raised.value.message
+    rank1.write_bytes(good)
+    report(client, rank1, types.FileChangeType.Created)
+    after = await wait_for(client, uri, lambda ds: not problems(ds) and bool(origins(ds)))
+    assert origins(after) == before
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_dump_too_deep_to_read_is_a_dump_problem_and_keeps_the_last_analysis(client: LanguageClient) -> None:
+    """Defect 1 in the server: a rank file nested thousands of levels deep raised a RecursionError through the
+    run: the status said "internal error" and nothing was published. Any failure to load a dump is a dump-problem
+    naming it, over the last good analysis."""
+    mapping = copy_variant(client, "tp2_shard_desync")
+    uri = open_document(client, mapping)
+    before = origins(await wait_for(client, uri, lambda ds: bool(origins(ds))))
+    rank1 = mapping.parent / "train" / "step0" / "rank1" / "dump.json"
+    deep = "[" * 100_000 + "]" * 100_000
+    rank1.write_text('{"task": "statistics", "level": "L0", "dump_data_dir": null, "data": {"m": ' + deep + "}}")
+    report(client, rank1, types.FileChangeType.Changed)
+    during = await wait_for(client, uri, lambda ds: bool(problems(ds)))
+    assert str(mapping.parent / "train") in problems(during)[0] and origins(during) == before
+    statuses = [getattr(s, "message", "") for s in client.statuses]  # type: ignore[attr-defined]
+    assert not [s for s in statuses if "internal error" in s]
