@@ -26,6 +26,8 @@ UNMAPPED_TRAIN = "unmapped-train-module"
 NAN_INF = "nan-inf"
 RANK_DISAGREEMENT_CODE = "rank-disagreement"
 CALL_DISAGREEMENT_CODE = "call-disagreement"
+INPUT_DATA_CODE = "input-data"
+TRAIN_DATA_GROUP = "train-data-group"
 
 CLASSIFICATION_CODES = {
     cause.MISSING_OP: MISSING_OP_CODE,
@@ -35,6 +37,7 @@ CLASSIFICATION_CODES = {
     cause.MANUAL: MANUAL_REVIEW,
     cause.RANK_DISAGREEMENT: RANK_DISAGREEMENT_CODE,
     cause.CALL_DISAGREEMENT: CALL_DISAGREEMENT_CODE,
+    cause.INPUT_DATA: INPUT_DATA_CODE,
 }
 
 _S = types.DiagnosticSeverity
@@ -57,5 +60,7 @@ DEFAULT_SEVERITY = {
     NAN_INF: _S.Error,
     RANK_DISAGREEMENT_CODE: _S.Warning,
     CALL_DISAGREEMENT_CODE: _S.Warning,
+    INPUT_DATA_CODE: _S.Warning,
+    TRAIN_DATA_GROUP: _S.Information,
 }
 SEVERITY_BY_NAME = {"error": _S.Error, "warning": _S.Warning, "information": _S.Information, "hint": _S.Hint}

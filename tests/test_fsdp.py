@@ -1,0 +1,104 @@
+"""FSDP trainers (verl's `fsdp` / `fsdp2`) on real msprobe dumps (fixtures/fsdp*: 2 gloo ranks, each on its own
+batch): the train rank whose model input equals the rollout's is the one compared, and the tool says which and
+why; data no rank read is one finding at the embedding naming the closest rank; `--train-rank` / `train_rank`
+choose a rank instead."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, expected, variants
+from test_cli import analyze_args
+
+from rca_lsp.cli.main import main
+from rca_lsp.diagnose.run import SideOptions, analyze_paths
+from rca_lsp.report.markdown import render_markdown
+from rca_lsp.report.root_cause import root_cause_report
+
+FSDP = [v for v in variants() if "data_parallel" in expected(v)]
+OTHER_DATA = [v for v in FSDP if expected(v)["data_parallel"]["rollout_data"] == "other"]
+
+
+def analyse(variant: str, train_rank: int | None = None):
+    folder = FIXTURES / variant
+    return analyze_paths(
+        folder / "train",
+        folder / "rollout",
+        folder / "mapping_key.json",
+        train_options=SideOptions(data_rank=train_rank),
+    )
+
+
+def test_the_fsdp_fixtures_are_there() -> None:
+    strategies = {expected(v)["data_parallel"]["strategy"] for v in FSDP}
+    assert strategies == {"fsdp1", "fsdp2"}
+    assert {expected(v)["data_parallel"]["rollout_data"] for v in FSDP} == {"rank0", "rank1", "other"}
+    faulty = {(expected(v)["data_parallel"]["rollout_data"], expected(v)["clean"]) for v in FSDP}
+    assert {("rank0", False), ("rank1", False)} <= faulty  # a fault with the rollout on either rank's data
+
+
+@pytest.mark.parametrize("variant", FSDP)
+def test_the_rank_that_read_the_rollouts_data_is_compared_and_named(variant: str) -> None:
+    truth = expected(variant)["data_parallel"]
+    analysis = analyse(variant)
+    choice = analysis.comparator.data_choice
+    assert choice is not None and not choice.given
+    assert choice.matching == truth["matching_ranks"]
+    info = analysis.train.parallel
+    assert info is not None
+    analysed = info.ranks[info.data_groups[info.analysed_group][0]]
+    if truth["analysed_rank"] is not None:
+        assert choice.rank == analysed == truth["analysed_rank"] and choice.matched
+        assert f"train rank {truth['analysed_rank']} analysed" in choice.describe()
+    else:
+        assert not choice.matched and choice.rank == analysed
+        assert f"analysed the closest, rank {choice.rank}" in choice.describe()
+    report = root_cause_report(analysis)
+    assert report["train_data_group"]["rank"] == choice.rank
+    assert report["train_data_group"]["why"] == choice.describe()
+    assert choice.describe() in render_markdown(analysis, report)
+
+
+@pytest.mark.parametrize("variant", OTHER_DATA)
+def test_data_no_rank_read_is_one_finding_at_the_embedding(variant: str) -> None:
+    analysis = analyse(variant)
+    assert len(analysis.suspects) == 1
+    (finding,) = analysis.suspects
+    assert finding.classification == "input_data_mismatch" and finding.credible_origin
+    assert "the two sides were fed different data" in finding.rationale
+    assert f"the closest, rank {analysis.comparator.data_choice.rank}" in finding.rationale
+
+
+def test_a_given_train_rank_is_compared_even_when_it_read_other_data() -> None:
+    analysis = analyse("fsdp1_healthy_rank1", train_rank=0)
+    choice = analysis.comparator.data_choice
+    assert choice is not None and choice.given and choice.rank == 0 and not choice.matched
+    assert choice.matching == [1]
+    assert [s.classification for s in analysis.suspects] == ["input_data_mismatch"]
+    assert "as asked" in choice.describe()
+    given = analyse("fsdp1_healthy_rank1", train_rank=1)
+    assert given.suspects == [] and given.comparator.data_choice.given
+
+
+def test_the_cli_names_the_rank_and_takes_train_rank(tmp_path: Path, capsys) -> None:
+    folder = FIXTURES / "fsdp2_weight_desync_rank1"
+    assert main(list(analyze_args(folder, tmp_path / "auto"))) == 0
+    out = capsys.readouterr().out
+    assert "- train data-parallel group: train rank 1 analysed" in out
+    assert "parameter_or_checkpoint_issue: Module.model.layers.1.self_attn.o_proj.Linear.forward.0" in out
+    report = json.loads((tmp_path / "auto" / "output_5_root_cause_report.json").read_text())
+    assert report["train_data_group"]["matching_ranks"] == [1] and not report["train_data_group"]["given"]
+
+    assert main([*analyze_args(folder, tmp_path / "given"), "--train-rank", "0"]) == 0
+    report = json.loads((tmp_path / "given" / "output_5_root_cause_report.json").read_text())
+    assert report["train_data_group"]["given"] and report["train_data_group"]["rank"] == 0
+    assert report["root_cause_suspects"][0]["classification"] == "input_data_mismatch"
+
+
+def test_a_train_rank_not_in_the_dump_is_one_line(tmp_path: Path, capsys) -> None:
+    folder = FIXTURES / "fsdp1_healthy_rank0"
+    assert main([*analyze_args(folder, tmp_path), "--train-rank", "7"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "train rank 7" in err[0] and "ranks here: 0, 1" in err[0]
