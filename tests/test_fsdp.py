@@ -102,3 +102,27 @@ def test_a_train_rank_not_in_the_dump_is_one_line(tmp_path: Path, capsys) -> Non
     assert main([*analyze_args(folder, tmp_path), "--train-rank", "7"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "train rank 7" in err[0] and "ranks here: 0, 1" in err[0]
+
+
+def test_a_plain_hf_mapping_names_the_wrappers_and_the_records_msprobe_skipped(tmp_path: Path) -> None:
+    """A mapping written for the plain HF model (the rollout's names on both sides) against an FSDP2 train dump made
+    under verl: the renamed classes are found under their FSDP names, `model` and `lm_head` are reported as not
+    dumped (msprobe skipped them), not as unknown."""
+    folder = FIXTURES / "fsdp2_norm_eps_rank1"
+    rollout = json.loads((folder / "rollout" / "step0" / "rank0" / "dump.json").read_text())["data"]
+    plain = {key: key for key in rollout if "rotary" not in key}
+    (tmp_path / "mapping_key.json").write_text(json.dumps(plain, indent=2))
+    analysis = analyze_paths(folder / "train", folder / "rollout", tmp_path / "mapping_key.json")
+    by_key = {issue.key: issue for issue in analysis.issues}
+    assert {issue.code for issue in analysis.issues} == {"unknown-train-key", "not-dumped"}
+    assert {k for k, issue in by_key.items() if issue.code == "not-dumped"} == {
+        "Module.model.Qwen2Model.forward.0",
+        "Module.lm_head.Linear.forward.0",
+    }
+    assert "`verl` imported" in by_key["Module.lm_head.Linear.forward.0"].message
+    layer = by_key["Module.model.layers.0.Qwen2DecoderLayer.forward.0"]
+    assert layer.suggestions[0] == "Module.model.layers.0.FSDPQwen2DecoderLayer.forward.0"
+    assert "wrapper parts (FSDP class prefix)" in layer.message
+    embedding = by_key["Module.model.embed_tokens.Embedding.forward.0"]
+    assert embedding.suggestions[0] == "Module.model.embed_tokens.FSDPEmbedding.forward.0"
+    assert len(by_key) == 5  # the two renamed layers, the embedding, and the two records msprobe skipped

@@ -32,7 +32,7 @@ class Span:
 
 @dataclass(frozen=True, slots=True)
 class MappingIssue:
-    code: str  # json-syntax | invalid-value | duplicate-key | unknown-train-key | unknown-rollout-key
+    code: str  # json-syntax | invalid-value | duplicate-key | unknown-train-key | unknown-rollout-key | not-dumped
     message: str
     span: Span
     key: str | None = None

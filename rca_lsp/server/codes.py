@@ -13,6 +13,7 @@ INVALID_VALUE = "invalid-value"
 DUPLICATE_KEY = "duplicate-key"
 UNKNOWN_TRAIN_KEY = "unknown-train-key"
 UNKNOWN_ROLLOUT_KEY = "unknown-rollout-key"
+NOT_DUMPED = "not-dumped"
 UNPAIRED = "unpaired-mapping"
 DUMP_PROBLEM = "dump-problem"
 MISSING_OP_CODE = "missing-op"
@@ -47,6 +48,7 @@ DEFAULT_SEVERITY = {
     DUPLICATE_KEY: _S.Warning,
     UNKNOWN_TRAIN_KEY: _S.Error,
     UNKNOWN_ROLLOUT_KEY: _S.Error,
+    NOT_DUMPED: _S.Warning,
     UNPAIRED: _S.Information,
     DUMP_PROBLEM: _S.Error,
     MISSING_OP_CODE: _S.Warning,

@@ -13,6 +13,7 @@ export const SECTION = 'rcaLsp';
 export const DIAGNOSTIC_CODES = [
   'unknown-train-key',
   'unknown-rollout-key',
+  'not-dumped',
   'duplicate-key',
   'invalid-value',
   'json-syntax',
