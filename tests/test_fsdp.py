@@ -126,3 +126,20 @@ def test_a_plain_hf_mapping_names_the_wrappers_and_the_records_msprobe_skipped(t
     embedding = by_key["Module.model.embed_tokens.Embedding.forward.0"]
     assert embedding.suggestions[0] == "Module.model.embed_tokens.FSDPEmbedding.forward.0"
     assert len(by_key) == 5  # the two renamed layers, the embedding, and the two records msprobe skipped
+
+
+@pytest.mark.parametrize("variant", [v for v in FSDP if expected(v)["data_parallel"]["dtype"] == "bfloat16"])
+def test_mixed_precision_is_judged_in_the_precision_fsdp_computes_in(variant: str) -> None:
+    """FSDP mixed precision (param_dtype=bfloat16) against a bf16 rollout: msprobe's hooks see the all-gathered bf16
+    copies FSDP computes with (the fp32 shards never), so every compared slot is bf16 and judged by bf16's tolerance:
+    rounding noise (up to ~1e-2 here) is not a finding."""
+    analysis = analyse(variant)
+    assert analysis.suspects == []
+    train = analysis.train
+    assert {stats.dtype for entry in train.entries.values() for stats in entry.parameters.values()} == {
+        "torch.bfloat16"
+    }
+    threshold = analysis.calibration.by_dtype["bfloat16"].threshold
+    outputs = [r.comparison.output for r in analysis.records if r.comparison.output.train is not None]
+    assert {o.train.dtype for o in outputs} == {"torch.bfloat16"} and {o.tolerance for o in outputs} == {threshold}
+    assert max(r.comparison.output_error or 0.0 for r in analysis.records) > 1e-3  # real bf16 noise, tolerated
