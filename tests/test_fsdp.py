@@ -6,6 +6,7 @@ choose a rank instead."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,17 @@ def test_mixed_precision_is_judged_in_the_precision_fsdp_computes_in(variant: st
     outputs = [r.comparison.output for r in analysis.records if r.comparison.output.train is not None]
     assert {o.train.dtype for o in outputs} == {"torch.bfloat16"} and {o.tolerance for o in outputs} == {threshold}
     assert max(r.comparison.output_error or 0.0 for r in analysis.records) > 1e-3  # real bf16 noise, tolerated
+
+
+def test_when_several_ranks_read_the_rollouts_data_the_first_is_taken_and_said(tmp_path: Path) -> None:
+    """Both ranks with rank 1's batch (rank 1's real dump copied over rank 0's): the first matching rank is
+    compared, and the choice says the others read that data too."""
+    folder = FIXTURES / "fsdp2_healthy_rank1"
+    shutil.copytree(folder, tmp_path / "pair")
+    ranks = tmp_path / "pair" / "train" / "step0"
+    shutil.copy(ranks / "rank1" / "dump.json", ranks / "rank0" / "dump.json")
+    analysis = analyze_paths(ranks.parent, tmp_path / "pair" / "rollout", tmp_path / "pair" / "mapping_key.json")
+    choice = analysis.comparator.data_choice
+    assert choice is not None and choice.matching == [0, 1] and choice.rank == 0
+    assert "ranks 0, 1 all read that data: the first was taken" in choice.describe()
+    assert analysis.suspects == []
