@@ -25,6 +25,7 @@ def client_shape(pair: PairSetting) -> dict[str, Any]:
         "parallel": pair.parallel,
         "rolloutParallel": pair.rollout_parallel,
         "rolloutStep": pair.rollout_step,
+        "trainRank": pair.train_rank,
     }
     return shaped | {k: v for k, v in optional.items() if v is not None}
 

@@ -8,6 +8,8 @@ import orjson
 import pytest
 from conftest import rollout_options
 
+from rca_lsp.diagnose.run import SideOptions, with_data_group
+from rca_lsp.dumps.dump import Dump
 from rca_lsp.dumps.load import DumpCache
 from rca_lsp.suggest import suggest_mapping
 from rca_lsp.suggest.agreement import compare_mappings
@@ -27,13 +29,19 @@ UNCONFIRMABLE = {
 }
 
 
+def sides(variant: str) -> tuple[Dump, Dump]:
+    """The fixture's dumps as suggest-mapping reads them: the train data-parallel group that read the rollout's data."""
+    folder = FIXTURES / variant
+    source = SideOptions().resolve(folder / "train")
+    rollout = CACHE.get(rollout_options(variant).resolve(folder / "rollout"))
+    return with_data_group(CACHE, source, CACHE.get(source), rollout)[0], rollout
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_suggestions_agree_with_the_hand_written_mapping(variant: str) -> None:
     folder = FIXTURES / variant
     reference = orjson.loads((folder / "mapping_key.json").read_bytes())
-    result = suggest_mapping(
-        CACHE.get(folder / "train"), CACHE.get(rollout_options(variant).resolve(folder / "rollout"))
-    )
+    result = suggest_mapping(*sides(variant))
     unconfirmable = UNCONFIRMABLE.get(variant, set())
     assert all(result.mapping.get(key, reference[key]) == reference[key] for key in unconfirmable)
     reference = {key: value for key, value in reference.items() if key not in unconfirmable}

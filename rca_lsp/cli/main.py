@@ -103,6 +103,8 @@ def _summary(analysis: Analysis, report: dict[str, Any], out_dir: Path, chart: b
         )
     for side, joined in report["joined_steps"].items():
         lines.append(f"- {side}: {steps_joined(joined['steps'])}")
+    if report["train_data_group"] is not None:
+        lines.append(f"- train data-parallel group: {report['train_data_group']['why']}")
     for side, summary in report["parallel"].items():
         lines.append(f"- {side}: merged {len(summary['ranks'])} ranks ({summary['layout']})")
         lines += [f"  - {note}" for note in summary["notes"][:5]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rca_lsp.base.errors import InputError
 from rca_lsp.diagnose.run import SideOptions
 from rca_lsp.dumps.sources import parse_layout, parse_step
 
@@ -38,12 +39,22 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
         help="the train run's rank layout when the dumps alone cannot tell (default: inferred)",
     )
     parser.add_argument(
+        "--train-rank",
+        type=int,
+        default=None,
+        metavar="N",
+        help="analyse the train data-parallel group of rank N (default: the group whose model input equals the "
+        "rollout's, as the dumps show)",
+    )
+    parser.add_argument(
         "--rollout-parallel", default=None, metavar="tp=N,...", help="the rollout's rank layout (default: inferred)"
     )
 
 
 def side_options(args: argparse.Namespace) -> tuple[SideOptions, SideOptions]:
-    train = SideOptions(args.step, parse_layout(args.parallel, "--parallel"))
+    if args.train_rank is not None and args.train_rank < 0:
+        raise InputError("--train-rank", f"expected a rank number (0 or more), got {args.train_rank}")
+    train = SideOptions(args.step, parse_layout(args.parallel, "--parallel"), data_rank=args.train_rank)
     rollout = SideOptions(
         parse_step(args.rollout_step, "--rollout-step"),
         parse_layout(args.rollout_parallel, "--rollout-parallel"),

@@ -11,7 +11,7 @@ import orjson
 from rca_lsp.base.atomicfile import remove_stale_temporaries, write_atomically
 from rca_lsp.base.errors import InputError
 from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
-from rca_lsp.diagnose.run import raise_if_unusable, read_mapping_file
+from rca_lsp.diagnose.run import raise_if_unusable, read_mapping_file, with_data_group
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.dumps.load import DumpCache
 from rca_lsp.mapping.model import MSPROBE_SUFFIXES
@@ -53,13 +53,18 @@ def run(args: argparse.Namespace) -> int:
         rules = NamingRules.from_files(args.rules) if args.rules else None
         cache = DumpCache()
         train_options, rollout_options = side_options(args)
-        train, rollout = cache.get(train_options.resolve(args.train)), cache.get(rollout_options.resolve(args.rollout))
+        train_source = train_options.resolve(args.train)
+        train, rollout = cache.get(train_source), cache.get(rollout_options.resolve(args.rollout))
+        # the statistics evidence compares the train group that read the rollout's data
+        train, choice = with_data_group(cache, train_source, train, rollout)
         existing = read_existing(args.existing, train, rollout) if args.existing else None
         result = suggest_mapping(train, rollout, existing, rules)
         write_mapping(Path(args.output), result.mapping)
     except InputError as error:
         print(str(error), file=sys.stderr)
         return 2
+    if choice is not None:
+        print(f"train data-parallel group: {choice.describe()}")
     print(render_coverage(result), end="")
     print(f"wrote {len(result.mapping)} entries to {args.output}")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Iterable, NamedTuple
 
+from rca_lsp.compare.datagroups import DataGroupChoice
 from rca_lsp.compare.module import ModuleComparison, compare_module
 from rca_lsp.compare.residual import branch_facts
 from rca_lsp.dumps.dump import Dump, ModuleEntry
@@ -174,10 +175,19 @@ def _joined_groups(
 class Comparator:
     """Compares groups for one (train, rollout, tolerances) triple, remembering results across mapping edits."""
 
-    def __init__(self, train: Dump, rollout: Dump, tolerances: Tolerances, base: "Comparator | None" = None) -> None:
+    def __init__(
+        self,
+        train: Dump,
+        rollout: Dump,
+        tolerances: Tolerances,
+        base: "Comparator | None" = None,
+        data_choice: DataGroupChoice | None = None,
+    ) -> None:
         self.train = train
         self.rollout = rollout
         self.tolerances = tolerances
+        # which data-parallel group of the train side is compared, and why (None: one group)
+        self.data_choice: DataGroupChoice | None = base.data_choice if base is not None else data_choice
         self._cache: dict[tuple[tuple[str, ...], tuple[str, ...]], ModuleRecord] = {}
         self.suggestions: Suggestions = base.suggestions if base is not None else {}  # fuzzy lookups, unknown keys
         self._base = base

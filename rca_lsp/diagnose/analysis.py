@@ -87,6 +87,11 @@ class Analysis:
         return _rows(self.train, self.mapping, self.usable)
 
 
+def _data_note(comparator: Comparator) -> str | None:
+    choice = comparator.data_choice
+    return choice.describe() if choice is not None else None
+
+
 def _usable_mapping(effective: dict[str, MappingEntry], train: Dump, rollout: Dump) -> Usable:
     usable: Usable = {}
     train_entries, rollout_entries = train.entries, rollout.entries
@@ -209,7 +214,7 @@ def _analyze(mapping: ParsedMapping, comparator: Comparator) -> Analysis:
     records = judge.records(groups)
     matched_train = {k for r in records for k in r.comparison.train_keys}
     matched_rollout = {k for r in records for k in r.comparison.rollout_keys}
-    root_cause = RootCauseAnalysis(train, rollout, matched_train, matched_rollout)
+    root_cause = RootCauseAnalysis(train, rollout, matched_train, matched_rollout, _data_note(comparator))
     calls = {call: root_cause.call_evidence(rs) for call, rs in _by_call(records).items()}
     unmapped = {call: _unmapped_between(train, keys, matched_train) for call, keys in comparator.train_calls.items()}
     flagged = unknown_entries(mapping.entries, train, rollout)
@@ -271,7 +276,7 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
         for k in r.comparison.rollout_keys
         if (k in matched_rollout) != (k in previous.matched_rollout)
     ]
-    root_cause = RootCauseAnalysis(train, rollout, matched_train, matched_rollout)
+    root_cause = RootCauseAnalysis(train, rollout, matched_train, matched_rollout, _data_note(comparator))
     calls = _calls_after(
         previous, removed, added, root_cause, [train.entries[k].position for k in flipped_train], flipped_rollout
     )

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from rca_lsp.compare.datagroups import DIFFERENT_DATA
 from rca_lsp.diagnose.between import is_placeholder, one_sided_activations
 from rca_lsp.diagnose.rootcause import (
     CALL_DISAGREEMENT,
     IN_MODULE,
+    INPUT_DATA,
     MISSING_OP,
     PARAMETER,
     RANK_DISAGREEMENT,
@@ -22,6 +24,12 @@ def hypothesis(first: Suspect | None) -> tuple[str, list[str]]:
     """The seed's top_hypothesis wording, extended to the cases the seed could not tell apart."""
     if first is None:
         return "", []
+    if first.classification == INPUT_DATA:
+        return (
+            f"{DIFFERENT_DATA}: the model's input (the first module's input, e.g. the token ids) differs between "
+            "train and rollout, so the comparison cannot locate a numeric fault",
+            [first.train_key],
+        )
     if first.classification == MISSING_OP:
         side, acts = one_sided_activations(first.between)
         other = "train" if side == "rollout" else "rollout"
@@ -79,6 +87,11 @@ def next_checks(suspects: Sequence[Suspect]) -> list[str]:
 
 
 NEXT_CHECKS = {
+    INPUT_DATA: [
+        "dump the rollout and the trainer on the same batch: find the train rank that received the rollout's "
+        "samples (data-parallel ranks each read their own) and pass --train-rank N (setting `train_rank`)",
+        "check the sample order and padding/packing between rollout and trainer (the ids must be the same tokens)",
+    ],
     MISSING_OP: [
         "verify implementation/config of any activation-like unmatched module",
         "confirm whether the missing or extra op is expected to be fused, hidden, or disabled by config",

@@ -10,6 +10,7 @@ from operator import attrgetter, itemgetter
 from typing import Final, Iterable, Literal, NamedTuple, Sequence
 
 from rca_lsp.compare.calibrate import JUMP_FACTOR
+from rca_lsp.compare.datagroups import DIFFERENT_DATA
 from rca_lsp.compare.module import CALL_DISAGREEMENT_BUCKET, RANK_DISAGREEMENT_BUCKET
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.diagnose.between import Between, collect_between, is_placeholder, one_sided_activations
@@ -24,6 +25,7 @@ Classification = Literal[
     "needs_manual_review",
     "rank_replica_disagreement",
     "call_parameter_disagreement",
+    "input_data_mismatch",
 ]
 MISSING_OP: Final = "missing_or_extra_op_between_aligned_boundary"
 PARAMETER: Final = "parameter_or_checkpoint_issue"
@@ -32,6 +34,7 @@ UPSTREAM: Final = "upstream_propagation"
 MANUAL: Final = "needs_manual_review"
 RANK_DISAGREEMENT: Final = "rank_replica_disagreement"
 CALL_DISAGREEMENT: Final = "call_parameter_disagreement"
+INPUT_DATA: Final = "input_data_mismatch"
 _DISAGREEMENT_CLASSIFICATION: dict[str, Classification] = {
     RANK_DISAGREEMENT_BUCKET: RANK_DISAGREEMENT,
     CALL_DISAGREEMENT_BUCKET: CALL_DISAGREEMENT,
@@ -140,7 +143,10 @@ class CallEvidence:
         origins: list[Suspect] = []
         explained: list[Suspect] = []
         propagated: list[Suspect] = []
-        for suspect in self._settled():
+        settled = self._settled()
+        if settled and settled[0].classification == INPUT_DATA:
+            return [settled[0]], [], []  # other data: every later difference follows from it, none is a finding
+        for suspect in settled:
             if suspect.credible_origin:
                 origins.append(suspect)
             else:
@@ -304,11 +310,19 @@ def _is_structural(record: ModuleRecord) -> bool:
 
 
 class RootCauseAnalysis:
-    def __init__(self, train: Dump, rollout: Dump, matched_train: set[str], matched_rollout: set[str]) -> None:
+    def __init__(
+        self,
+        train: Dump,
+        rollout: Dump,
+        matched_train: set[str],
+        matched_rollout: set[str],
+        data_note: str | None = None,
+    ) -> None:
         self.train = train
         self.rollout = rollout
         self.matched_train = matched_train
         self.matched_rollout = matched_rollout
+        self.data_note = data_note  # which train data-parallel group is compared and why, when there are several
         self._windows = (NO_WINDOW, NO_WINDOW)
 
     @cached_property
@@ -443,6 +457,14 @@ class RootCauseAnalysis:
                 False,
                 child.train_key,
             )
+        if boundary is None and self._reads_model_input(record):
+            rationale = (
+                f"{DIFFERENT_DATA}: this is the first module of both dumps and its input (the model's input, "
+                "e.g. the token ids) differs, so every difference after it follows from the data"
+            )
+            if self.data_note:
+                rationale += f"; {self.data_note}"
+            return Suspect(record, INPUT_DATA, rationale, None, Between(), True, None)
         between = self._between(record, boundary)
         where = f"after the aligned boundary {boundary.train_key}" if boundary else "from the start of this call"
         side, acts = one_sided_activations(between)
@@ -467,6 +489,15 @@ class RootCauseAnalysis:
                 f"add, or the tensor layout); {LAYOUT_NOTE}"
             )
         return Suspect(record, UPSTREAM, rationale, boundary, between, True, None)
+
+    def _reads_model_input(self, record: ModuleRecord) -> bool:
+        """The record pairs the first module of both dumps (the one reading the model's input) and its positional
+        input differs (not a keyword argument only)."""
+        if record.comparison.input_args_consistency != "mismatch" or not self.train.keys or not self.rollout.keys:
+            return False
+        first_train = self.train.entries[self.train.keys[0]].path
+        first_rollout = self.rollout.entries[self.rollout.keys[0]].path
+        return record.train_paths[0] == first_train and record.rollout_paths[0] == first_rollout
 
     def _inside_divergence(
         self, record: ModuleRecord, boundary: ModuleRecord | None, child: ModuleRecord | None

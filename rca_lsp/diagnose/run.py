@@ -5,14 +5,16 @@ from __future__ import annotations
 import multiprocessing
 import os
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ContextManager, Protocol
 
 from rca_lsp.base.errors import InputError
 from rca_lsp.base.inputfile import read_regular_file
 from rca_lsp.base.jsonload import text_position
+from rca_lsp.compare.datagroups import DataGroupChoice, choose_data_group
 from rca_lsp.compare.records import Comparator
 from rca_lsp.diagnose.analysis import Analysis, analyze
+from rca_lsp.dumps.dump import Dump
 from rca_lsp.dumps.forkload import BackgroundDump, BackgroundRanks
 from rca_lsp.dumps.load import DumpCache
 from rca_lsp.dumps.ranks.merge import load_ranks
@@ -53,9 +55,23 @@ class SideOptions:
     step: StepChoice = None  # one step, or a span of steps joined as successive calls
     layout: ParallelLayout | None = None
     step_if_several: StepChoice = None  # the other side's step, used when this side holds several
+    data_rank: int | None = None  # analyse the data-parallel group of this rank (--train-rank): no choice by data
 
     def resolve(self, path: str | os.PathLike[str]) -> DumpSource:
-        return resolve_dump_source(path, self.step, self.layout, self.step_if_several)
+        source = resolve_dump_source(path, self.step, self.layout, self.step_if_several)
+        return source if self.data_rank is None else replace(source, data_rank=self.data_rank)
+
+
+def with_data_group(
+    cache: DumpCache, source: DumpSource, train: Dump, rollout: Dump
+) -> tuple[Dump, DataGroupChoice | None]:
+    """The train dump merged from the data-parallel group to compare with the rollout (compare.datagroups: the
+    group whose model input equals the rollout's, or the one asked for), and the choice; `train` is the source's
+    dump as loaded (its first group, or the one asked for)."""
+    choice = choose_data_group(train, rollout, source.data_rank)
+    if choice is not None and train.parallel is not None and choice.group != train.parallel.analysed_group:
+        train = cache.get(replace(source, data_rank=choice.rank))
+    return train, choice
 
 
 def analyze_paths(
@@ -88,7 +104,8 @@ def analyze_paths(
         if progress is not None:
             progress.reading("rollout", rollout_source)
         rollout_dump = cache.get(rollout_source, background.load) if background else cache.get(rollout_source)
-    comparator = Comparator(train_dump, rollout_dump, tolerances or Tolerances())
+        train_dump, choice = with_data_group(cache, train_source, train_dump, rollout_dump)
+    comparator = Comparator(train_dump, rollout_dump, tolerances or Tolerances(), data_choice=choice)
     if progress is not None:
         progress.say(
             f"comparing {len(parsed.entries)} mapping entries over {len(train_dump.keys)} train and "

@@ -151,6 +151,10 @@ class ParallelInfo(msgspec.Struct, gc=False):
     # entry's; elsewhere every rank's copy of a replicated slot is the merged entry's (what the chart's per-rank
     # series reads without reading the rank files again)
     varied: frozenset[str] = frozenset()
+    # file indexes of each data-parallel group's ranks (rank order of the groups; within one, its first stage's
+    # ranks first, so a group's first file holds the model's input), and which group was analysed
+    data_groups: tuple[tuple[int, ...], ...] = ()
+    analysed_group: int = 0
 
     @property
     def rank_count(self) -> int:

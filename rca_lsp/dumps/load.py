@@ -50,7 +50,7 @@ class DumpCache:
 
 
 def _identity(source: DumpSource) -> tuple[object, ...]:
-    return (source.files, source.layout)
+    return (source.files, source.layout, source.data_rank)
 
 
 def load_source(source: DumpSource) -> Dump:

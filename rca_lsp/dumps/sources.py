@@ -108,6 +108,9 @@ class DumpSource:
     # steps joined as successive calls, each holding the same ranks: files (and ranks) step by step, each step's
     # in rank order
     joined_steps: tuple[int, ...] = ()
+    # the data-parallel group analysed is the one holding this rank (None: the first; the caller picks another when
+    # the rollout read another group's data, see compare/datagroups.py)
+    data_rank: int | None = None
 
     @property
     def label(self) -> str:
@@ -129,7 +132,12 @@ class DumpSource:
         per = len(self.files) // len(self.joined_steps)
         return tuple(
             DumpSource(
-                self.root, self.files[i * per : (i + 1) * per], self.ranks[i * per : (i + 1) * per], n, self.layout
+                self.root,
+                self.files[i * per : (i + 1) * per],
+                self.ranks[i * per : (i + 1) * per],
+                n,
+                self.layout,
+                data_rank=self.data_rank,
             )
             for i, n in enumerate(self.joined_steps)
         )

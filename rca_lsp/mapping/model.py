@@ -33,6 +33,7 @@ class Span:
 @dataclass(frozen=True, slots=True)
 class MappingIssue:
     code: str  # json-syntax | yaml-syntax | invalid-value | duplicate-key | unknown-train-key | unknown-rollout-key
+    # | not-dumped
     message: str
     span: Span
     key: str | None = None

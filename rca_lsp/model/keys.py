@@ -76,3 +76,73 @@ def is_activation_like(key: str) -> bool:
 
 
 ALL_CALLS = "*"  # `Module.<path>.<Class>.forward.*` in a mapping: every call of that module
+
+
+# Wrappers that rename a module without changing what it computes: FSDP1 (`FullyShardedDataParallel` keeps its
+# module as `_fsdp_wrapped_module`), activation checkpointing (`CheckpointWrapper`, `_checkpoint_wrapped_module`),
+# torch.compile (`OptimizedModule`, `_orig_mod`), DDP (`module.`), and FSDP2, which renames a sharded module's class
+# `FSDP<Class>`. Names are matched without them; keys written keep the dump's own names.
+WRAPPER_SEGMENTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
+WRAPPER_CLASSES = frozenset(
+    {"FullyShardedDataParallel", "CheckpointWrapper", "OptimizedModule", "DistributedDataParallel"}
+)
+_FSDP2_CLASS = re.compile(r"FSDP(?=[A-Z])")
+
+
+def unwrapped_class(class_name: str) -> str:
+    """`FSDPQwen2DecoderLayer` -> `Qwen2DecoderLayer` (FSDP2's class of a sharded module); others unchanged."""
+    return class_name[4:] if _FSDP2_CLASS.match(class_name) else class_name
+
+
+def is_wrapper_class(class_name: str) -> bool:
+    """A module that only wraps another (its record repeats the wrapped module's input and output)."""
+    return unwrapped_class(class_name) in WRAPPER_CLASSES
+
+
+def unwrapped_path(path: str) -> str:
+    """A module path without wrapper segments anywhere, nor a DDP `module.` in front (when more follows)."""
+    parts = [part for part in path.split(".") if part not in WRAPPER_SEGMENTS]
+    while len(parts) > 1 and parts[0] == "module":
+        parts.pop(0)
+    return ".".join(parts)
+
+
+@lru_cache(maxsize=1 << 16)
+def unwrapped_key(key: str) -> str:
+    """The key as its module would be named without wrappers (for matching names only); the key itself when it is
+    not a module key."""
+    parsed = parse_module_key(key)
+    if parsed is None:
+        return key
+    path, class_name = unwrapped_path(parsed.path), unwrapped_class(parsed.class_name)
+    return f"{parsed.prefix}.{path}.{class_name}.{parsed.direction}.{parsed.call_index}"
+
+
+_WRAPPER_TEXT = re.compile(r"\.(?:" + "|".join(sorted(WRAPPER_SEGMENTS)) + r")(?=\.|$)|(?<=\.)FSDP(?=[A-Z])")
+
+
+@lru_cache(maxsize=1 << 17)
+def unwrapped_text(text: str) -> str:
+    """Any part of a key (what a user typed) without wrapper segments and FSDP class prefixes."""
+    return _WRAPPER_TEXT.sub("", text)
+
+
+def matches_typed(typed: str, key: str) -> bool:
+    """`typed` appears in `key`, with or without the wrappers either names (completion's filter)."""
+    return typed in key or unwrapped_text(typed) in unwrapped_text(key)
+
+
+def same_module(a: str, b: str) -> bool:
+    """Two keys naming one module, with or without wrappers."""
+    return unwrapped_key(a) == unwrapped_key(b)
+
+
+def wrapper_parts(key: str) -> list[str]:
+    """The wrapper path segments and class prefixes a key holds, for messages."""
+    parsed = parse_module_key(key)
+    if parsed is None:
+        return []
+    found = [part for part in parsed.path.split(".") if part in WRAPPER_SEGMENTS]
+    if unwrapped_class(parsed.class_name) != parsed.class_name:
+        found.append("FSDP class prefix")
+    return list(dict.fromkeys(found))

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from rca_lsp.diagnose.rootcause import (
     CALL_DISAGREEMENT,
     IN_MODULE,
+    INPUT_DATA,
     MANUAL,
     MISSING_OP,
     PARAMETER,
@@ -51,6 +52,11 @@ _MECHANISM = {
         "the weights of the first call",
         "the weights of later calls",
     ),
+    INPUT_DATA: (
+        "the two sides were fed different data (the model's input differs)",
+        "the batch the analysed train rank read",
+        "the batch the rollout ran",
+    ),
 }
 
 
@@ -63,6 +69,8 @@ def _confidence(analysis: "Analysis") -> str:
     if not credible:
         return "low"
     first = credible[0]
+    if first.classification == INPUT_DATA:
+        return "high"  # the model inputs differ: certain, and nothing after it can be judged
     if first.classification == MANUAL or (
         first.classification == UPSTREAM and not first.between.train + first.between.rollout
     ):
@@ -233,6 +241,8 @@ def _provenance(analysis: "Analysis", report: dict[str, Any]) -> list[str]:
         )
     for side, joined in report["joined_steps"].items():
         lines.append(f"- {side.capitalize()}: {steps_joined(joined['steps'])}")
+    if report["train_data_group"] is not None:
+        lines.append(f"- Train data-parallel group compared: {report['train_data_group']['why']}")
     for side, summary in report["parallel"].items():
         lines.append(f"- {side.capitalize()}: {len(summary['ranks'])} ranks merged, {summary['layout']}")
         lines += [f"  - {note}" for note in summary["notes"]]

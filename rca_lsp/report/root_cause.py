@@ -112,6 +112,7 @@ def root_cause_report(analysis: Analysis) -> dict[str, Any]:
             for side, dump in (("train", analysis.train), ("rollout", analysis.rollout))
             if dump.parallel is not None
         },
+        "train_data_group": data_group_summary(analysis),
         "joined_steps": {
             side: {"steps": list(dump.joined_steps.steps), "files": list(dump.joined_steps.files)}
             for side, dump in (("train", analysis.train), ("rollout", analysis.rollout))
@@ -181,6 +182,22 @@ def calibration_summary(analysis: Analysis) -> dict[str, Any]:
             "summary": c.describe(),
         }
         for dtype, c in analysis.calibration.by_dtype.items()
+    }
+
+
+def data_group_summary(analysis: Analysis) -> dict[str, Any] | None:
+    """Which train data-parallel group was compared with the rollout, and why (None: the train side has one)."""
+    choice = analysis.comparator.data_choice
+    if choice is None:
+        return None
+    return {
+        "rank": choice.rank,
+        "ranks": list(choice.groups[choice.group].ranks),
+        "given": choice.given,
+        "matched": choice.matched,
+        "matching_ranks": choice.matching,
+        "model_input": {"train_key": choice.train_key, "rollout_key": choice.rollout_key},
+        "why": choice.describe(),
     }
 
 

@@ -14,6 +14,7 @@ INVALID_VALUE = "invalid-value"
 DUPLICATE_KEY = "duplicate-key"
 UNKNOWN_TRAIN_KEY = "unknown-train-key"
 UNKNOWN_ROLLOUT_KEY = "unknown-rollout-key"
+NOT_DUMPED = "not-dumped"
 UNPAIRED = "unpaired-mapping"
 DUMP_PROBLEM = "dump-problem"
 MISSING_OP_CODE = "missing-op"
@@ -27,6 +28,8 @@ UNMAPPED_TRAIN = "unmapped-train-module"
 NAN_INF = "nan-inf"
 RANK_DISAGREEMENT_CODE = "rank-disagreement"
 CALL_DISAGREEMENT_CODE = "call-disagreement"
+INPUT_DATA_CODE = "input-data"
+TRAIN_DATA_GROUP = "train-data-group"
 
 CLASSIFICATION_CODES = {
     cause.MISSING_OP: MISSING_OP_CODE,
@@ -36,6 +39,7 @@ CLASSIFICATION_CODES = {
     cause.MANUAL: MANUAL_REVIEW,
     cause.RANK_DISAGREEMENT: RANK_DISAGREEMENT_CODE,
     cause.CALL_DISAGREEMENT: CALL_DISAGREEMENT_CODE,
+    cause.INPUT_DATA: INPUT_DATA_CODE,
 }
 
 _S = types.DiagnosticSeverity
@@ -46,6 +50,7 @@ DEFAULT_SEVERITY = {
     DUPLICATE_KEY: _S.Warning,
     UNKNOWN_TRAIN_KEY: _S.Error,
     UNKNOWN_ROLLOUT_KEY: _S.Error,
+    NOT_DUMPED: _S.Warning,
     UNPAIRED: _S.Information,
     DUMP_PROBLEM: _S.Error,
     MISSING_OP_CODE: _S.Warning,
@@ -59,5 +64,7 @@ DEFAULT_SEVERITY = {
     NAN_INF: _S.Error,
     RANK_DISAGREEMENT_CODE: _S.Warning,
     CALL_DISAGREEMENT_CODE: _S.Warning,
+    INPUT_DATA_CODE: _S.Warning,
+    TRAIN_DATA_GROUP: _S.Information,
 }
 SEVERITY_BY_NAME = {"error": _S.Error, "warning": _S.Warning, "information": _S.Information, "hint": _S.Hint}

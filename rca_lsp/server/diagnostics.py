@@ -310,6 +310,9 @@ def document_diagnostics(
             )
         )
     found += [_diagnostic(codes.DUMP_PROBLEM, problem, top_of_file(), severity) for problem in doc.problems]
+    choice = doc.last_good.comparator.data_choice if doc.last_good is not None else None
+    if choice is not None and not isinstance(doc.pair, Unpaired):
+        found.append(_diagnostic(codes.TRAIN_DATA_GROUP, f"rca-lsp: {choice.describe()}", top_of_file(), severity))
     analysis = doc.analysis if doc.analysis is not None and doc.analysis.mapping is parsed else None
     found += issue_diagnostics(analysis.issues if analysis is not None else parsed.issues, positions, severity, cap)
     if doc.last_good is not None and not (isinstance(doc.pair, Unpaired) and not doc.pair.problem):

@@ -10,6 +10,7 @@ from rca_lsp.base.errors import InputError
 from rca_lsp.compare.rankview import rank_parts
 from rca_lsp.compare.records import Comparator
 from rca_lsp.diagnose.analysis import Analysis, analyze
+from rca_lsp.diagnose.run import with_data_group
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.dumps.forkload import BackgroundDump
 from rca_lsp.dumps.load import DumpCache
@@ -64,6 +65,7 @@ class Engine:
 
     def comparator(self, pair: Pair, tolerances: Tolerances) -> Comparator:
         train, rollout = self.load(pair)
+        train, choice = with_data_group(self.dumps, pair.train, train, rollout)
         with self._lock:
             current = self._comparators.get((pair.train, pair.rollout))
             if (
@@ -72,7 +74,7 @@ class Engine:
                 or current.rollout is not rollout
                 or current.tolerances.key() != tolerances.key()
             ):
-                current = Comparator(train, rollout, tolerances)
+                current = Comparator(train, rollout, tolerances, data_choice=choice)
                 self._comparators[(pair.train, pair.rollout)] = current
             return current
 

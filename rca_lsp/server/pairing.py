@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 import glob
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -30,6 +30,8 @@ train = "train"      # a dump.json or an msprobe dump directory (step*/rank*/dum
 rollout = "rollout"
 # step = 0              # which step<N> folder, when the directories hold several
 # parallel = "tp=2"     # the train rank layout, when the dumps alone cannot tell (also rollout_parallel)
+# train_rank = 1        # compare the train data-parallel group of this rank (default: the one that read the
+#                       # rollout's data, told by the model input)
 """
 
 
@@ -126,6 +128,7 @@ class SourceOptions:
     parallel: str | None = None  # train layout text
     rollout_parallel: str | None = None
     rollout_step: int | str | None = None  # a step, `all` or a span `A-B` (joined as calls); default: step
+    train_rank: int | None = None  # the train data-parallel group analysed is this rank's (default: by data)
 
 
 def _dump_pair(
@@ -147,6 +150,8 @@ def _dump_pair(
         ]
     except InputError as error:
         return Unpaired(mapping, (source,), f"{source}: {error}")
+    if options.train_rank is not None:
+        resolved[0] = replace(resolved[0], data_rank=options.train_rank)
     return Pair(mapping, resolved[0], resolved[1], source)
 
 
@@ -161,7 +166,7 @@ def _from_settings(mapping: Path, pairs: Sequence[PairSetting], folders: Sequenc
                     _expand(pair.train, folder, base),
                     _expand(pair.rollout, folder, base),
                     "settings rcaLsp.pairs",
-                    SourceOptions(pair.step, pair.parallel, pair.rollout_parallel, pair.rollout_step),
+                    SourceOptions(pair.step, pair.parallel, pair.rollout_parallel, pair.rollout_step, pair.train_rank),
                 )
     return None
 
@@ -201,14 +206,16 @@ def _from_config(mapping: Path, stop_at: Path | None) -> Pair | Unpaired | None:
 def _config_options(item: dict[str, object]) -> SourceOptions | str:
     """A [[pair]]'s step / parallel / rollout_parallel / rollout_step, or what is wrong with them."""
     step, parallel, rollout_parallel = item.get("step"), item.get("parallel"), item.get("rollout_parallel")
-    rollout_step = item.get("rollout_step")
+    rollout_step, train_rank = item.get("rollout_step"), item.get("train_rank")
     if step is not None and not is_step_number(step):
         return "step must be a step number (0, 1, ...)"
+    if train_rank is not None and not is_step_number(train_rank):
+        return "train_rank must be a rank number (0, 1, ...)"
     if rollout_step is not None and not (isinstance(rollout_step, str) or is_step_number(rollout_step)):
         return 'rollout_step must be a step number, "all" or a span such as "0-4"'
     if any(value is not None and not isinstance(value, str) for value in (parallel, rollout_parallel)):
         return 'parallel must be text such as "tp=2,pp=2"'
-    return SourceOptions(step, parallel, rollout_parallel, rollout_step)  # type: ignore[arg-type]
+    return SourceOptions(step, parallel, rollout_parallel, rollout_step, train_rank)  # type: ignore[arg-type]
 
 
 def _by_convention(mapping: Path) -> Pair | Unpaired | None:

@@ -28,6 +28,7 @@ class PairSetting:
     parallel: str | None = None  # the train run's rank layout, e.g. "tp=2,pp=2" (default: inferred)
     rollout_parallel: str | None = None
     rollout_step: int | str | None = None  # a step, "all" or a span "A-B" of the rollout's steps joined as calls
+    train_rank: int | None = None  # analyse the train data-parallel group of this rank (default: chosen by data)
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,10 @@ def _pairs(raw: object, problems: list[str]) -> tuple[PairSetting, ...]:
         if rollout_step is not None and not (isinstance(rollout_step, str) or is_step_number(rollout_step)):
             problems.append(f'rcaLsp.pairs[{index}].rolloutStep must be a step number, "all" or a span "0-4"')
             continue
+        train_rank = item.get("trainRank")
+        if train_rank is not None and not is_step_number(train_rank):
+            problems.append(f"rcaLsp.pairs[{index}].trainRank must be a rank number (0, 1, ...)")
+            continue
         layouts = [item.get(k) for k in RULES["pairOptionalText"]]
         if any(value is not None and not isinstance(value, str) for value in layouts):
             problems.append(f'rcaLsp.pairs[{index}].parallel must be text such as "tp=2,pp=2"')
@@ -102,7 +107,9 @@ def _pairs(raw: object, problems: list[str]) -> tuple[PairSetting, ...]:
         mapping_key, train, rollout = required
         parallel, rollout_parallel = (_text(value) for value in layouts)
         pairs.append(
-            PairSetting(str(mapping_key), str(train), str(rollout), step, parallel, rollout_parallel, rollout_step)
+            PairSetting(
+                str(mapping_key), str(train), str(rollout), step, parallel, rollout_parallel, rollout_step, train_rank
+            )
         )
     return tuple(pairs)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rca_lsp.model.keys import WRAPPER_SEGMENTS
 from rca_lsp.suggest.rules import TOP_LEVEL, Alias, NamingRules
 
 _NUMBER = "#"
@@ -74,6 +75,9 @@ class Canonicalizer:
         part: int | None = None
         index = start
         while index < len(raw):
+            if raw[index] in WRAPPER_SEGMENTS:  # FSDP1 / checkpoint / compile wrappers inside the path: transparent
+                index += 1
+                continue
             alias = self._match(raw, index, segments)
             if alias is None:
                 segments.append(raw[index])

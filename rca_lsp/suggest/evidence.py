@@ -35,7 +35,7 @@ class ModuleView:
     input_forms: frozenset[str]  # float / integer / boolean: every input tensor seen (first input, tensor kwargs)
     output: TensorStats | None
     weight: TensorStats | None  # None when absent or unobservable (e.g. repacked to shape [0])
-    kind: str | None  # from NamingRules.class_kind; "identity" for placeholders
+    kind: str | None  # from NamingRules.class_kind; "identity" for placeholders, "wrapper" for wrappers
 
 
 @dataclass(slots=True)  # not frozen: built per module on the hot path, and frozen __init__ is slow
@@ -131,6 +131,8 @@ def form_conflict(train: ModuleView, rollout: ModuleView) -> str | None:
     Inputs conflict when only one side takes tensors, or only one side takes a float tensor (hidden states)."""
     if train.kind == "identity" or rollout.kind == "identity":
         return "an identity placeholder (it only passes its input through)"
+    if train.kind == "wrapper" or rollout.kind == "wrapper":
+        return "a wrapper (FSDP, activation checkpointing, compile): the module it wraps is its counterpart"
     train_forms, rollout_forms = train.input_forms, rollout.input_forms
     if train_forms != rollout_forms and (
         bool(train_forms) != bool(rollout_forms) or (FLOAT in train_forms) != (FLOAT in rollout_forms)

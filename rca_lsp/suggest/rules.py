@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from rca_lsp.base.errors import InputError
 from rca_lsp.base.inputfile import read_regular_file
+from rca_lsp.model.keys import is_wrapper_class, unwrapped_class
 
 TOP_LEVEL = "^"  # an `inside` entry meaning "no named segment above"
 
@@ -53,13 +54,17 @@ class NamingRules:
         return _compile(sources)
 
     def class_kind(self, class_name: str) -> str | None:
-        """What the class does ("norm", "linear", ..., "identity" for placeholders), from words in its name."""
+        """What the class does ("norm", "linear", ..., "identity" for placeholders, "wrapper" for a wrapper of
+        another module), from words in its name (FSDP2's `FSDP` class prefix left out)."""
         if class_name not in self._kinds_seen:
             self._kinds_seen[class_name] = self._find_kind(class_name)
         return self._kinds_seen[class_name]
 
     def _find_kind(self, class_name: str) -> str | None:
         """The kind whose word ends rightmost in the class name, i.e. its head noun: Qwen2MoeDecoderLayer is a layer."""
+        if is_wrapper_class(class_name):
+            return "wrapper"  # repeats the module it wraps, which is the one to pair
+        class_name = unwrapped_class(class_name)
         if class_name in self.identity_classes:
             return "identity"
         lowered = class_name.lower()

@@ -32,6 +32,8 @@ NVIM = shutil.which("nvim")
         ("moe_ep2_own_data_expert_desync", "parameter-sync"),
         ("vllm_tp2_decode_steps_rank_desync", "in-module-diff"),
         ("sglang_param_desync", "parameter-sync"),
+        ("fsdp1_norm_eps_rank1", "in-module-diff"),
+        ("fsdp2_other_data", "input-data"),
     ],
 )
 def test_neovim_sees_diagnostics_and_hover(workspace, tmp_path: Path, variant: str, code: str) -> None:

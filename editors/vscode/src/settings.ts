@@ -13,6 +13,7 @@ export const SECTION = 'rcaLsp';
 export const DIAGNOSTIC_CODES = [
   'unknown-train-key',
   'unknown-rollout-key',
+  'not-dumped',
   'duplicate-key',
   'invalid-value',
   'json-syntax',
@@ -27,6 +28,8 @@ export const DIAGNOSTIC_CODES = [
   'nan-inf',
   'rank-disagreement',
   'call-disagreement',
+  'input-data',
+  'train-data-group',
   'aligned-boundary',
   'needs-review',
   'dump-problem',
@@ -45,6 +48,7 @@ export interface Pair {
   parallel?: string;
   rolloutParallel?: string;
   rolloutStep?: number | string;
+  trainRank?: number;
 }
 
 /** What the server receives. Keys are only present when they carry a value. */
@@ -150,6 +154,11 @@ function buildPairs(raw: unknown, expand: (s: string) => string, problems: strin
       problems.push(`rcaLsp.pairs[${i}].rolloutStep must be a step number, "all" or a span "0-4"`);
       return;
     }
+    const trainRank = p.trainRank;
+    if (trainRank !== undefined && trainRank !== null && !isStepNumber(trainRank)) {
+      problems.push(`rcaLsp.pairs[${i}].trainRank must be a rank number (0, 1, ...)`);
+      return;
+    }
     const layouts = RULES.pairOptionalText.map((k) => p[k]);
     if (layouts.some((v) => v !== undefined && v !== null && typeof v !== 'string')) {
       problems.push(`rcaLsp.pairs[${i}].parallel must be text such as "tp=2,pp=2"`);
@@ -169,6 +178,9 @@ function buildPairs(raw: unknown, expand: (s: string) => string, problems: strin
     }
     if (typeof rolloutStep === 'number' || typeof rolloutStep === 'string') {
       pair.rolloutStep = rolloutStep;
+    }
+    if (typeof trainRank === 'number') {
+      pair.trainRank = trainRank;
     }
     pairs.push(pair);
   });

@@ -10,7 +10,8 @@ tensor, every pipeline stage names its layers by local index, every expert-paral
 2. data parallel: ranks one data-parallel group apart whose first module (the embedding) read other data, or that
    hold the same sharded weights of the parallel layers but for a few (a replica out of sync), are replicas
    (unless they hold other experts: expert-parallel peers): the first data-parallel group is analysed, and the
-   report says so (when the dumps cannot tell, too); a weight a replica holds otherwise than its first-group peer
+   report says so (when the dumps cannot tell, too); the source's `data_rank` selects another group (the one whose
+   data the rollout read, chosen by the caller, which sees both sides); a weight a replica holds otherwise than its first-group peer
    is a disagreement of replicas on the merged entry;
 3. expert parallel: ranks with the same weights outside their experts (or, without weights, identical outside
    them) hold different experts: `local_experts.<j>` of EP rank e becomes `local_experts.<e * local + j>`. EP
@@ -77,6 +78,8 @@ def merge_ranks(dumps: Sequence[Dump], source: DumpSource) -> Dump:
         merger.dropped,
         _tensor_parallel_peers(plan),
         frozenset(varied),
+        plan.data_groups,
+        plan.analysed_group,
     )
     return combined_dump(
         source.label, dumps, keys, entries, info, frozenset().union(*(d.null_keys for d in dumps)) - set(entries)

@@ -25,7 +25,7 @@ from rca_lsp.dumps.sources import DumpSource, ParallelLayout
 class Plan:
     """Which ranks are merged how (indexes into the source's files)."""
 
-    stages: list[list[int]]  # per pipeline stage, the ranks of its first data-parallel group
+    stages: list[list[int]]  # per pipeline stage, the ranks of its analysed data-parallel group
     dumps: Sequence[Dump]  # the ranks' dumps, the first group's entries carrying any disagreement with replicas
     tp: int
     ep: int
@@ -33,6 +33,8 @@ class Plan:
     inferred: bool
     notes: list[str]
     own_data: bool = False  # the expert-parallel ranks read their own batches (see ep_reads_own_data)
+    data_groups: tuple[tuple[int, ...], ...] = ()  # each data-parallel group's ranks, first stage first
+    analysed_group: int = 0
 
 
 def _same_stage(a: Dump, b: Dump) -> bool:
@@ -72,6 +74,15 @@ def plan_merge(dumps: Sequence[Dump], source: DumpSource) -> Plan:
     stages = _in_pipeline_order(stages, dumps, source, notes)
     group = data_group_size(dumps, stages[0], given, source, notes)
     dp = stage_size // group
+    groups = tuple(tuple(stage[d * group + i] for stage in stages for i in range(group)) for d in range(dp))
+    analysed = _group_of(source, groups)
+    if analysed:  # the analysed group first in every stage: the merge and the replica checks take the first group
+        stages = [
+            stage[analysed * group : (analysed + 1) * group]
+            + stage[: analysed * group]
+            + stage[(analysed + 1) * group :]
+            for stage in stages
+        ]
     if dp > 1:
         notes.append(data_parallel_note(dumps, stages, group, source))
         if given.ep is None and unweighed_experts(dumps[stages[0][0]]):
@@ -93,6 +104,22 @@ def plan_merge(dumps: Sequence[Dump], source: DumpSource) -> Plan:
         given.tp is None and given.pp is None and given.ep is None and given.dp is None,
         notes,
         own_data,
+        groups,
+        analysed,
+    )
+
+
+def _group_of(source: DumpSource, groups: tuple[tuple[int, ...], ...]) -> int:
+    """The data-parallel group holding the source's `data_rank` (0 when none is asked for)."""
+    if source.data_rank is None:
+        return 0
+    for index, members in enumerate(groups):
+        if any(source.ranks[i] == source.data_rank for i in members):
+            return index
+    raise InputError(
+        source.label,
+        f"train rank {source.data_rank} (--train-rank, setting `train_rank`) is not among the ranks here: "
+        + ", ".join(str(r) for r in dict.fromkeys(source.ranks)),
     )
 
 

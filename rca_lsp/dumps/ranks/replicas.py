@@ -145,18 +145,19 @@ def data_parallel_note(dumps: Sequence[Dump], stages: list[list[int]], group: in
     dp = len(stages[0]) // group
     pairs = [(dumps[stage[i]], dumps[stage[i % group]]) for stage in stages for i in range(group, len(stage))]
     if all(mine.entries == peer.entries for mine, peer in pairs):
-        seen = "read the same batch as the first (their dumps are copies of its ranks')"
+        seen = "read the same batch as the analysed (their dumps are copies of its ranks')"
     elif all(_same_but_weights(mine, peer) for mine, peer in pairs):
         seen = (
-            "read the same batch as the first (their dumps are copies of its ranks' up to a weight that differs: "
+            "read the same batch as the analysed (their dumps are copies of its ranks' up to a weight that differs: "
             "see the disagreements)"
         )
     else:
-        seen = "saw other data (other batches: their statistics are not those of the first group)"
+        seen = "saw other data (other batches: their statistics are not those of the analysed group)"
     ranks = ", ".join(str(source.ranks[i]) for each in stages for i in each[:group])
+    which = "the first group" if stages[0][0] == min(stages[0]) else f"the group of rank {source.data_rank}"
     return (
         f"data parallel: dp={dp} (groups of {group} ranks per stage); the other data-parallel groups {seen} "
-        f"and are not merged: analysed the first group (ranks {ranks})"
+        f"and are not merged: analysed {which} (ranks {ranks})"
     )
 
 

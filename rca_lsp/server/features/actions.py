@@ -11,6 +11,7 @@ from lsprotocol import types
 
 from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.mapping.model import MSPROBE_SUFFIXES, MappingEntry, ParsedMapping
+from rca_lsp.model.keys import same_module
 from rca_lsp.server import codes
 from rca_lsp.server.diagnostics import SUMMARY
 from rca_lsp.server.matching import MatcherCache
@@ -51,7 +52,7 @@ def _replace_unknown(ctx: ActionContext, diagnostic: types.Diagnostic) -> list[t
         matcher = ctx.matchers.get(ctx.analysis.train, ctx.analysis.rollout)
         ranked = [c.keys[0] for c in matcher.rank_train_candidates(str(data["key"]), limit=3) if len(c.keys) == 1]
         suggestions = list(dict.fromkeys(ranked + suggestions))
-    return [
+    actions = [
         _quick_fix(
             f"Replace with {key}",
             diagnostic,
@@ -60,6 +61,39 @@ def _replace_unknown(ctx: ActionContext, diagnostic: types.Diagnostic) -> list[t
         )
         for index, key in enumerate(suggestions[:3])
     ]
+    return actions + _rewrite_wrapper_names(ctx, diagnostic, suggestions)
+
+
+def _key_at(ctx: ActionContext, start: int, end: int) -> str | None:
+    try:
+        value = orjson.loads(ctx.mapping.text[start:end])
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _rewrite_wrapper_names(
+    ctx: ActionContext, diagnostic: types.Diagnostic, suggestions: list[str]
+) -> list[types.CodeAction]:
+    """A mapping written for a model without wrappers (or with others) against a wrapped one (FSDP, checkpointing,
+    compile): every key the dump names with other wrapper parts rewritten to the dump's name, in one edit."""
+    start, end = ctx.positions.offset(diagnostic.range.start), ctx.positions.offset(diagnostic.range.end)
+    key = _key_at(ctx, start, end)
+    analysis = ctx.analysis
+    if key is None or not suggestions or not same_module(key, suggestions[0]) or analysis is None:
+        return []
+    if analysis.mapping is not ctx.mapping:
+        return []
+    edits = []
+    for issue in analysis.issues:
+        named = _key_at(ctx, issue.span.start, issue.span.end)
+        if issue.code in UNKNOWN_KEY_CODES and issue.suggestions and named and same_module(named, issue.suggestions[0]):
+            edits.append(
+                types.TextEdit(range=ctx.positions.range(issue.span), new_text=_json_string(issue.suggestions[0]))
+            )
+    if len(edits) < 2:
+        return []
+    return [_quick_fix(f"Rewrite the {len(edits)} keys to the dump's wrapper names", diagnostic, ctx.edit(edits))]
 
 
 def _entry_text(train_key: str, rollout_keys: list[str], indent: str) -> str:
@@ -158,6 +192,8 @@ def _remove_duplicate(ctx: ActionContext, diagnostic: types.Diagnostic) -> list[
     )
     return [_quick_fix("Remove this duplicate entry (the earlier one is kept)", diagnostic, edit)]
 
+
+UNKNOWN_KEY_CODES = (codes.UNKNOWN_TRAIN_KEY, codes.UNKNOWN_ROLLOUT_KEY)
 
 PROVIDERS: dict[str, Callable[[ActionContext, types.Diagnostic], list[types.CodeAction]]] = {
     codes.UNKNOWN_TRAIN_KEY: _replace_unknown,

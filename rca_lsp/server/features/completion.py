@@ -12,6 +12,7 @@ from rca_lsp.compare.calls import all_calls_key, is_all_calls_key
 from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.mapping.model import ParsedMapping
+from rca_lsp.model.keys import matches_typed
 from rca_lsp.server.matching import MatcherCache
 
 MAX_ITEMS = 200
@@ -49,7 +50,7 @@ def _train_candidates(analysis: Analysis, mapping: ParsedMapping, offset: int, p
     start = analysis.train.entries[previous.train_key].position + 1 if known else 0  # type: ignore[union-attr]
     keys = analysis.train.keys
     ordered = itertools.chain(keys[start:], keys[:start])  # the modules right after the previous entry come first
-    return list(itertools.islice((k for k in ordered if k not in mapped and prefix in k), MAX_ITEMS))
+    return list(itertools.islice((k for k in ordered if k not in mapped and matches_typed(prefix, k)), MAX_ITEMS))
 
 
 def _rollout_candidates(
@@ -61,7 +62,7 @@ def _rollout_candidates(
         matcher = matchers.get(analysis.train, analysis.rollout)
         for candidate in matcher.rank_rollout_candidates(found[0].train_key, limit=10, text_hint=prefix or None):
             ranked += [k for k in candidate.keys if k not in ranked]
-    rest = (k for k in _with_all_calls(analysis.rollout) if prefix in k and k not in ranked)
+    rest = (k for k in _with_all_calls(analysis.rollout) if matches_typed(prefix, k) and k not in ranked)
     return ranked[:MAX_ITEMS] + list(itertools.islice(rest, max(0, MAX_ITEMS - len(ranked))))
 
 
