@@ -7,6 +7,7 @@ from typing import Iterable, NamedTuple
 
 from rca_lsp.compare.module import ModuleComparison, compare_module
 from rca_lsp.compare.residual import branch_facts
+from rca_lsp.compare.tensorpass import TensorPass
 from rca_lsp.dumps.dump import Dump, ModuleEntry
 from rca_lsp.mapping.validate import Suggestions
 from rca_lsp.model.keys import block_of, layer_index
@@ -193,6 +194,13 @@ class Comparator:
             max((old for _, old in tightened), default=float("inf")),
         )
         self._derived: dict[tuple[tuple[str, float], ...], Comparator] = {}
+        # tensor- or md5-mode dumps: evidence beyond statistics, judged under the fixed tolerances of the first
+        # comparator (calibration tightens the statistics' thresholds, not what counts as the same tensor)
+        if base is not None:
+            self.tensors: TensorPass | None = base.tensors
+        else:
+            tensors = TensorPass(train, rollout, tolerances)
+            self.tensors = tensors if tensors.active or tensors.notes else None
 
     def with_tolerances(self, tolerances: Tolerances) -> "Comparator":
         """The same dumps judged under other (calibrated) tolerances; records whose verdicts cannot change are
@@ -230,6 +238,8 @@ class Comparator:
                 self.tolerances,
                 branch_facts(self.train, self.rollout, train_keys, rollout_keys),
             )
+            if self.tensors is not None and self.tensors.active:
+                comparison = comparison.with_tensor_evidence(self.tensors.evidence(comparison))
             train_paths, rollout_paths = _paths(train_entries), _paths(rollout_entries)
             cached = _new(
                 ModuleRecord,

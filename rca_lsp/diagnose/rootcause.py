@@ -13,6 +13,7 @@ from rca_lsp.compare.calibrate import JUMP_FACTOR
 from rca_lsp.compare.module import CALL_DISAGREEMENT_BUCKET, RANK_DISAGREEMENT_BUCKET
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.diagnose.between import Between, collect_between, is_placeholder, one_sided_activations
+from rca_lsp.diagnose.tensorfindings import differing_parameters, input_account, parameter_account
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.model.keys import is_activation_like, parse_module_key
 
@@ -466,6 +467,9 @@ class RootCauseAnalysis:
                 f"({where}); the two inputs may not be the same tensor (check the mapping, a fused residual "
                 f"add, or the tensor layout); {LAYOUT_NOTE}"
             )
+        account = input_account(record.comparison)
+        if account and boundary is None and not unmatched:  # the first module of the call: where the data enters
+            rationale = f"{account}; the divergence enters at this module's input, before any other mapped module"
         return Suspect(record, UPSTREAM, rationale, boundary, between, True, None)
 
     def _inside_divergence(
@@ -484,7 +488,11 @@ class RootCauseAnalysis:
         elif comparison.module_bucket == "parameter_sync_mismatch":
             classification, rationale = PARAMETER, "parameters diverged while inputs remained aligned"
             mismatched = [p.target for p in comparison.parameters if p.consistency == "mismatch"]
+            mismatched += [t for t in differing_parameters(comparison) if t not in mismatched]
             notes.append(f"mismatched: {', '.join(mismatched)}")
+            account = parameter_account(comparison)
+            if account:
+                notes.append(account)
         elif comparison.module_bucket == "module_impl_mismatch":
             classification = IN_MODULE
             if parameters_unseen(comparison.parameter_consistency):
