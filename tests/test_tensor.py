@@ -199,3 +199,37 @@ def test_crc32_combines_as_zlib() -> None:
 
     a, b = b"gate" * 100, b"up" * 77
     assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
+def test_outputs_carry_the_element_wise_evidence(tmp_path: Path) -> None:
+    """output_3 gains the element-wise columns (only for dumps with tensors or hashes), the report and the hover say
+    what decided the divergence."""
+    from rca_lsp.report.outputs import write_outputs
+    from rca_lsp.server.features.hover import hover_markdown
+
+    analysis = analyse(FIXTURES / "tensor_weight_transposed")
+    write_outputs(analysis, tmp_path / "out", chart=False)
+    rows = json.loads((tmp_path / "out" / "output_3_value_compare.json").read_text())["rows"]
+    weight = next(r for r in rows if "linear_proj" in r["train_key"] and r["target"] == "parameters.weight")
+    assert (weight["evidence"], weight["element_verdict"], weight["permutation"]) == (
+        "tensors",
+        "mismatch",
+        "transposed",
+    )
+    assert weight["numeric_consistency"] == "aligned"  # the statistics' own verdict stays beside it
+    markdown = (tmp_path / "out" / "output_5_root_cause_report.md").read_text()
+    assert "at the first divergence: parameters.weight: tensors:" in markdown
+    hover = hover_markdown(analysis, weight["train_key"], None)
+    assert hover is not None and "Element-wise:" in hover and "transposed" in hover
+
+    statistics = analyse(FIXTURES / "stats_weight_transposed")
+    write_outputs(statistics, tmp_path / "stats", chart=False)
+    columns = (tmp_path / "stats" / "output_3_value_compare.csv").read_text().splitlines()[0]
+    assert "evidence" not in columns.split(",")
+
+
+def test_a_divergence_statistics_cannot_see_is_said_to_be_decided_element_wise() -> None:
+    from rca_lsp.report.root_cause import confidence_text
+
+    report = root_cause_report(analyse(FIXTURES / "tensor_qkv_heads_reordered"))  # linear_qkv: equal statistics
+    assert "decided element-wise" in confidence_text(report)

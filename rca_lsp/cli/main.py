@@ -21,7 +21,7 @@ from rca_lsp.model.tolerance import Tolerances, checked_tolerance
 from rca_lsp.report.columns import COLUMN_STYLES
 from rca_lsp.report.markdown import NOTHING_COMPARED
 from rca_lsp.report.outputs import write_outputs
-from rca_lsp.report.root_cause import root_cause_report
+from rca_lsp.report.root_cause import confidence_text, root_cause_report
 
 DEMO_DIR = Path(__file__).parent / "demo"
 
@@ -95,11 +95,11 @@ def _summary(analysis: Analysis, out_dir: Path, chart: bool = True) -> str:
         )
     for summary in report["calibration"].values():
         lines.append(f"- calibration: {summary['summary']}")
-    first = report["first_divergence"]
-    if first is not None and first["confidence"]["above_noise"] is not None:
+    first, stated = report["first_divergence"], confidence_text(report)
+    if first is not None and stated is not None:
         alternatives = first["confidence"]["alternatives"]
         lines.append(
-            f"- confidence: the first divergence is {first['confidence']['above_noise']:.3g}x the noise floor"
+            f"- confidence: {stated}"
             + (f"; {len(alternatives)} other credible origin(s)" if alternatives else "; no other credible origin")
         )
     for side, joined in report["joined_steps"].items():
