@@ -190,8 +190,12 @@ def test_reorderings_are_named() -> None:
 def test_vllm_fused_layouts_are_plain_concatenations() -> None:
     q, k, v = torch.randn(8, 4), torch.randn(4, 4), torch.randn(4, 4)
     fused = torch.cat([q, k, v])
-    options = arrangements(fused, [8, 4, 4], 0, 1)
-    assert options[0].name == "concatenated" and all(torch.equal(a, b) for a, b in zip(options[0].pieces, (q, k, v)))
+    (name, cut), *others = arrangements(fused, [8, 4, 4], 0, 1)
+    assert name == "concatenated" and all(torch.equal(a, b) for a, b in zip(cut(), (q, k, v)))
+    assert {n for n, _ in others} == {
+        "per query group (2 groups: [q_g | k_g | v_g])",
+        "per query group (4 groups: [q_g | k_g | v_g])",
+    }
 
 
 def test_crc32_combines_as_zlib() -> None:

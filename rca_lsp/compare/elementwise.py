@@ -70,31 +70,36 @@ def is_integer(tensor: Any) -> bool:
     return not (tensor.is_floating_point() or tensor.is_complex())
 
 
+def identical(numel: int) -> Elementwise:
+    """The measures of two bitwise-equal tensors."""
+    return Elementwise(1.0 if numel else None, 0.0, 0.0, 0.0, True, None, numel)
+
+
 def elementwise(train: Any, rollout: Any) -> Elementwise:
-    """The element-wise measures of two tensors of one shape (compared in float64; bitwise equality needs the same
-    dtype and the same bytes)."""
+    """The element-wise measures of two tensors of one shape (bitwise equality needs the same dtype and the same
+    bytes; differences are taken in float32, or float64 for float64 tensors, and norms accumulated in float64)."""
     import torch
 
     numel = rollout.numel()
-    bitwise = train.dtype == rollout.dtype and bool(torch.equal(train, rollout))
-    differing = None
-    if is_integer(train) and is_integer(rollout):
-        differing = 0 if bitwise else int((train.to(torch.int64) != rollout.to(torch.int64)).sum())
-    t, r = (x.to(torch.float64).reshape(-1) for x in (train, rollout))
-    diff = (t - r).abs()
-    finite = bool(torch.isfinite(diff).all()) if numel else True
+    integer = is_integer(train) and is_integer(rollout)
+    if train.dtype == rollout.dtype and bool(torch.equal(train, rollout)):
+        found = identical(numel)
+        return found._replace(cosine=None, differing=0) if integer else found
+    if integer:
+        differing = int((train.to(torch.int64) != rollout.to(torch.int64)).sum())
+    else:
+        differing = None
+    work = torch.float64 if torch.float64 in (train.dtype, rollout.dtype) else torch.float32
+    t, r = (x.reshape(-1).to(work) for x in (train, rollout))
+    diff = (t - r).abs_()
     max_abs = float(diff.max()) if numel else 0.0
-    tiny = torch.finfo(torch.float32).tiny
-    max_rel = float((diff / r.abs().clamp_min(tiny)).max()) if numel else 0.0
-    r_norm, t_norm = float(torch.linalg.vector_norm(r)), float(torch.linalg.vector_norm(t))
-    d_norm = float(torch.linalg.vector_norm(diff)) if finite else math.inf
+    max_rel = float((diff / r.abs().clamp_min_(torch.finfo(torch.float32).tiny)).max()) if numel else 0.0
+    r_norm, t_norm, d_norm = (float(torch.linalg.vector_norm(x, dtype=torch.float64)) for x in (r, t, diff))
     rel_l2 = d_norm / r_norm if r_norm else (0.0 if d_norm == 0 else math.inf)
     cosine = None
     if differing is None and r_norm and t_norm and math.isfinite(r_norm) and math.isfinite(t_norm):
-        cosine = float(torch.dot(t, r)) / (t_norm * r_norm)
-    if bitwise:
-        max_abs = max_rel = rel_l2 = 0.0
-    return Elementwise(cosine, max_abs, max_rel, rel_l2, bitwise, differing, numel)
+        cosine = float(torch.dot(t.to(torch.float64), r.to(torch.float64))) / (t_norm * r_norm)
+    return Elementwise(cosine, max_abs, max_rel, rel_l2, False, differing, numel)
 
 
 def verdict_of(metrics: Elementwise, tolerance: float) -> str:

@@ -13,6 +13,7 @@ every step taken is said in the layout description.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -72,18 +73,34 @@ def fused_dim(fused: Any, parts: Sequence[Any], kind: str) -> int | None:
     return None
 
 
-def arrangements(fused: Any, sizes: Sequence[int], dim: int, ranks: int) -> list[Arranged]:
-    """Every known way the fused tensor may hold the parts (sizes along `dim`), most common first."""
-    found = [Arranged("concatenated", list(fused.split(list(sizes), dim)))]
+_HEAD_SIZES = (128, 64, 256, 96, 80, 112, 192, 160, 32, 16, 8)
+Option = tuple[str, Callable[[], list[Any]]]  # an arrangement's name, and what cuts the fused tensor by it
+
+
+def arrangements(fused: Any, sizes: Sequence[int], dim: int, ranks: int) -> list[Option]:
+    """Every known way the fused tensor may hold the parts (sizes along `dim`), most common first; each cut only
+    when tried."""
+    found: list[Option] = [("concatenated", lambda: list(fused.split(list(sizes), dim)))]
     if len(sizes) == 3 and sizes[1] == sizes[2]:  # q, k, v: Megatron interleaves them per query group
         common = math.gcd(sizes[0], sizes[1])
-        for groups in (g for g in range(2, common + 1) if common % g == 0):
+        # the usual head sizes first: each candidate cut copies the whole tensor
+        candidates = sorted(
+            (g for g in range(2, common + 1) if common % g == 0),
+            key=lambda g: (_HEAD_SIZES.index(sizes[1] // g) if sizes[1] // g in _HEAD_SIZES else len(_HEAD_SIZES), g),
+        )
+        for groups in candidates:
             found.append(
-                Arranged(f"per query group ({groups} groups: [q_g | k_g | v_g])", _grouped(fused, sizes, dim, groups))
+                (
+                    f"per query group ({groups} groups: [q_g | k_g | v_g])",
+                    functools.partial(_grouped, fused, sizes, dim, groups),
+                )
             )
     if ranks > 1 and all(size % ranks == 0 for size in sizes):
         found.append(
-            Arranged(f"per tensor-parallel rank ({ranks} shards of every part)", _grouped(fused, sizes, dim, ranks))
+            (
+                f"per tensor-parallel rank ({ranks} shards of every part)",
+                functools.partial(_grouped, fused, sizes, dim, ranks),
+            )
         )
     return found
 
@@ -102,12 +119,18 @@ def _grouped(fused: Any, sizes: Sequence[int], dim: int, groups: int) -> list[An
 
 
 def best_arrangement(
-    options: list[Arranged], parts: Sequence[Any], tolerance: float, prefer: Callable[[str], bool]
+    options: list[Option], parts: Sequence[Any], tolerance: float, prefer: Callable[[str], bool]
 ) -> tuple[Arranged, list[bool]]:
-    """The arrangement under which the most pieces equal their parts (ties: the preferred kind, then the first)."""
-    scored = []
-    for order, option in enumerate(options):
-        equal = [close(piece, part, tolerance) for piece, part in zip(option.pieces, parts)]
-        scored.append((sum(equal), prefer(option.name), -order, option, equal))
-    best = max(scored, key=lambda s: s[:3])
-    return best[3], best[4]
+    """The arrangement under which the most pieces equal their parts (ties: the preferred kind, then the first);
+    tried preferred first, and the first under which every piece is equal ends the search."""
+    best: tuple[tuple[int, bool, int], Arranged, list[bool]] | None = None
+    for order, (name, cut) in sorted(enumerate(options), key=lambda o: (not prefer(o[1][0]), o[0])):
+        pieces = cut()
+        equal = [close(piece, part, tolerance) for piece, part in zip(pieces, parts)]
+        if all(equal):
+            return Arranged(name, pieces), equal
+        score = (sum(equal), prefer(name), -order)
+        if best is None or score > best[0]:
+            best = (score, Arranged(name, pieces), equal)
+    assert best is not None  # options always hold the plain concatenation
+    return best[1], best[2]

@@ -17,11 +17,13 @@ def close(train: Any, rollout: Any, tolerance: float) -> bool:
 
     if train.shape != rollout.shape:
         return False
+    if train.dtype == rollout.dtype and torch.equal(train, rollout):
+        return True
     if not train.is_floating_point():
-        return bool(torch.equal(train, rollout))
-    t, r = train.to(torch.float64), rollout.to(torch.float64)
-    norm = float(torch.linalg.vector_norm(r))
-    return float(torch.linalg.vector_norm(t - r)) <= tolerance * max(norm, 1e-30)
+        return False
+    norm = float(torch.linalg.vector_norm(rollout, dtype=torch.float64))
+    difference = float(torch.linalg.vector_norm(train.to(rollout.dtype) - rollout, dtype=torch.float64))
+    return difference <= tolerance * max(norm, 1e-30)
 
 
 def find_reordering(train: Any, rollout: Any, tolerance: float, kind: str, unit: str = "") -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from rca_lsp.compare.elementwise import ALIGNED, MISMATCH, SlotEvidence, elementwise, verdict_of
+from rca_lsp.compare.elementwise import ALIGNED, MISMATCH, SlotEvidence, elementwise, identical, verdict_of
 from rca_lsp.compare.hashes import combined_crc, crc_of, reordered_parts
 from rca_lsp.compare.layouts import (
     arrangements,
@@ -256,9 +256,11 @@ class TensorPass:
             options, parts, tolerance, lambda name: ("group" in name) == (qkv and "linear" in fused_side.names[0])
         )
         layout.append(f"{fused_side.names[0]} against {' + '.join(split_side.names)}: {arranged.name} along dim {dim}")
-        joined_fused = torch.cat(arranged.pieces, dim)
-        joined_parts = torch.cat(parts, dim)
-        metrics = elementwise(joined_fused, joined_parts) if fused_is_train else elementwise(joined_parts, joined_fused)
+        if all(p.dtype == q.dtype and torch.equal(p, q) for p, q in zip(arranged.pieces, parts)):
+            metrics = identical(fused.numel())
+        else:
+            joined_fused, joined_parts = torch.cat(arranged.pieces, dim), torch.cat(parts, dim)
+            metrics = elementwise(*((joined_fused, joined_parts) if fused_is_train else (joined_parts, joined_fused)))
         verdict = verdict_of(metrics, tolerance)
         order = ""
         if verdict == MISMATCH:
