@@ -237,3 +237,23 @@ def test_a_divergence_statistics_cannot_see_is_said_to_be_decided_element_wise()
 
     report = root_cause_report(analyse(FIXTURES / "tensor_qkv_heads_reordered"))  # linear_qkv: equal statistics
     assert "decided element-wise" in confidence_text(report)
+
+
+def test_export_mapping_names_keyword_tensors_as_the_dump_mode_does(tmp_path: Path) -> None:
+    """msprobe names a tensor keyword argument `kwargs.<name>` in tensor mode (its files' names) and `input.<name>`
+    in statistics mode: export-mapping writes what each dump's mode needs."""
+    from rca_lsp.cli.main import main
+
+    for variant, spelled in (
+        ("tensor_healthy", ".kwargs.hidden_states"),
+        ("stats_weight_transposed", ".input.hidden_states"),
+    ):
+        folder, out = FIXTURES / variant, tmp_path / f"{variant}.yaml"
+        args = ["export-mapping", "--train", str(folder / "train"), "--rollout", str(folder / "rollout")]
+        assert main([*args, "--mapping-key", str(folder / "mapping_key.json"), "--format", "data", "-o", str(out)]) == 0
+        lines = [
+            line for line in out.read_text().splitlines() if "TransformerLayer" in line and "hidden_states" in line
+        ]
+        assert lines and all(spelled in line.split(": ")[0] for line in lines), lines
+        reread = analyze_paths(folder / "train", folder / "rollout", out)
+        assert reread.issues == [] and reread.records
