@@ -85,9 +85,11 @@ class TensorPass:
 
     def evidence(self, comparison: ModuleComparison) -> tuple[SlotEvidence, ...]:
         found = []
-        for target, train_id, rollout_id, _t, _r, _aggregated in comparison.target_specs():
+        for target, train_id, rollout_id, train_stats, rollout_stats, _ in comparison.target_specs():
             if not (target in ("output.0", "input_args.0") or target.startswith("parameters.")) or target.endswith("*"):
                 continue
+            if train_stats is None or rollout_stats is None:  # a slot the comparison leaves out (routers of two
+                continue  # forms, experts' activations of other batches): not the same tensor on both sides
             slot = target.split(".", 1)[1] if target.startswith("parameters.") else target.split(".")[0]
             train = self._side(self.train, train_id, comparison.train_keys, slot)
             rollout = self._side(self.rollout, rollout_id, comparison.rollout_keys, slot)
@@ -185,6 +187,8 @@ class TensorPass:
             if any(t is None for t in tensors):
                 return None
         if len(tensors) > 1 and kind != "parameter":  # calls of different lengths: as [tokens, features] first
+            if any(t.dim() >= 3 and t.shape[0] > 1 and t.shape[1] > 1 for t in tensors):
+                raise ValueError("calls of several sequences each: their batch order is not known")
             tensors = [tokens_first(t, kind, False) for t in tensors]
         return joined_calls(tensors, kind)
 
@@ -199,6 +203,8 @@ class TensorPass:
         if raw_t is None or raw_r is None:
             return base._replace(note="a tensor file could not be read, or rank shards did not make up the tensor")
         swap = _batch_orders_differ(raw_t, raw_r)
+        if not swap and _batch_order_unknown(raw_t, raw_r):
+            return base._replace(source="tensors", note="several sequences on a side whose batch order is not known")
         t_parts = [tokens_first(t, kind, swap) for t in raw_t]
         r_parts = [tokens_first(r, kind, False) for r in raw_r]
         layout = [
@@ -379,6 +385,14 @@ def _batch_orders_differ(train: list[Any], rollout: list[Any]) -> bool:
         and t.shape[0] != t.shape[1]
         and (t.shape[0], t.shape[1]) == (r.shape[1], r.shape[0])
     )
+
+
+def _batch_order_unknown(train: list[Any], rollout: list[Any]) -> bool:
+    """A 3-D activation of several sequences against another form ([tokens, h], or [b, s, h] of other sizes): read as
+    tokens, its sequence-major or batch-major order would be a guess."""
+    t, r = train[0], rollout[0]
+    several = [x for x in (t, r) if x.dim() >= 3 and x.shape[0] > 1 and x.shape[1] > 1]
+    return bool(several) and tuple(t.shape[:2]) != tuple(r.shape[:2])
 
 
 def _shards_joined(shards: list[Any], merged: tuple[int, ...] | None, torch: Any) -> Any:
