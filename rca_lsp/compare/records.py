@@ -175,7 +175,16 @@ def _joined_groups(
 class Comparator:
     """Compares groups for one (train, rollout, tolerances) triple, remembering results across mapping edits."""
 
-    def __init__(self, train: Dump, rollout: Dump, tolerances: Tolerances, base: "Comparator | None" = None) -> None:
+    def __init__(
+        self,
+        train: Dump,
+        rollout: Dump,
+        tolerances: Tolerances,
+        base: "Comparator | None" = None,
+        element_wise: bool = True,
+    ) -> None:
+        """`element_wise=False`: statistics only, even for tensor- or md5-mode dumps (the server's first screen);
+        `element_wise_later` then says an element-wise comparator would add evidence."""
         self.train = train
         self.rollout = rollout
         self.tolerances = tolerances
@@ -196,11 +205,15 @@ class Comparator:
         self._derived: dict[tuple[tuple[str, float], ...], Comparator] = {}
         # tensor- or md5-mode dumps: evidence beyond statistics, judged under the fixed tolerances of the first
         # comparator (calibration tightens the statistics' thresholds, not what counts as the same tensor)
+        self.element_wise_later = False
         if base is not None:
             self.tensors: TensorPass | None = base.tensors
+            self.element_wise_later = base.element_wise_later
         else:
             tensors = TensorPass(train, rollout, tolerances)
-            self.tensors = tensors if tensors.active or tensors.notes else None
+            usable = tensors if tensors.active or tensors.notes else None
+            self.tensors = usable if element_wise else None
+            self.element_wise_later = not element_wise and tensors.active
 
     def with_tolerances(self, tolerances: Tolerances) -> "Comparator":
         """The same dumps judged under other (calibrated) tolerances; records whose verdicts cannot change are
