@@ -20,12 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -177,14 +175,44 @@ print(time.perf_counter() - start)
 """
 
 
+MEASURED = """
+import resource, subprocess, sys, time
+start = time.perf_counter()
+subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)
+print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+"""
+
+
 def timed(command: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (MiB) of a fresh process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    start = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    wall = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return wall, (peak if peak > before else before) // 1024
+    """Wall seconds and peak RSS (MiB, its process tree's largest) of a fresh process."""
+    done = subprocess.run([sys.executable, "-c", MEASURED, *command], check=True, capture_output=True, text=True)
+    wall, peak = done.stdout.split()
+    return float(wall), int(peak)
+
+
+def statistics_twin(data: Path) -> Path:
+    """The same dumps in statistics mode (no data_name, task statistics): what the run costs without tensors."""
+    twin = data / "statistics"
+    for side in ("train", "rollout"):
+        target = twin / side / "step0" / "rank0" / "dump.json"
+        if target.is_file():
+            continue
+        document = json.loads((data / side / "step0" / "rank0" / "dump.json").read_text())
+        document["task"] = "statistics"
+        for entry in document["data"].values():
+            for slot in ("input_args", "output"):
+                for node in entry[slot]:
+                    node.pop("data_name", None)
+            for node in entry["parameters"].values():
+                node.pop("data_name", None)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(document, indent=1))
+    return twin
+
+
+def analyze_command(data: Path, mapping: Path, out: str) -> list[str]:
+    command = [sys.executable, "-m", "rca_lsp", "analyze", "--no-chart", "--out-dir", out]
+    return command + ["--train", str(data / "train"), "--rollout", str(data / "rollout"), "--mapping-key", str(mapping)]
 
 
 def main() -> int:
@@ -198,20 +226,21 @@ def main() -> int:
     if not (data / "mapping_key.json").is_file():
         shutil.rmtree(data, ignore_errors=True)
         make(data, args.hidden, args.layers, args.seq)
-    size = sum(p.stat().st_size for p in data.rglob("*.pt")) / 2**20
-    files = sum(1 for _ in data.rglob("*.pt"))
-    print(f"data: {data} ({files} tensor files, {size:.1f} MiB over both sides)")
+    sizes = [p.stat().st_size for p in data.rglob("*.pt")]
+    largest = max(sizes) / 2**20
+    print(f"data: {data} ({len(sizes)} tensor files, {sum(sizes) / 2**20:.1f} MiB over both sides)")
+    twin = statistics_twin(data)
     for _ in range(args.repeat):
-        # the floor first: a fresh process's RSS high-water mark is what it reports (RUSAGE_CHILDREN keeps the max)
         floor, floor_rss = timed([sys.executable, "-c", LOAD_ALL, str(data)])
         with tempfile.TemporaryDirectory() as out:
-            command = [sys.executable, "-m", "rca_lsp", "analyze", "--no-chart", "--out-dir", out]
-            command += ["--train", str(data / "train"), "--rollout", str(data / "rollout")]
-            command += ["--mapping-key", str(data / "mapping_key.json")]
-            cold, cold_rss = timed(command)
+            cold, cold_rss = timed(analyze_command(data, data / "mapping_key.json", out))
+        with tempfile.TemporaryDirectory() as out:
+            plain, plain_rss = timed(analyze_command(twin, data / "mapping_key.json", out))
         print(
-            f"cold analyze {cold:.2f} s (peak RSS <= {cold_rss} MiB); torch.load of every file once {floor:.2f} s "
-            f"(peak RSS {floor_rss} MiB); ratio {cold / floor:.2f}x"
+            f"cold analyze {cold:.2f} s, peak RSS {cold_rss} MiB; torch.load of every file once {floor:.2f} s "
+            f"(peak RSS {floor_rss} MiB): ratio {cold / floor:.2f}x\n"
+            f"statistics mode {plain:.2f} s, peak RSS {plain_rss} MiB; largest tensor file {largest:.0f} MiB: "
+            f"RSS budget (statistics + 4x the largest pair) {plain_rss + 8 * largest:.0f} MiB"
         )
     return 0
 

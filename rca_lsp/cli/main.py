@@ -102,6 +102,13 @@ def _summary(analysis: Analysis, out_dir: Path, chart: bool = True) -> str:
             f"- confidence: {stated}"
             + (f"; {len(alternatives)} other credible origin(s)" if alternatives else "; no other credible origin")
         )
+    element_wise = report.get("element_wise")
+    if element_wise is not None:
+        modes = element_wise["modes"]
+        lines.append(f"- element-wise: train {modes['train']} mode, rollout {modes['rollout']} mode")
+        lines += [f"  - {line}" for line in element_wise["notes"] + element_wise["unreadable_files"][:5]]
+        if len(element_wise["unreadable_files"]) > 5:
+            lines.append(f"  - ... {len(element_wise['unreadable_files']) - 5} more unreadable tensor files")
     for side, joined in report["joined_steps"].items():
         lines.append(f"- {side}: {steps_joined(joined['steps'])}")
     for side, summary in report["parallel"].items():
