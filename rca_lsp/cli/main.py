@@ -22,6 +22,7 @@ from rca_lsp.model.tolerance import Tolerances, checked_tolerance
 from rca_lsp.report.columns import COLUMN_STYLES
 from rca_lsp.report.markdown import NOTHING_COMPARED
 from rca_lsp.report.outputs import write_outputs
+from rca_lsp.report.root_cause import confidence_text
 
 DEMO_DIR = Path(__file__).resolve().parents[1] / "demo"  # package data beside the stages: rca_lsp/demo
 
@@ -94,13 +95,20 @@ def _summary(analysis: Analysis, report: dict[str, Any], out_dir: Path, chart: b
         )
     for summary in report["calibration"].values():
         lines.append(f"- calibration: {summary['summary']}")
-    first = report["first_divergence"]
-    if first is not None and first["confidence"]["above_noise"] is not None:
+    first, stated = report["first_divergence"], confidence_text(report)
+    if first is not None and stated is not None:
         alternatives = first["confidence"]["alternatives"]
         lines.append(
-            f"- confidence: the first divergence is {first['confidence']['above_noise']:.3g}x the noise floor"
+            f"- confidence: {stated}"
             + (f"; {len(alternatives)} other credible origin(s)" if alternatives else "; no other credible origin")
         )
+    element_wise = report.get("element_wise")
+    if element_wise is not None:
+        modes = element_wise["modes"]
+        lines.append(f"- element-wise: train {modes['train']} mode, rollout {modes['rollout']} mode")
+        lines += [f"  - {line}" for line in element_wise["notes"] + element_wise["unreadable_files"][:5]]
+        if len(element_wise["unreadable_files"]) > 5:
+            lines.append(f"  - ... {len(element_wise['unreadable_files']) - 5} more unreadable tensor files")
     for side, joined in report["joined_steps"].items():
         lines.append(f"- {side}: {steps_joined(joined['steps'])}")
     if report["train_data_group"] is not None:

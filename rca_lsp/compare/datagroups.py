@@ -24,6 +24,16 @@ from rca_lsp.model.tolerance import Tolerances
 DIFFERENT_DATA = "the two sides were fed different data"
 
 
+def input_differs(data_note: str | None) -> str:
+    """Why the first module of both dumps is the finding when its input (the model's input) differs; `data_note`:
+    which data-parallel group was compared and why."""
+    rationale = (
+        f"{DIFFERENT_DATA}: this is the first module of both dumps and its input (the model's input, e.g. the token "
+        "ids) differs, so every difference after it follows from the data"
+    )
+    return f"{rationale}; {data_note}" if data_note else rationale
+
+
 @dataclass(frozen=True)
 class GroupInput:
     ranks: tuple[int, ...]  # the group's ranks (its first holds the model input)

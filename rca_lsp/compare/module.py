@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import NamedTuple, Sequence
 
 from rca_lsp.compare.calls import fold_calls
+from rca_lsp.compare.elementwise import MISMATCH, SlotEvidence
 from rca_lsp.compare.residual import BranchFacts, GroupConsistency, branch_reading, stream_reading
 from rca_lsp.compare.statistics import (
     NONFINITE_BOTH,
@@ -292,17 +293,10 @@ class ModuleComparison:
         self._apply_disagreements()
         t_numel = self._output_train.numel if self._output_train is not None else None
         r_numel = self._output_rollout.numel if self._output_rollout is not None else None
-        numel_mismatch = self.output_consistency == "mismatch" and None not in (t_numel, r_numel) and t_numel != r_numel
-        self.module_bucket, self.module_priority_rank, self.reasoning = _bucket(
-            self.train_keys,
-            self.rollout_keys,
-            self.output_consistency,
-            numel_mismatch,
-            self.input_args_consistency,
-            self.parameter_consistency,
-            self.kwargs_consistency,
-            self.disagreements,
-        )
+        self._numel_differs = None not in (t_numel, r_numel) and t_numel != r_numel
+        self.tensor_evidence: tuple[SlotEvidence, ...] = ()  # see with_tensor_evidence
+        self.module_bucket, self.module_priority_rank, self.reasoning = self._bucketed()
+        self._bucket_reasoning = self.reasoning  # the notes appended below are kept when tensors change the bucket
         if reading is not None:
             self.reasoning += f"; {reading.note}"
         if self._fused_experts:
@@ -317,6 +311,51 @@ class ModuleComparison:
                 f"{self._output_rollout.dtype}) while the inputs' agree: a numeric-path difference "  # type: ignore[union-attr]
                 "inside this module (autocast, a different compute dtype)"
             )
+
+    def _bucketed(self) -> tuple[str, int, str]:
+        return _bucket(
+            self.train_keys,
+            self.rollout_keys,
+            self.output_consistency,
+            self.output_consistency == "mismatch" and self._numel_differs,
+            self.input_args_consistency,
+            self.parameter_consistency,
+            self.kwargs_consistency,
+            self.disagreements,
+        )
+
+    def with_tensor_evidence(self, evidence: tuple[SlotEvidence, ...]) -> "ModuleComparison":
+        """This comparison with what its targets' tensors (or hashes) say: a target they find different while its
+        statistics agree is a mismatch (statistics cannot see order, nor differences below their resolution), and
+        the bucket follows; statistics that differ stay a mismatch (cosine alone misses a scaled weight)."""
+        copy = object.__new__(ModuleComparison)
+        copy.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("_details", "kwargs")})
+        copy.tensor_evidence = evidence
+        flipped = []
+        for found in evidence:
+            if found.verdict != MISMATCH:
+                continue
+            target = found.target
+            if target == "output.0" and copy.output_consistency != "mismatch":
+                copy.output_consistency = "mismatch"
+            elif target == "input_args.0" and copy.input_args_consistency != "mismatch":
+                copy.input_args_consistency = "mismatch"
+            elif target.startswith("parameters.") and copy.parameter_consistency != "mismatch":
+                copy.parameter_consistency = "mismatch"
+            else:
+                continue
+            flipped.append(f"{target}: statistics agree but {found.describe()}")
+        if not flipped:
+            return copy
+        bucket, rank, reasoning = copy._bucketed()
+        copy.module_bucket, copy.module_priority_rank = bucket, rank
+        copy.reasoning = "; ".join([reasoning + self.reasoning[len(self._bucket_reasoning) :], *flipped])
+        return copy
+
+    @property
+    def order_findings(self) -> list[str]:
+        """The reorderings the tensors name, per target: what a finding says instead of a bare "differs"."""
+        return [f"{e.target} {e.permutation}" for e in self.tensor_evidence if e.permutation and e.verdict == MISMATCH]
 
     def _dtype_path_differs(self) -> bool:
         """The output dtype differs while the inputs' dtypes agree: the module itself changes precision."""

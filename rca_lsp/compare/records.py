@@ -8,6 +8,7 @@ from typing import Iterable, NamedTuple
 from rca_lsp.compare.datagroups import DataGroupChoice
 from rca_lsp.compare.module import ModuleComparison, compare_module
 from rca_lsp.compare.residual import branch_facts
+from rca_lsp.compare.tensorpass import TensorPass
 from rca_lsp.dumps.dump import Dump, ModuleEntry
 from rca_lsp.mapping.validate import Suggestions
 from rca_lsp.model.keys import block_of, layer_index
@@ -182,7 +183,10 @@ class Comparator:
         tolerances: Tolerances,
         base: "Comparator | None" = None,
         data_choice: DataGroupChoice | None = None,
+        element_wise: bool = True,
     ) -> None:
+        """`element_wise=False`: statistics only, even for tensor- or md5-mode dumps (the server's first screen);
+        `element_wise_later` then says an element-wise comparator would add evidence."""
         self.train = train
         self.rollout = rollout
         self.tolerances = tolerances
@@ -203,6 +207,17 @@ class Comparator:
             max((old for _, old in tightened), default=float("inf")),
         )
         self._derived: dict[tuple[tuple[str, float], ...], Comparator] = {}
+        # tensor- or md5-mode dumps: evidence beyond statistics, judged under the fixed tolerances of the first
+        # comparator (calibration tightens the statistics' thresholds, not what counts as the same tensor)
+        self.element_wise_later = False
+        if base is not None:
+            self.tensors: TensorPass | None = base.tensors
+            self.element_wise_later = base.element_wise_later
+        else:
+            tensors = TensorPass(train, rollout, tolerances)
+            usable = tensors if tensors.active or tensors.notes else None
+            self.tensors = usable if element_wise else None
+            self.element_wise_later = not element_wise and tensors.active
 
     def with_tolerances(self, tolerances: Tolerances) -> "Comparator":
         """The same dumps judged under other (calibrated) tolerances; records whose verdicts cannot change are
@@ -240,6 +255,8 @@ class Comparator:
                 self.tolerances,
                 branch_facts(self.train, self.rollout, train_keys, rollout_keys),
             )
+            if self.tensors is not None and self.tensors.active:
+                comparison = comparison.with_tensor_evidence(self.tensors.evidence(comparison))
             train_paths, rollout_paths = _paths(train_entries), _paths(rollout_entries)
             cached = _new(
                 ModuleRecord,

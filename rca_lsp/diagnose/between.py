@@ -7,6 +7,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.model.keys import is_activation_like, is_descendant_path, parse_module_key
 
@@ -74,3 +75,13 @@ def is_placeholder(key: str) -> bool:
     """Modules that pass data through unchanged at inference (identity ops, dropout): weak evidence."""
     parsed = parse_module_key(key)
     return parsed is not None and parsed.class_name in _PLACEHOLDER_CLASSES
+
+
+def reads_model_input(record: ModuleRecord, train: Dump, rollout: Dump) -> bool:
+    """The record pairs the first module of both dumps (the one reading the model's input) and its positional
+    input differs (not a keyword argument only)."""
+    if record.comparison.input_args_consistency != "mismatch" or not train.keys or not rollout.keys:
+        return False
+    first_train = train.entries[train.keys[0]].path
+    first_rollout = rollout.entries[rollout.keys[0]].path
+    return record.train_paths[0] == first_train and record.rollout_paths[0] == first_rollout

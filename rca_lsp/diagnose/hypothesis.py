@@ -18,6 +18,7 @@ from rca_lsp.diagnose.rootcause import (
     Suspect,
     parameters_unseen,
 )
+from rca_lsp.diagnose.tensorfindings import input_account, parameter_account
 
 
 def hypothesis(first: Suspect | None) -> tuple[str, list[str]]:
@@ -39,7 +40,8 @@ def hypothesis(first: Suspect | None) -> tuple[str, list[str]]:
             acts,
         )
     if first.classification == PARAMETER:
-        return "parameter sync or checkpoint alignment issue", [first.train_key]
+        account = parameter_account(first.record.comparison)
+        return "parameter sync or checkpoint alignment issue" + (f": {account}" if account else ""), [first.train_key]
     if first.classification == RANK_DISAGREEMENT:
         return (
             "ranks disagree on a tensor that should be identical on every rank (a desynced replicated weight or "
@@ -58,6 +60,10 @@ def hypothesis(first: Suspect | None) -> tuple[str, list[str]]:
         )
     if first.classification == IN_MODULE:
         return "in-module implementation or numeric path mismatch", [first.train_key]
+    if first.classification == UPSTREAM and first.credible_origin and first.boundary is None:
+        account = input_account(first.record.comparison)
+        if account:
+            return f"{account}: the divergence enters with the data, at the first mapped module", [first.train_key]
     if first.classification == UPSTREAM and first.credible_origin:
         unmatched = sorted(first.between.train + first.between.rollout, key=is_placeholder)
         if unmatched:

@@ -10,10 +10,17 @@ from operator import attrgetter, itemgetter
 from typing import Final, Iterable, Literal, NamedTuple, Sequence
 
 from rca_lsp.compare.calibrate import JUMP_FACTOR
-from rca_lsp.compare.datagroups import DIFFERENT_DATA
+from rca_lsp.compare.datagroups import input_differs
 from rca_lsp.compare.module import CALL_DISAGREEMENT_BUCKET, RANK_DISAGREEMENT_BUCKET
 from rca_lsp.compare.records import ModuleRecord
-from rca_lsp.diagnose.between import Between, collect_between, is_placeholder, one_sided_activations
+from rca_lsp.diagnose.between import (
+    Between,
+    collect_between,
+    is_placeholder,
+    one_sided_activations,
+    reads_model_input,
+)
+from rca_lsp.diagnose.tensorfindings import differing_parameters, input_account, parameter_account
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.model.keys import is_activation_like, parse_module_key
 
@@ -457,14 +464,8 @@ class RootCauseAnalysis:
                 False,
                 child.train_key,
             )
-        if boundary is None and self._reads_model_input(record):
-            rationale = (
-                f"{DIFFERENT_DATA}: this is the first module of both dumps and its input (the model's input, "
-                "e.g. the token ids) differs, so every difference after it follows from the data"
-            )
-            if self.data_note:
-                rationale += f"; {self.data_note}"
-            return Suspect(record, INPUT_DATA, rationale, None, Between(), True, None)
+        if boundary is None and reads_model_input(record, self.train, self.rollout):
+            return Suspect(record, INPUT_DATA, input_differs(self.data_note), None, Between(), True, None)
         between = self._between(record, boundary)
         where = f"after the aligned boundary {boundary.train_key}" if boundary else "from the start of this call"
         side, acts = one_sided_activations(between)
@@ -488,16 +489,10 @@ class RootCauseAnalysis:
                 f"({where}); the two inputs may not be the same tensor (check the mapping, a fused residual "
                 f"add, or the tensor layout); {LAYOUT_NOTE}"
             )
+        account = input_account(record.comparison)
+        if account and boundary is None and not unmatched:  # the first module of the call: where the data enters
+            rationale = f"{account}; the divergence enters at this module's input, before any other mapped module"
         return Suspect(record, UPSTREAM, rationale, boundary, between, True, None)
-
-    def _reads_model_input(self, record: ModuleRecord) -> bool:
-        """The record pairs the first module of both dumps (the one reading the model's input) and its positional
-        input differs (not a keyword argument only)."""
-        if record.comparison.input_args_consistency != "mismatch" or not self.train.keys or not self.rollout.keys:
-            return False
-        first_train = self.train.entries[self.train.keys[0]].path
-        first_rollout = self.rollout.entries[self.rollout.keys[0]].path
-        return record.train_paths[0] == first_train and record.rollout_paths[0] == first_rollout
 
     def _inside_divergence(
         self, record: ModuleRecord, boundary: ModuleRecord | None, child: ModuleRecord | None
@@ -515,7 +510,11 @@ class RootCauseAnalysis:
         elif comparison.module_bucket == "parameter_sync_mismatch":
             classification, rationale = PARAMETER, "parameters diverged while inputs remained aligned"
             mismatched = [p.target for p in comparison.parameters if p.consistency == "mismatch"]
+            mismatched += [t for t in differing_parameters(comparison) if t not in mismatched]
             notes.append(f"mismatched: {', '.join(mismatched)}")
+            account = parameter_account(comparison)
+            if account:
+                notes.append(account)
         elif comparison.module_bucket == "module_impl_mismatch":
             classification = IN_MODULE
             if parameters_unseen(comparison.parameter_consistency):

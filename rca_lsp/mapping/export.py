@@ -85,7 +85,7 @@ def _names_by_key(dump: Dump, keys: Iterable[str]) -> dict[str, dict[str, str]]:
     found: dict[str, dict[str, str]] = {}
     for file, originals in by_file.items():
         for original, (entry, slots) in entries_with_slots(file, originals).items():
-            found[originals[original]] = tensor_names(entry, slots)
+            found[originals[original]] = tensor_names(entry, slots, dump.task == "tensor")
     return found
 
 

@@ -87,16 +87,19 @@ def _same(leaf: Any, stats: TensorStats) -> bool:
     return leaf is stats or (type(leaf) is TensorStats and leaf == stats)
 
 
-def tensor_names(entry: ModuleEntry, slots: Mapping[str, Any]) -> dict[str, str]:
+def tensor_names(entry: ModuleEntry, slots: Mapping[str, Any], tensor_mode: bool = False) -> dict[str, str]:
     """The msprobe name (below the module key) of each tensor the analysis compares for one entry, by its target
     (`input_args.0`, `output.0`, `input_kwargs.<name>`, `parameters.<name>`): `slots` are the entry's decoded
-    `input_args`, `input_kwargs`, `output` and `parameters`, in which the entry's statistics are."""
-    leaves = {slot: list(_walk(slots.get(slot), _SLOT_STATES[slot])) for slot in _SLOT_STATES}
+    `input_args`, `input_kwargs`, `output` and `parameters`, in which the entry's statistics are. Keyword arguments
+    are `input.<name>` as msprobe compare names them in statistics mode, `kwargs.<name>` in tensor mode (its
+    tensor files' names, what its compare then matches)."""
+    states = {**_SLOT_STATES, "input_kwargs": "kwargs"} if tensor_mode else _SLOT_STATES
+    leaves = {slot: list(_walk(slots.get(slot), states[slot])) for slot in states}
 
     def find(slot: str, stats: TensorStats | None, under: str = "") -> str | None:
         if stats is None:
             return None
-        prefix = f"{_SLOT_STATES[slot]}.{under}"
+        prefix = f"{states[slot]}.{under}"
         below = [(n, leaf) for n, leaf in leaves[slot] if not under or n == prefix or n.startswith(prefix + ".")]
         return next((n for n, leaf in below if _same(leaf, stats)), None)
 

@@ -17,7 +17,7 @@ from rca_lsp.diagnose.rootcause import (
 )
 from rca_lsp.dumps.stepjoin import steps_joined
 from rca_lsp.model.keys import is_activation_like
-from rca_lsp.report.root_cause import root_cause_report
+from rca_lsp.report.root_cause import confidence_text, root_cause_report
 
 if TYPE_CHECKING:
     from rca_lsp.diagnose.analysis import Analysis
@@ -233,12 +233,13 @@ def _notes(analysis: "Analysis", report: dict[str, Any]) -> list[str]:
 def _provenance(analysis: "Analysis", report: dict[str, Any]) -> list[str]:
     """Calibration, ranks merged and calls joined: how the compared statistics were made and judged."""
     lines = [f"- Calibration: {summary['summary']}" for summary in report["calibration"].values()]
-    first = report["first_divergence"]
-    if first is not None and first["confidence"]["above_noise"] is not None:
+    first, stated = report["first_divergence"], confidence_text(report)
+    if first is not None and stated is not None:
         lines.append(
-            f"- Confidence: the first divergence is {first['confidence']['above_noise']:.3g}x the noise floor; "
+            f"- Confidence: {stated}; "
             f"other credible origins: {', '.join(map(_code, first['confidence']['alternatives'])) or 'none'}"
         )
+    lines += _element_wise(report.get("element_wise"))
     for side, joined in report["joined_steps"].items():
         lines.append(f"- {side.capitalize()}: {steps_joined(joined['steps'])}")
     if report["train_data_group"] is not None:
@@ -254,6 +255,21 @@ def _provenance(analysis: "Analysis", report: dict[str, Any]) -> list[str]:
             f"- {len(joined)} mapped groups join several calls along the sequence, e.g. "
             f"{_code(joined[0].train_key)}: {joined[0].comparison.calls_note}"
         )
+    return lines
+
+
+def _element_wise(summary: dict[str, Any] | None) -> list[str]:
+    """Tensor- or md5-mode dumps: what the element-wise comparison used and found (output_3's evidence columns)."""
+    if summary is None:
+        return []
+    modes = summary["modes"]
+    lines = [
+        f"- Element-wise evidence: train dumped in {modes['train']} mode, rollout in {modes['rollout']} mode; each "
+        "pair uses the best evidence both sides have (output_3's `evidence` column)"
+    ]
+    lines += [f"  - {note}" for note in summary["notes"]]
+    lines += [f"  - unreadable: {problem}" for problem in summary["unreadable_files"][:MAX_ROWS]]
+    lines += [f"  - at the first divergence: {found}" for found in summary["first_divergence"]]
     return lines
 
 

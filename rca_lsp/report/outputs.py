@@ -30,6 +30,7 @@ from rca_lsp.report.columns import MSPROBE_LIST_COLUMNS, VERDICT_COLUMNS, msprob
 from rca_lsp.report.manifest import forget_manifest, new_run_id, write_manifest
 from rca_lsp.report.root_cause import root_cause_report
 from rca_lsp.report.splittable import write_split
+from rca_lsp.report.tensorcolumns import TENSOR_COLUMNS, evidence_by_target, has_tensor_evidence, tensor_cells
 
 T = TypeVar("T")
 
@@ -316,6 +317,7 @@ class _TargetChunks:
 
     def __init__(self, records: Sequence[ModuleRecord]) -> None:
         self._records = records
+        self.tensors = has_tensor_evidence(records)
         self._starts = list(itertools.accumulate((r.comparison.target_count() for r in records), initial=0))
         self.count = -(-self._starts[-1] // CHUNK)
 
@@ -323,13 +325,14 @@ class _TargetChunks:
         first = index * CHUNK
         record = bisect.bisect_right(self._starts, first) - 1
         skip = first - self._starts[record]
-        return list(itertools.islice(_target_rows(self._records, record), skip, skip + CHUNK))
+        return list(itertools.islice(_target_rows(self._records, record, self.tensors), skip, skip + CHUNK))
 
 
-def _target_rows(records: Sequence[ModuleRecord], start: int = 0) -> Iterator[tuple[Any, ...]]:
+def _target_rows(records: Sequence[ModuleRecord], start: int = 0, tensors: bool = False) -> Iterator[tuple[Any, ...]]:
     for index in range(start, len(records)):
         comparison = records[index].comparison
         output_aligned = comparison.output_consistency == "aligned"
+        elementwise = evidence_by_target(comparison.tensor_evidence) if tensors else {}
         for spec, assessment in comparison.assessed_targets():
             target, train_key, rollout_key, train, rollout, aggregated = spec
             errors, tol, dtype_match, relation, consistency, status, reason = assessment
@@ -340,7 +343,7 @@ def _target_rows(records: Sequence[ModuleRecord], start: int = 0) -> Iterator[tu
             errors = errors or _MISSING_ERRORS
             if not _finite((*values, *errors[::2])):  # the statistics and their relative errors
                 values, errors = tuple(map(marked_non_finite, values)), tuple(map(marked_non_finite, errors))
-            yield (
+            row = (
                 train_key,
                 rollout_key,
                 target,
@@ -361,6 +364,7 @@ def _target_rows(records: Sequence[ModuleRecord], start: int = 0) -> Iterator[tu
                 _FOCUS[priority],
                 reason,
             )
+            yield row + tensor_cells(elementwise.get((target, train_key, rollout_key))) if tensors else row
 
 
 def _write_mapping(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never) -> list[Path]:
@@ -376,19 +380,27 @@ _TARGET_LIST_COLUMNS = (7, 8)
 _MSPROBE_COLUMNS, _to_msprobe = msprobe_rows(TARGET_COLUMNS)
 
 
-def _compare_columns(style: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    return (_MSPROBE_COLUMNS, MSPROBE_LIST_COLUMNS) if style == "msprobe" else (TARGET_COLUMNS, _TARGET_LIST_COLUMNS)
+def _compare_columns(style: str, tensors: bool) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """output_3's columns (with the element-wise ones when the dumps had tensors or hashes) and its list columns."""
+    extra = TENSOR_COLUMNS if tensors else ()
+    if style == "msprobe":
+        return _MSPROBE_COLUMNS + extra, MSPROBE_LIST_COLUMNS
+    return TARGET_COLUMNS + extra, _TARGET_LIST_COLUMNS
 
 
 def _styled(rows: Iterable[tuple[Any, ...]], style: str) -> Iterable[tuple[Any, ...]]:
-    return map(_to_msprobe, rows) if style == "msprobe" else rows
+    if style != "msprobe":
+        return rows
+    width = len(TARGET_COLUMNS)
+    return (_to_msprobe(row) + row[width:] if len(row) > width else _to_msprobe(row) for row in rows)
 
 
 def _write_compare(
     analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never, style: str = "rca"
 ) -> list[Path]:
-    columns, list_columns = _compare_columns(style)
-    rows = _styled(_until_stopped(_target_rows(analysis.records), should_stop), style)
+    tensors = has_tensor_evidence(analysis.records)
+    columns, list_columns = _compare_columns(style, tensors)
+    rows = _styled(_until_stopped(_target_rows(analysis.records, 0, tensors), should_stop), style)
     return write_table(out_dir, _COMPARE_STEM, meta, "rows", columns, rows, list_columns)
 
 
@@ -474,7 +486,7 @@ def write_outputs(
 def _write_forked(analysis: Analysis, out_dir: Path, meta: Meta, style: str, others: list[Part]) -> list[Path]:
     """The value-compare tables split with a child (see write_split) while this process writes the `others`."""
     chunks = _TargetChunks(analysis.records)
-    columns, list_columns = _compare_columns(style)
+    columns, list_columns = _compare_columns(style, chunks.tensors)
 
     def encode(index: int) -> tuple[bytes, bytes]:
         return encode_chunk(index, list(_styled(chunks.rows(index), style)), columns, list_columns)

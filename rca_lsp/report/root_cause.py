@@ -119,6 +119,39 @@ def root_cause_report(analysis: Analysis) -> dict[str, Any]:
             if dump.joined_steps is not None
         },
         "disagreements": disagreement_rows(analysis),
+        **({"element_wise": element_wise_summary(analysis, first)} if analysis.comparator.tensors else {}),
+    }
+
+
+def confidence_text(report: dict[str, Any]) -> str | None:
+    """How far above the noise the first divergence is, in words (the CLI summary and the Markdown report); a
+    divergence whose statistics agree is said to be decided element-wise."""
+    first = report["first_divergence"]
+    if first is None or first["confidence"]["above_noise"] is None:
+        return None
+    above = first["confidence"]["above_noise"]
+    decided = (report.get("element_wise") or {}).get("first_divergence")
+    if decided and above < 1:
+        return (
+            f"the first divergence's statistics agree within the noise ({above:.3g}x the floor): decided element-wise"
+        )
+    return f"the first divergence is {above:.3g}x the noise floor"
+
+
+def element_wise_summary(analysis: Analysis, first: Suspect | None) -> dict[str, Any]:
+    """Tensor- or md5-mode dumps: the modes, what could not be read, and what decided the first divergence."""
+    tensors = analysis.comparator.tensors
+    assert tensors is not None
+    decided = [
+        f"{e.target}: {e.describe()}"
+        for e in (first.record.comparison.tensor_evidence if first else ())
+        if e.verdict == "mismatch"
+    ]
+    return {
+        "modes": {"train": tensors.modes[0], "rollout": tensors.modes[1]},
+        "notes": tensors.notes,
+        "unreadable_files": tensors.problems,
+        "first_divergence": decided,
     }
 
 

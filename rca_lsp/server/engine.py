@@ -63,7 +63,9 @@ class Engine:
             log.error("loading %s failed", source.label, exc_info=error)
             raise InputError(source.label, f"cannot be loaded: {type(error).__name__}: {error}") from None
 
-    def comparator(self, pair: Pair, tolerances: Tolerances) -> Comparator:
+    def comparator(self, pair: Pair, tolerances: Tolerances, element_wise: bool = False) -> Comparator:
+        """The pair's comparator under these tolerances: statistics only at first for tensor- or md5-mode dumps (the
+        first findings do not wait for the tensors), the element-wise one once asked for (then kept)."""
         train, rollout = self.load(pair)
         train, choice = with_data_group(self.dumps, pair.train, train, rollout)
         with self._lock:
@@ -73,16 +75,23 @@ class Engine:
                 or current.train is not train
                 or current.rollout is not rollout
                 or current.tolerances.key() != tolerances.key()
+                or (element_wise and current.element_wise_later)
             ):
-                current = Comparator(train, rollout, tolerances, data_choice=choice)
+                current = Comparator(train, rollout, tolerances, data_choice=choice, element_wise=element_wise)
                 self._comparators[(pair.train, pair.rollout)] = current
             return current
 
     def analyse(
-        self, pair: Pair, mapping: ParsedMapping, tolerances: Tolerances, previous: Analysis | None = None
+        self,
+        pair: Pair,
+        mapping: ParsedMapping,
+        tolerances: Tolerances,
+        previous: Analysis | None = None,
+        element_wise: bool = False,
     ) -> Analysis:
-        """`previous`: the last analysis of this mapping file; reused where the dumps and tolerances are the same."""
-        return analyze(mapping, self.comparator(pair, tolerances), previous)
+        """`previous`: the last analysis of this mapping file; reused where the dumps and tolerances are the same.
+        `element_wise`: with the tensors' (or hashes') evidence (see comparator)."""
+        return analyze(mapping, self.comparator(pair, tolerances, element_wise), previous)
 
     def has_matcher(self, analysis: Analysis) -> bool:
         return self.matchers.has(analysis.train, analysis.rollout)

@@ -135,6 +135,8 @@ class Pipeline:
             doc.good_layout, doc.accept_layout = layout, False
             await self._accept(run, parsed, analysis, version)
             laps.lap("counterparts")
+            if analysis.comparator.element_wise_later:  # tensor- or md5-mode dumps: their evidence follows
+                self.server.loop_task(self.publish_element_wise(run, pair, parsed, version), doc.uri)
         self.publish(doc, version)
         laps.lap("publish")
         log.info("analysed %s (version %s): %s", doc.path.name, version, laps)
@@ -156,6 +158,20 @@ class Pipeline:
         if doc.last_good is not None:  # drawn on this text (msprobe's YAML mappings: resolved against its dumps)
             doc.parsed = parsed.for_dumps(doc.last_good.train, doc.last_good.rollout)
         self.server.notify_status("error", doc.uri, problem)
+
+    async def publish_element_wise(self, run: Run, pair: Pair, parsed: ParsedMapping, version: int | None) -> None:
+        """The analysis again with the tensors' (or md5 hashes') evidence, published when done: the statistics'
+        findings came first; later runs of the document reuse the element-wise comparator."""
+        settings = self.server.settings
+        try:
+            analysis = await run.step(self.server.engine.analyse, pair, parsed, settings.tolerances, None, True)
+            await self._accept(run, parsed, analysis, version)
+        except Superseded:
+            return
+        except InputError as error:  # the dumps changed meanwhile: the next run reports it
+            log.info("element-wise analysis of %s dropped: %s", run.doc.path.name, error)
+            return
+        self.publish(run.doc, version)
 
     def _text(self, doc: MappingDocument) -> tuple[str, int | None] | None:
         """The text to analyse: the editor's if the file is open, else the file's; None if it cannot be read."""

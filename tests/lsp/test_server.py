@@ -647,3 +647,23 @@ async def test_a_pair_whose_mapping_key_is_an_msprobe_cell_mapping_analyses_and_
     )
     during = await wait_for(client, uri, lambda ds: any(d.code == "dump-problem" for d in ds))
     assert [d.range.start.line for d in during if d.code == "missing-op"] == [missing.range.start.line]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_tensor_evidence_follows_the_statistics_findings(client: LanguageClient) -> None:
+    """A tensor-mode pair: the statistics' finding is published first (one module late, as they allow), the
+    element-wise one replaces it when the tensors are compared, at the module where the reordering enters."""
+    from rca_lsp.server.codes import CLASSIFICATION_CODES
+
+    variant = "tensor_qkv_heads_reordered"
+    mapping = copy_variant(client, variant)
+    uri = open_document(client, mapping)
+    cause = expected(variant)["root_cause"]
+    where = line_of(mapping, cause["train_key"])
+    code = CLASSIFICATION_CODES[cause["classification"]]
+    found = await wait_for(client, uri, lambda ds: any(d.code == code and d.range.start.line == where for d in ds))
+    origin = next(d for d in found if d.code == code and d.range.start.line == where)
+    assert "heads reordered" in origin.message
+    statuses = client.statuses  # type: ignore[attr-defined]
+    tops = [str(s) for s in statuses if getattr(s, "uri", None) == uri and getattr(s, "state", None) == "analysed"]
+    assert len(tops) == 2 and "in-module implementation" in tops[0] and "heads reordered" in tops[1], tops

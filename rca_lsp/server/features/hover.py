@@ -175,4 +175,15 @@ def hover_markdown(analysis: Analysis, train_key: str, rollout_index: int | None
     if rollout_index is not None and len(inputs) > 1 and rollout_index < len(inputs):
         inputs = [inputs[rollout_index]]
     lines += _stats_table([c.output, *inputs[:3], *c.parameters])
+    lines += _element_wise_lines(record)
     return "\n".join(lines)
+
+
+def _element_wise_lines(record: ModuleRecord) -> list[str]:
+    """What the tensors (or md5 hashes) of each target say, beside the statistics above."""
+    evidence = record.comparison.tensor_evidence
+    if not evidence:
+        return []
+    lines = ["", "Element-wise:", ""]
+    lines += [f"- `{e.target}` {e.verdict or 'not compared'}: {e.describe()}" for e in evidence[:8]]
+    return lines

@@ -1,0 +1,105 @@
+"""Tensor files of a tensor-mode msprobe dump, read safely: a `.pt` is a pickle, so it is loaded only by torch's
+restricted unpickler (`weights_only=True`), which refuses anything but tensors and plain containers without running
+it, and only a tensor is accepted; a `.npy` only without pickles. Files are read next to their `dump.json`
+(`dump_tensor_data/<data_name>`, as msprobe compare does), never through the absolute `dump_data_dir` written at dump
+time. torch is an optional extra (`pip install 'rca-lsp[tensor]'`): without it a tensor-mode dump is analysed from
+its statistics, and `tensor_support()` says how to get more. Imports of torch and numpy are lazy: statistics mode
+never loads them."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+TENSOR_DIR = "dump_tensor_data"
+INSTALL_HINT = "install the tensor extra (pip install 'rca-lsp[tensor]': torch, numpy) to compare them element-wise"
+
+
+class TensorRead(NamedTuple):
+    """A tensor read from its file (a CPU torch tensor), or why not (one line naming the file)."""
+
+    tensor: Any
+    problem: str
+
+
+@lru_cache(maxsize=1)
+def tensor_support() -> str:
+    """ "" when tensor files can be read here, else the one note saying how to get that (torch is found, not
+    imported: its import costs seconds, paid only when a tensor is read)."""
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("numpy") is None:
+        return f"tensor files were not read (torch is not installed): {INSTALL_HINT}"
+    return ""
+
+
+def tensor_path(dump_file: str, data_name: str) -> Path | None:
+    """Where a dump's tensor file lies: `dump_tensor_data/<data_name>` beside its dump.json; None for a name that
+    would lead elsewhere (a path, `..`)."""
+    if not data_name or os.path.basename(data_name) != data_name or data_name in (".", ".."):
+        return None
+    if "/" in data_name or "\\" in data_name:
+        return None
+    return Path(dump_file).parent / TENSOR_DIR / data_name
+
+
+def read_tensor(dump_file: str, data_name: str) -> TensorRead:
+    """The tensor `data_name` of the dump `dump_file`, loaded without running any code from the file."""
+    path = tensor_path(dump_file, data_name)
+    if path is None:
+        return TensorRead(None, f"{dump_file}: tensor file name {data_name!r} is not a plain file name; not read")
+    if not path.is_file():
+        return TensorRead(None, f"{path}: tensor file missing; that slot is compared by its statistics")
+    try:
+        tensor = _load_npy(path) if path.suffix == ".npy" else _load_pt(path)
+    except _Refused as refused:
+        return TensorRead(None, f"{path}: {refused}; not read, that slot is compared by its statistics")
+    except Exception as error:  # torch/numpy raise many kinds for a cut or corrupt file: each is one line
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return TensorRead(None, f"{path}: unreadable tensor file ({reason[:160]}); compared by its statistics")
+    return TensorRead(tensor, "")
+
+
+class _Refused(Exception):
+    """A file that holds something other than one tensor."""
+
+
+def _load_pt(path: Path) -> Any:
+    import pickle
+
+    import torch
+
+    try:
+        # weights_only: torch's restricted unpickler, which admits tensors, storages and plain containers and raises
+        # on any other global (a pickled callable is refused before it could run). mmap: the tensor's bytes are
+        # read from the file as they are used, not copied in first.
+        try:
+            value = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as error:
+            if "mmap" not in str(error):
+                raise
+            value = torch.load(path, map_location="cpu", weights_only=True)  # a legacy (non-zip) file
+    except pickle.UnpicklingError as error:
+        found = re.search(r"(?:unsupported|Unsupported global:) GLOBAL ([\w.]+)", str(error))
+        what = f"a pickled {found.group(1)}" if found else "a pickled object"
+        raise _Refused(f"holds {what}, not only a tensor (refused by torch's safe loader, not run)") from None
+    if not isinstance(value, torch.Tensor):
+        raise _Refused(f"holds a {type(value).__name__}, not a tensor")
+    return value
+
+
+def _load_npy(path: Path) -> Any:
+    import numpy
+    import torch
+
+    try:
+        array = numpy.load(path, allow_pickle=False, mmap_mode="r")
+    except ValueError as error:
+        if "allow_pickle" in str(error):
+            raise _Refused("holds pickled objects, not a numeric array") from None
+        raise
+    if not isinstance(array, numpy.ndarray):
+        raise _Refused("holds several arrays, not one tensor")
+    return torch.from_numpy(numpy.ascontiguousarray(array))
