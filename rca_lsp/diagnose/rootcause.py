@@ -464,7 +464,9 @@ class RootCauseAnalysis:
                 False,
                 child.train_key,
             )
-        if boundary is None and reads_model_input(record, self.train, self.rollout):
+        # the same tokens in another order (told by the tensors, below) are not other data
+        reordered = input_account(record.comparison)
+        if boundary is None and not reordered and reads_model_input(record, self.train, self.rollout):
             return Suspect(record, INPUT_DATA, input_differs(self.data_note), None, Between(), True, None)
         between = self._between(record, boundary)
         where = f"after the aligned boundary {boundary.train_key}" if boundary else "from the start of this call"
@@ -489,9 +491,8 @@ class RootCauseAnalysis:
                 f"({where}); the two inputs may not be the same tensor (check the mapping, a fused residual "
                 f"add, or the tensor layout); {LAYOUT_NOTE}"
             )
-        account = input_account(record.comparison)
-        if account and boundary is None and not unmatched:  # the first module of the call: where the data enters
-            rationale = f"{account}; the divergence enters at this module's input, before any other mapped module"
+        if reordered and boundary is None and not unmatched:  # the first module of the call: where the data enters
+            rationale = f"{reordered}; the divergence enters at this module's input, before any other mapped module"
         return Suspect(record, UPSTREAM, rationale, boundary, between, True, None)
 
     def _inside_divergence(
