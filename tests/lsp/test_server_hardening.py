@@ -1,5 +1,6 @@
-"""The server under change and bad input (issue 23): dumps deleted or moved while it runs, pairing globs that would
-not end, YAML mid-edit, floods of diagnostics, commands on broken dumps. pytest-lsp end to end on real fixtures."""
+"""The server under change and bad input (issue 23): dumps deleted or unreadable while it runs, YAML mid-edit,
+floods of diagnostics, commands on broken dumps. pytest-lsp end to end on real fixtures (a rank folder moved away
+with a client that does not watch files: test_plain_client; a pairing glob over symlink cycles: test_lifecycle)."""
 
 from __future__ import annotations
 
