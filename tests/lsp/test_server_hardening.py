@@ -1,5 +1,6 @@
-"""The server under change and bad input (issue 23): dumps deleted or moved while it runs, pairing globs that would
-not end, YAML mid-edit, floods of diagnostics, commands on broken dumps. pytest-lsp end to end on real fixtures."""
+"""The server under change and bad input (issue 23): dumps deleted or unreadable while it runs, YAML mid-edit,
+floods of diagnostics, commands on broken dumps. pytest-lsp end to end on real fixtures (a rank folder moved away
+with a client that does not watch files: test_plain_client; a pairing glob over symlink cycles: test_lifecycle)."""
 
 from __future__ import annotations
 
@@ -155,5 +156,24 @@ async def test_a_dump_too_deep_to_read_is_a_dump_problem_and_keeps_the_last_anal
     report(client, rank1, types.FileChangeType.Changed)
     during = await wait_for(client, uri, lambda ds: bool(problems(ds)))
     assert str(mapping.parent / "train") in problems(during)[0] and origins(during) == before
+    statuses = [getattr(s, "message", "") for s in client.statuses]  # type: ignore[attr-defined]
+    assert not [s for s in statuses if "internal error" in s]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_pairing_that_fails_unforeseen_is_a_dump_problem_over_the_last_analysis(client: LanguageClient) -> None:
+    """Defect 3 in the server: `parallel = "tp=²"` in an rca-lsp.toml (a digit to str.isdigit, not to int) raised
+    a ValueError through the run: "internal error", nothing published. Whatever a pairing raises is the pair's
+    dump-problem, and the last good findings stay."""
+    mapping = copy_variant(client, "tp2_shard_desync")
+    uri = open_document(client, mapping)
+    before = origins(await wait_for(client, uri, lambda ds: bool(origins(ds))))
+    config = mapping.with_name("rca-lsp.toml")
+    config.write_text(
+        '[[pair]]\nmapping_key = "mapping_key.json"\ntrain = "train"\nrollout = "rollout"\nparallel = "tp=²"\n'
+    )
+    report(client, config, types.FileChangeType.Created)
+    during = await wait_for(client, uri, lambda ds: bool(problems(ds)))
+    assert "²" in problems(during)[0] and origins(during) == before
     statuses = [getattr(s, "message", "") for s in client.statuses]  # type: ignore[attr-defined]
     assert not [s for s in statuses if "internal error" in s]
