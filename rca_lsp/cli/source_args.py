@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rca_lsp.diagnose.run import SideOptions
-from rca_lsp.dumps.sources import parse_layout, parse_step
+from rca_lsp.dumps.sources import parse_layout, parse_step, parse_step_number
 
 
 def add_dump_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -18,7 +18,6 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     """--step / --parallel: which step of a dump directory, and how its ranks were laid out (both optional)."""
     parser.add_argument(
         "--step",
-        type=int,
         default=None,
         metavar="N",
         help="the step<N> folder to analyse when a dump directory holds several",
@@ -43,10 +42,11 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def side_options(args: argparse.Namespace) -> tuple[SideOptions, SideOptions]:
-    train = SideOptions(args.step, parse_layout(args.parallel, "--parallel"))
+    step = parse_step_number(args.step, "--step") if args.step is not None else None
+    train = SideOptions(step, parse_layout(args.parallel, "--parallel"))
     rollout = SideOptions(
         parse_step(args.rollout_step, "--rollout-step"),
         parse_layout(args.rollout_parallel, "--rollout-parallel"),
-        args.step,
+        step,
     )
     return train, rollout

@@ -56,6 +56,26 @@ class StepSpan:
 StepChoice = int | StepSpan | None
 
 
+def _ascii_number(text: str) -> int | None:
+    """A whole number written in ASCII digits (surrounding blanks allowed); None for anything else. str.isdigit()
+    passes superscripts that int() refuses, and int() reads Arabic-Indic or fullwidth digits, signs and `1_0`."""
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def is_step_number(value: object) -> bool:
+    """A step number given as a value (settings, rca-lsp.toml): an int >= 0; TOML's and JSON's true/false are not."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def parse_step_number(text: str, where: str = "--step") -> int:
+    """`3` -> 3: one step, as --step takes it."""
+    number = _ascii_number(text)
+    if number is None:
+        raise InputError(where, f"expected a step number (0, 1, ... in ASCII digits), got {text!r}")
+    return number
+
+
 def parse_step(text: str | int | None, where: str = "--step") -> StepChoice:
     """`3` -> 3; `all` -> every step; `2-6`, `2-`, `-6` -> a span of steps joined as calls; None or "" -> None."""
     if text is None or isinstance(text, int):
@@ -63,17 +83,18 @@ def parse_step(text: str | int | None, where: str = "--step") -> StepChoice:
     cleaned = text.strip().lower()
     if not cleaned:
         return None
-    if cleaned.isdigit():
-        return int(cleaned)
+    if (number := _ascii_number(cleaned)) is not None:
+        return number
     if cleaned == "all":
         return StepSpan()
-    first, dash, last = cleaned.partition("-")
-    if dash and (first.strip().isdigit() or not first.strip()) and (last.strip().isdigit() or not last.strip()):
-        span = StepSpan(int(first) if first.strip() else None, int(last) if last.strip() else None)
+    first, dash, last = (part.strip() for part in cleaned.partition("-"))
+    bounds = [_ascii_number(first) if first else None, _ascii_number(last) if last else None]
+    if dash and all(bound is not None or not part for bound, part in zip(bounds, (first, last))):
+        span = StepSpan(*bounds)
         if span.first is not None and span.last is not None and span.first > span.last:
             raise InputError(where, f"the step span {text!r} ends before it starts")
         return span
-    raise InputError(where, f"expected a step number, `all`, or a span such as `0-4`; got {text!r}")
+    raise InputError(where, f"expected a step number, `all`, or a span such as `0-4` (ASCII digits); got {text!r}")
 
 
 def parse_layout(text: str | None, where: str = "--parallel") -> ParallelLayout | None:
@@ -88,9 +109,12 @@ def parse_layout(text: str | None, where: str = "--parallel") -> ParallelLayout 
             raise InputError(
                 where, f"unknown parallel dimension {name!r} in {text!r} (expected {', '.join(_LAYOUT_DIMS)})"
             )
-        if not number.strip().isdigit() or int(number) < 1:
-            raise InputError(where, f"{name} must be a positive integer, got {number.strip()!r} in {text!r}")
-        values[name] = int(number)
+        value = _ascii_number(number)
+        if value is None or value < 1:
+            raise InputError(
+                where, f"{name} must be a positive integer in ASCII digits, got {number.strip()!r} in {text!r}"
+            )
+        values[name] = value
     return ParallelLayout(**values)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rca_lsp.base.errors import InputError
-from rca_lsp.dumps.sources import DumpSource, parse_layout, parse_step, resolve_dump_source
+from rca_lsp.dumps.sources import DumpSource, is_step_number, parse_layout, parse_step, resolve_dump_source
 from rca_lsp.mapping.model import MSPROBE_SUFFIXES
 from rca_lsp.server.settings import PairSetting
 
@@ -150,11 +150,9 @@ def _config_options(item: dict[str, object]) -> SourceOptions | str:
     """A [[pair]]'s step / parallel / rollout_parallel / rollout_step, or what is wrong with them."""
     step, parallel, rollout_parallel = item.get("step"), item.get("parallel"), item.get("rollout_parallel")
     rollout_step = item.get("rollout_step")
-    if step is not None and not (isinstance(step, int) and step >= 0):
+    if step is not None and not is_step_number(step):
         return "step must be a step number (0, 1, ...)"
-    if rollout_step is not None and not (
-        isinstance(rollout_step, str) or (isinstance(rollout_step, int) and rollout_step >= 0)
-    ):
+    if rollout_step is not None and not (isinstance(rollout_step, str) or is_step_number(rollout_step)):
         return 'rollout_step must be a step number, "all" or a span such as "0-4"'
     if any(value is not None and not isinstance(value, str) for value in (parallel, rollout_parallel)):
         return 'parallel must be text such as "tp=2,pp=2"'

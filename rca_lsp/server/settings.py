@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from rca_lsp.dumps.sources import is_step_number
 from rca_lsp.model.tolerance import Tolerances, checked_tolerance
 from rca_lsp.report.columns import COLUMN_STYLES
 from rca_lsp.server.codes import DEFAULT_SEVERITY
@@ -69,10 +70,6 @@ def _text(value: object) -> str | None:
     return (value.strip() or None) if isinstance(value, str) else None
 
 
-def _step_number(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def _pairs(raw: object, problems: list[str]) -> tuple[PairSetting, ...]:
     if raw is None:
         return ()
@@ -86,11 +83,11 @@ def _pairs(raw: object, problems: list[str]) -> tuple[PairSetting, ...]:
             problems.append(f"rcaLsp.pairs[{index}] needs string fields mappingKey, train and rollout")
             continue
         step = item.get("step")
-        if step is not None and not _step_number(step):
+        if step is not None and not is_step_number(step):
             problems.append(f"rcaLsp.pairs[{index}].step must be a step number (0, 1, ...)")
             continue
         rollout_step = item.get("rolloutStep")
-        if rollout_step is not None and not (isinstance(rollout_step, str) or _step_number(rollout_step)):
+        if rollout_step is not None and not (isinstance(rollout_step, str) or is_step_number(rollout_step)):
             problems.append(f'rcaLsp.pairs[{index}].rolloutStep must be a step number, "all" or a span "0-4"')
             continue
         layouts = [item.get(k) for k in RULES["pairOptionalText"]]
