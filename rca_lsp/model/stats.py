@@ -177,16 +177,15 @@ def relative_error(train: TensorStats | None, rollout: TensorStats | None) -> fl
     return worst
 
 
-def copy_difference(reference: TensorStats, copy: TensorStats) -> float:
+def copy_difference(reference: TensorStats, copy: TensorStats) -> float | None:
     """The largest relative difference of a statistic between two copies of what should be one tensor (0 when
-    identical; inf when their shapes differ, a statistic is on one only, or only one side is finite)."""
-    if reference.shape != copy.shape or _present(reference) != _present(copy):
+    identical; inf when their shapes differ or only one side is finite); None when no statistic is on both (msprobe
+    wrote null): unknown, which is never a difference, for copies on ranks as for mapped pairs (relative_error)."""
+    if not reference.observable or not copy.observable:
+        return None
+    if reference.shape != copy.shape:
         return math.inf
-    return relative_error(copy, reference) or 0.0
-
-
-def _present(stats: TensorStats) -> tuple[bool, ...]:
-    return stats.max is not None, stats.min is not None, stats.mean is not None, stats.norm is not None
+    return relative_error(copy, reference)
 
 
 def stat_error(name: str, t: float, r: float, scale: float) -> float:

@@ -29,14 +29,17 @@ def data_group_size(
         if len(stage) % size or size % unit:
             continue
         first_undecided: tuple[int, int, str] | None = None
+        confirmed = False
         for a, b in ((stage[i], stage[i + size]) for i in range(len(stage) - size)):
             verdict = _replicas_of_other_data(dumps[a], dumps[b])
             if verdict.replicas is False:
                 break  # not this size (nor undecided at it): the other pairs need no look
-            if verdict.replicas is None and first_undecided is None:
+            confirmed |= verdict.replicas is True
+            if verdict.replicas is None and not verdict.unknown and first_undecided is None:
                 first_undecided = (a, b, verdict.why)
         else:
-            if first_undecided is None:
+            # pairs a rank without statistics makes unknown neither confirm a size nor stand against it
+            if first_undecided is None and confirmed:
                 return size
             undecided = undecided or first_undecided
     if undecided is not None:
@@ -70,6 +73,7 @@ def _given_group_size(size: int, given: ParallelLayout, source: DumpSource, note
 class _Verdict(NamedTuple):
     replicas: bool | None  # None: the dumps cannot tell
     why: str  # for the report when they cannot
+    unknown: bool = False  # they cannot tell because a rank wrote null statistics for what would tell
 
 
 def _replicas_of_other_data(a: Dump, b: Dump) -> _Verdict:
@@ -83,14 +87,24 @@ def _replicas_of_other_data(a: Dump, b: Dump) -> _Verdict:
         return _Verdict(False, "")
     first = a.keys[0]
     other = b.entries.get(first)
-    if other is not None and a.entries[first].input is not None and other.input != a.entries[first].input:
+    mine = a.entries[first].input
+    theirs = other.input if other is not None else None
+    null_input = (mine is not None and not mine.observable) or (theirs is not None and not theirs.observable)
+    if mine is not None and theirs is not None and not null_input and theirs != mine:
         return _Verdict(True, "")
     sharded, replicated = _weights_differ(a, b)
     if not sharded:
         weighted = [(e, b.entries[k]) for k, e in a.entries.items() if e.parameters and k in b.entries]
-        if not weighted:
-            return _Verdict(None, "read the same first input and dump no weights to compare")
-        return _Verdict(all(e.parameters == o.parameters for e, o in weighted), "")
+        known = [
+            (stats, theirs)
+            for entry, copy in weighted
+            for name, stats in entry.parameters.items()
+            if (theirs := copy.parameters.get(name)) is None or (stats.observable and theirs.observable)
+        ]
+        if not known:
+            null = null_input or bool(weighted)  # weights there, none with statistics on both
+            return _Verdict(None, "read the same first input and dump no weights to compare", null)
+        return _Verdict(all(stats == theirs for stats, theirs in known), "")
     differing = [d for scope in sharded.values() for d in scope]
     if not any(differing):
         return _Verdict(True, "")
@@ -130,8 +144,8 @@ def _weights_differ(a: Dump, b: Dump) -> tuple[dict[bool, list[bool]], list[bool
         kind = parallel_kind(entry.class_name)
         for name, stats in entry.parameters.items():
             theirs = other.parameters.get(name)
-            if theirs is None or not stats.observable or stats.max == stats.min:
-                continue
+            if theirs is None or not stats.observable or not theirs.observable or stats.max == stats.min:
+                continue  # (a weight without statistics, null, tells nothing)
             # Exact: replicas hold bit-identical weights (no arithmetic between them), and so every pair compares
             # in C (a TP=8 dump has 10^4 weights per rank).
             if kind is not None and shard_dim(f"parameters.{name}", kind, stats) is not None:
