@@ -22,7 +22,17 @@ def data_group_size(
     data-parallel peer is one group size further: the smallest distance at which every rank and the rank that far
     on are data-parallel replicas (see `_replicas_of_other_data`) is the group size; none: one group."""
     if given.dp is not None:
-        return _given_group_size(len(stage), given, source, notes)
+        group = _given_group_size(len(stage), given, source, notes)
+        for a, b in ((stage[i], stage[i + group]) for i in range(len(stage) - group)):
+            verdict = _replicas_of_other_data(dumps[a], dumps[b])
+            if verdict.replicas is False:
+                raise InputError(
+                    source.label,
+                    f"the given layout {given} makes ranks {source.ranks[a]} and {source.ranks[b]} data-parallel "
+                    f"replicas, but ranks {source.ranks[a]} and {source.ranks[b]} cannot be data-parallel replicas: "
+                    f"{verdict.why}",
+                )
+        return group
     undecided: tuple[int, int, str] | None = None
     unit = (given.tp or 1) * (given.ep or 1)  # a data-parallel group holds tp x ep ranks
     for size in range(1, len(stage)):
@@ -84,7 +94,7 @@ def _replicas_of_other_data(a: Dump, b: Dump) -> _Verdict:
     out of sync. Ranks that hold other experts are expert-parallel peers (which read their own batches in
     Megatron), not replicas."""
     if hold_other_experts(a, b):
-        return _Verdict(False, "")
+        return _Verdict(False, "they hold other experts under the same names (expert-parallel peers)")
     first = a.keys[0]
     other = b.entries.get(first)
     mine = a.entries[first].input
@@ -104,7 +114,8 @@ def _replicas_of_other_data(a: Dump, b: Dump) -> _Verdict:
         if not known:
             null = null_input or bool(weighted)  # weights there, none with statistics on both
             return _Verdict(None, "read the same first input and dump no weights to compare", null)
-        return _Verdict(all(stats == theirs for stats, theirs in known), "")
+        same = all(stats == theirs for stats, theirs in known)
+        return _Verdict(same, "" if same else "their weights differ (replicas hold the same weights)")
     differing = [d for scope in sharded.values() for d in scope]
     if not any(differing):
         return _Verdict(True, "")
@@ -112,7 +123,11 @@ def _replicas_of_other_data(a: Dump, b: Dump) -> _Verdict:
         # A scope (the experts, the rest) whose every sharded weight differs: other shards or other experts, i.e.
         # peers - unless most replicated weights differ too (peers share those: a replica that missed an update?)
         if not replicated or 2 * sum(replicated) < len(replicated):
-            return _Verdict(False, "")
+            return _Verdict(
+                False,
+                "they hold other shards of every weight the parallel layers shard (tensor-parallel peers; "
+                "replicas hold the same)",
+            )
         return _Verdict(
             None,
             f"read the same first input and differ in every weight the parallel layers shard and in "
@@ -129,6 +144,20 @@ def _replicas_of_other_data(a: Dump, b: Dump) -> _Verdict:
         f"read the same first input and differ in {sum(differing)} of the {len(differing)} weights the parallel "
         "layers shard (tensor-parallel peers differ in all, data-parallel replicas in none)",
     )
+
+
+def tensor_parallel_contradiction(a: Dump, b: Dump) -> str | None:
+    """Why two ranks cannot be tensor-parallel peers, if their weights say so: peers hold other shards of every
+    weight a parallel layer shards (outside the experts, which expert-parallel peers hold apart), so ranks holding
+    the same copy of each such weight are replicas or expert-parallel peers. None when they may be peers."""
+    sharded, _ = _weights_differ(a, b)
+    dense = sharded.get(False)
+    if dense and not any(dense):
+        return (
+            f"they hold the same copy of every weight the parallel layers shard outside the experts ({len(dense)} "
+            "compared; tensor-parallel peers hold other shards)"
+        )
+    return None
 
 
 def _weights_differ(a: Dump, b: Dump) -> tuple[dict[bool, list[bool]], list[bool]]:
