@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from builders import tensor, write_dump, write_mapping
+from conftest import train_without_weights
 
 from rca_lsp.base.errors import InputError
 from rca_lsp.diagnose.run import SideOptions, analyze_paths
@@ -228,11 +229,17 @@ def test_data_parallel_replicas_are_not_merged(tmp_path: Path) -> None:
 
 
 def test_an_explicit_layout_overrides_inference(tmp_path: Path) -> None:
+    """Where the dumps cannot tell (no weights, the same batch): the given layout decides. Where they contradict it
+    (other shards of every sharded weight: tensor-parallel peers), it is an error (tests/test_given_layout.py)."""
     train, _, _ = make_pair(tmp_path)
-    source = resolve_dump_source(train, layout=ParallelLayout(tp=1, dp=2))
-    dump = DumpCache().get(source)
+    with pytest.raises(InputError, match="ranks 0 and 1 cannot be data-parallel replicas: they hold other shards"):
+        DumpCache().get(resolve_dump_source(train, layout=ParallelLayout(tp=1, dp=2)))
+    unweighed = train_without_weights("tp2_healthy", tmp_path / "unweighed")
+    dump = DumpCache().get(resolve_dump_source(unweighed, layout=ParallelLayout(tp=1, dp=2)))
     assert dump.parallel is not None and "given: tp=1,dp=2" in dump.parallel.layout
-    assert dump.entries[f"{P}.0.mlp.linear_fc1.ColumnParallelLinear.forward.0"].output.numel == 8  # one rank's
+    fc1 = "Module.module.module.decoder.layers.0.mlp.linear_fc1.ColumnParallelLinear.forward.0"
+    inferred = DumpCache().get(resolve_dump_source(unweighed))
+    assert dump.entries[fc1].output.numel * 2 == inferred.entries[fc1].output.numel  # one rank's
     with pytest.raises(InputError, match="cannot form pp=3"):
         DumpCache().get(resolve_dump_source(train, layout=ParallelLayout(pp=3)))
     assert SideOptions(layout=ParallelLayout(tp=2)).resolve(train).layout == ParallelLayout(tp=2)

@@ -1,9 +1,12 @@
-"""One piece of work done by a forked child while this process does the rest: the CLI's root-cause report with its
-divergence chart (seconds on 10^5 modules, in one process) is written on the second core while the tables are.
+"""Work done by forked children while this process does the rest, and the pipes that bring their results back.
 
-The work returns the paths it wrote (each written atomically); the child sends them back. If the child fails for
-any reason (an exception, a kill), nothing is sent and the work is done here instead, so its errors read exactly as
-usual. Single-threaded callers only: the child is forked.
+BackgroundWork: the CLI's root-cause report with its divergence chart (seconds on 10^5 modules, in one process) is
+written on the second core while the tables are. The work returns the paths it wrote (each written atomically); the
+child sends them back. If the child fails for any reason (an exception, a kill), nothing is sent and the work is done
+here instead, so its errors read exactly as usual. Single-threaded callers only: the child is forked.
+
+Channel: every child's result comes back through one, and a read of it never waits forever: a child that is stopped
+(SIGSTOP, a debugger) is given up as a failed one is (see Channel).
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import select
 import signal
-from multiprocessing.connection import Connection
+import struct
 from pathlib import Path
 from typing import Callable
 
@@ -22,6 +26,108 @@ Work = Callable[[], list[Path]]
 
 _PATHS = msgspec.json.Decoder(list[str])
 
+_LOOK_EVERY_MS = 200  # while a child's pipe is silent, how often the child is looked at
+_STOPPED_LOOKS = 5  # looks in a row that find the child stopped (1 s of this process running) before giving it up
+_LENGTH = struct.Struct("!Q")
+
+
+class Channel:
+    """A one-way pipe from a child process to this one, carrying messages framed by their length.
+
+    Reading never waits forever on the child. One that runs is waited for however long it takes (it does the work
+    this process would do otherwise). One that is stopped (SIGSTOP, a debugger: Linux's /proc/<pid>/stat says `T`)
+    sends nothing, and Python's Connection.recv_bytes would wait for it forever, even with half a message read: while
+    the pipe is silent the child is looked at every 0.2 s, and once it has been found stopped 5 looks in a row (1 s
+    of this process running) the read gives up (None), as for a child that failed: the caller ends it and does its
+    work here. A Ctrl-Z stops this process with the child and `fg` resumes both, so it never looks that long. Without
+    /proc (not Linux) a child is never taken for stopped: the reads wait as before."""
+
+    def __init__(self) -> None:
+        self._reading: int | None
+        self._writing: int | None
+        self._reading, self._writing = os.pipe()
+
+    def fileno(self) -> int:
+        """The reading end (for select)."""
+        assert self._reading is not None
+        return self._reading
+
+    def writing_end(self) -> int:
+        """The writing end, e.g. for a child process's stdout (closed here once it has started)."""
+        assert self._writing is not None
+        return self._writing
+
+    def close_reading(self) -> None:
+        if self._reading is not None:
+            os.close(self._reading)
+            self._reading = None
+
+    def close_writing(self) -> None:
+        if self._writing is not None:
+            os.close(self._writing)
+            self._writing = None
+
+    def send(self, data: bytes) -> None:
+        """In the child: one message (OSError, e.g. a broken pipe, when this process stopped reading)."""
+        assert self._writing is not None
+        for part in (_LENGTH.pack(len(data)), data):
+            view = memoryview(part)
+            while view:
+                view = view[os.write(self._writing, view) :]
+
+    def receive(self, child: int) -> bytearray | None:
+        """The next message of the child whose pid is `child`; None when the pipe ends first (the child failed) or
+        the child is stopped (see the class)."""
+        length = self._read(_LENGTH.size, child)
+        if length is None:
+            return None
+        return self._read(_LENGTH.unpack(length)[0], child)
+
+    def receive_all(self, child: int) -> bytearray | None:
+        """Everything the child writes until it closes the pipe (a child process's stdout); None if it is stopped."""
+        received = bytearray()
+        while (chunk := self._read(1 << 20, child, partial=True)) is not None:
+            if not chunk:
+                return received
+            received += chunk
+        return None
+
+    def _read(self, size: int, child: int, partial: bool = False) -> bytearray | None:
+        """`size` bytes (`partial`: what is there, up to `size`; empty at the end); None at the end of the pipe
+        before `size` bytes, or when the child is stopped."""
+        assert self._reading is not None
+        buffer = bytearray(size)
+        done = stopped = 0
+        poll = select.poll()
+        poll.register(self._reading, select.POLLIN)
+        with memoryview(buffer) as view:
+            while done < size:
+                if not poll.poll(_LOOK_EVERY_MS):
+                    stopped = stopped + 1 if _is_stopped(child) else 0
+                    if stopped >= _STOPPED_LOOKS:
+                        return None
+                    continue
+                stopped = 0
+                count = os.readv(self._reading, [view[done:]])
+                done += count
+                if count == 0 or partial:  # the end of the pipe, or what there is
+                    break
+        if done < size and not partial:
+            return None
+        del buffer[done:]
+        return buffer
+
+
+def _is_stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped (by a signal or a tracer), as /proc says; False when it cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read()
+    except OSError:
+        return False
+    state = fields[fields.rfind(b")") + 2 : fields.rfind(b")") + 3]  # after the command, which may hold spaces
+    return state in (b"T", b"t")
+
 
 class BackgroundWork:
     """Starts `work` in a forked child at once; `result()` waits for its paths (or does the work here)."""
@@ -29,30 +135,29 @@ class BackgroundWork:
     def __init__(self, work: Work) -> None:
         self._work = work
         context = multiprocessing.get_context("fork")
-        self._receiver, sender = context.Pipe(duplex=False)
+        self._channel = Channel()
         # not a daemon: the work may start a BackgroundWork of its own (multiprocessing's daemons cannot); close()
         # ends the child in any case
-        self._child = context.Process(target=_work_and_send, args=(work, sender, self._receiver, os.getpid()))
+        self._child = context.Process(target=_work_and_send, args=(work, self._channel, os.getpid()))
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # a Ctrl-C during the fork reaches
         try:  # the parent, which kills the child
             self._child.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        sender.close()
+        self._channel.close_writing()
 
     def result(self) -> list[Path]:
         try:
-            data = self._receiver.recv_bytes()
-        except (EOFError, OSError):
-            data = b""
+            assert self._child.pid is not None
+            data = self._channel.receive(self._child.pid)
         finally:
             self.close()
-        if not data:  # the child failed: the work is done here, which reports the problem
+        if not data:  # the child failed (or is stopped): the work is done here, which reports the problem
             return self._work()
         return [Path(path) for path in _PATHS.decode(data)]
 
     def close(self) -> None:
-        self._receiver.close()
+        self._channel.close_reading()
         if self._child.exitcode is None:
             self._child.kill()
         self._child.join()
@@ -64,17 +169,16 @@ class BackgroundWork:
         self.close()
 
 
-def _work_and_send(work: Work, sender: Connection, inherited: Connection, parent: int) -> None:
+def _work_and_send(work: Work, channel: Channel, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _end_with_parent(parent)
-    inherited.close()  # the parent's end: held here too, a dead parent's pipe would never break (EPIPE)
+    channel.close_reading()  # the parent's end: held here too, a dead parent's pipe would never break (EPIPE)
     try:
-        paths = work()
-        sender.send_bytes(msgspec.json.encode([str(path) for path in paths]))
+        channel.send(msgspec.json.encode([str(path) for path in work()]))
     except Exception:  # nothing sent: the parent does the work itself and reports the problem
         pass
     finally:
-        sender.close()
+        channel.close_writing()
 
 
 def _end_with_parent(parent: int) -> None:

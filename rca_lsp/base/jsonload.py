@@ -3,6 +3,7 @@ that point at the offending token."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -120,6 +121,33 @@ def _invalid_utf8_offset(data: bytes) -> int | None:
     except UnicodeDecodeError as error:
         return error.start
     return None
+
+
+# strings (an unterminated one runs to the end: linear, whatever the text) and the brackets outside them
+_NESTING_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.S)
+_SHOWN_DEPTH = 100  # where the error points: the nesting passes this many levels there (msprobe's dumps nest ~5)
+
+
+def nesting_error(data: bytes, path: str) -> InputError:
+    """The InputError for a JSON document nested too deeply to read: its decoders (msgspec, Python's json) and the
+    code walking what they built recurse once per level, so ~1000 levels (Python's recursion limit) end in a
+    RecursionError, which callers turn into this. It points at the bracket where the nesting passes 100 levels (or
+    at the deepest, if it never does) and says how deep it goes; the scan runs only then."""
+    depth = deepest = shown = 0
+    for match in _NESTING_TOKENS.finditer(data):
+        bracket = data[match.start()]
+        if bracket in b"[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if depth <= _SHOWN_DEPTH + 1:
+                    shown = match.start()
+        elif bracket in b"]}":
+            depth -= 1
+    line, column = text_position(data, shown)
+    return InputError(
+        path, f"nested {deepest} levels deep, too deep to read (an msprobe dump nests a few levels)", line, column
+    )
 
 
 def text_position(data: bytes, offset: int) -> tuple[int, int]:

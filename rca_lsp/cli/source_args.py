@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from rca_lsp.base.errors import InputError
 from rca_lsp.diagnose.run import SideOptions
-from rca_lsp.dumps.sources import parse_layout, parse_step
+from rca_lsp.dumps.sources import parse_layout, parse_step, parse_step_number
 
 
 def add_dump_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -19,7 +18,6 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     """--step / --parallel: which step of a dump directory, and how its ranks were laid out (both optional)."""
     parser.add_argument(
         "--step",
-        type=int,
         default=None,
         metavar="N",
         help="the step<N> folder to analyse when a dump directory holds several",
@@ -40,7 +38,6 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--train-rank",
-        type=int,
         default=None,
         metavar="N",
         help="analyse the train data-parallel group of rank N (default: the group whose model input equals the "
@@ -52,12 +49,12 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def side_options(args: argparse.Namespace) -> tuple[SideOptions, SideOptions]:
-    if args.train_rank is not None and args.train_rank < 0:
-        raise InputError("--train-rank", f"expected a rank number (0 or more), got {args.train_rank}")
-    train = SideOptions(args.step, parse_layout(args.parallel, "--parallel"), data_rank=args.train_rank)
+    step = parse_step_number(args.step, "--step") if args.step is not None else None
+    rank = parse_step_number(args.train_rank, "--train-rank", "rank") if args.train_rank is not None else None
+    train = SideOptions(step, parse_layout(args.parallel, "--parallel"), data_rank=rank)
     rollout = SideOptions(
         parse_step(args.rollout_step, "--rollout-step"),
         parse_layout(args.rollout_parallel, "--rollout-parallel"),
-        args.step,
+        step,
     )
     return train, rollout

@@ -89,8 +89,8 @@ def _parameters(calls: Sequence[ModuleEntry], tolerances: Tolerances) -> list[Di
             other = call.parameters.get(name)
             if other is None or other == stats:  # the same weights in every call: the common case
                 continue
-            error = copy_difference(stats, other)
-            if error > tolerances.for_dtypes(stats.dtype):
+            error = copy_difference(stats, other)  # None: a call without statistics, which is no difference
+            if error is not None and error > tolerances.for_dtypes(stats.dtype):
                 differing.append(call.call_index)
                 worst = max(worst, error)
         if differing:

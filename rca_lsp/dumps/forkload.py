@@ -13,13 +13,13 @@ import multiprocessing
 import multiprocessing.process
 import subprocess
 import sys
-from multiprocessing.connection import Connection
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Sequence
 
 import msgspec
 
+from rca_lsp.base.forkpart import Channel
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.base.inputfile import read_regular_file
 from rca_lsp.dumps.dump import Dump, JoinedSteps, ModuleEntry, ParallelInfo, load_dump_file
@@ -62,21 +62,23 @@ class BackgroundDump:
         self._source = source
         self._signature = signatures(source)
         self._process: subprocess.Popen[bytes] | None = None
-        self._receiver: Connection | None = None
         self._child: multiprocessing.process.BaseProcess | None = None
+        self._receiver = Channel()
         if new_interpreter:
-            self._process = subprocess.Popen(
-                [sys.executable, "-c", _CHILD, _SOURCE_ENCODER.encode(source).decode()],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-            )
+            try:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-c", _CHILD, _SOURCE_ENCODER.encode(source).decode()],
+                    stdin=subprocess.DEVNULL,
+                    stdout=self._receiver.writing_end(),
+                    stderr=subprocess.DEVNULL,
+                )
+            finally:
+                self._receiver.close_writing()
         else:
             context = multiprocessing.get_context("fork")
-            self._receiver, sender = context.Pipe(duplex=False)
-            self._child = context.Process(target=_load_and_send, args=(source, sender, self._receiver), daemon=True)
+            self._child = context.Process(target=_load_and_send, args=(source, self._receiver), daemon=True)
             self._child.start()
-            sender.close()
+            self._receiver.close_writing()
 
     def load(self, source: DumpSource) -> Dump:
         if source != self._source:
@@ -91,24 +93,20 @@ class BackgroundDump:
         with paused_gc():
             return _unpack(data)
 
-    def _received(self) -> bytes | None:
-        if self._process is not None and self._process.stdout is not None:
-            data = self._process.stdout.read()
-            return data if self._process.wait() == 0 else None
-        try:
-            return self._receiver.recv_bytes() if self._receiver is not None else None
-        except (EOFError, OSError):
-            return None
+    def _received(self) -> bytearray | None:
+        """What the child sent; None if it failed or is stopped (see Channel)."""
+        if self._process is not None:
+            data = self._receiver.receive_all(self._process.pid)
+            return data if data is not None and self._process.wait() == 0 else None
+        assert self._child is not None and self._child.pid is not None
+        return self._receiver.receive(self._child.pid)
 
     def close(self) -> None:
+        self._receiver.close_reading()
         if self._process is not None:
             if self._process.poll() is None:
                 self._process.kill()
             self._process.wait()
-            if self._process.stdout is not None:
-                self._process.stdout.close()
-        if self._receiver is not None:
-            self._receiver.close()
         if self._child is not None:
             if self._child.exitcode is None:
                 self._child.kill()
@@ -137,17 +135,17 @@ def write_packed() -> None:
     sys.stdout.buffer.flush()
 
 
-def _load_and_send(source: DumpSource, sender: Connection, inherited: Connection) -> None:
-    inherited.close()  # the parent's end: held here too, a dead parent's pipe would never break (EPIPE)
+def _load_and_send(source: DumpSource, channel: Channel) -> None:
+    channel.close_reading()  # the parent's end: held here too, a dead parent's pipe would never break (EPIPE)
     try:
         dump = load_source(source)
         with paused_gc():
             data = _pack(dump)
-        sender.send_bytes(data)
+        channel.send(data)
     except Exception:  # nothing sent: the parent loads the dump itself and reports the problem
         pass
     finally:
-        sender.close()
+        channel.close_writing()
 
 
 def _pack(dump: Dump) -> bytes:
@@ -166,7 +164,7 @@ def _pack(dump: Dump) -> bytes:
     )
 
 
-def _unpack(data: bytes) -> Dump:
+def _unpack(data: bytes | bytearray) -> Dump:
     sent = _DECODER.decode(data)
     entries = {entry.key: entry for entry in sent.entries}
     return Dump(
@@ -201,10 +199,10 @@ class BackgroundRanks:
     def __init__(self, paths: Sequence[Path]) -> None:
         self._paths = list(paths)
         context = multiprocessing.get_context("fork")
-        self._receiver, sender = context.Pipe(duplex=False)
-        self._child = context.Process(target=_compare_and_send, args=(self._paths, sender, self._receiver), daemon=True)
+        self._receiver = Channel()
+        self._child = context.Process(target=_compare_and_send, args=(self._paths, self._receiver), daemon=True)
         self._child.start()
-        sender.close()
+        self._receiver.close_writing()
 
     def load(self, paths: Sequence[Path]) -> list[Dump]:
         """The dumps of `paths` (load_rank_files's), read with the child's help when they are its files."""
@@ -213,19 +211,19 @@ class BackgroundRanks:
         try:
             first = FirstRank(load_dump_file(paths[0]), paths[0])
             loaded = [first.dump]
+            given_up = False
+            assert self._child.pid is not None
             for path in paths[1:]:
-                try:
-                    data = self._receiver.recv_bytes()
-                except (EOFError, OSError):
-                    data = b""
-                # nothing sent: the child stopped (e.g. a broken file); loaded here, which reports the problem
+                data = None if given_up else self._receiver.receive(self._child.pid)
+                given_up = data is None  # the child ended (e.g. a broken file) or is stopped: no more from it
+                # nothing sent: loaded here, which reports any problem
                 loaded.append(first.peer_from(path, _DIFFERENCES.decode(data) if data else None))
             return loaded
         finally:
             self.close()
 
     def close(self) -> None:
-        self._receiver.close()
+        self._receiver.close_reading()
         if self._child.exitcode is None:
             self._child.kill()
         self._child.join()
@@ -240,11 +238,11 @@ class BackgroundRanks:
 _DIFFERENCES = msgspec.msgpack.Decoder(Differences)
 
 
-def _compare_and_send(paths: list[Path], sender: Connection, inherited: Connection) -> None:
+def _compare_and_send(paths: list[Path], channel: Channel) -> None:
     """The differences of paths[1:] from paths[0], all computed before any is sent: the parent reads the pipe only
     after its own load, and a send would block on the full pipe meanwhile. An empty message for a file that does
     not scan."""
-    inherited.close()  # as in _load_and_send: a send to a parent that died must fail, not block
+    channel.close_reading()  # as in _load_and_send: a send to a parent that died must fail, not block
     packed: list[bytes] = []
     try:
         reference = RankTexts(read_regular_file(paths[0], "dump"))
@@ -255,8 +253,8 @@ def _compare_and_send(paths: list[Path], sender: Connection, inherited: Connecti
         pass
     try:
         for data in packed:
-            sender.send_bytes(data)
+            channel.send(data)
     except OSError:
         pass
     finally:
-        sender.close()
+        channel.close_writing()

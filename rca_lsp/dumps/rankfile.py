@@ -52,6 +52,6 @@ def _entry(window: str, key: str) -> dict[str, Any] | None:
         value_start += 1
     try:
         value, _ = json.JSONDecoder().raw_decode(window, value_start)  # stops at the entry's end
-    except ValueError:  # cut by the window, or broken: nothing to show
+    except (ValueError, RecursionError):  # cut by the window, broken, or nested too deep: nothing to show
         return None
     return value if isinstance(value, dict) else None

@@ -66,7 +66,7 @@ def _scanned(data: bytes) -> _ScannedDump | None:
     try:
         with paused_gc():
             return _SCANNER.decode(data)
-    except msgspec.DecodeError:  # ValidationError included
+    except (msgspec.DecodeError, RecursionError):  # ValidationError included; loaded as usual, which says why
         return None
 
 
@@ -110,9 +110,9 @@ class FirstRank:
                     values[key] = _VALUE_DECODER.decode(texts[key])
                 for key, text in changed.items():
                     values[key] = _VALUE_DECODER.decode(text)
-            except msgspec.DecodeError:  # e.g. a number beyond a double: located as for any dump
-                return load_dump_file(path)
-            return index_entries(str(path), values, differences.task, differences.level, differences.framework)
+                return index_entries(str(path), values, differences.task, differences.level, differences.framework)
+            except (msgspec.DecodeError, RecursionError):  # a number beyond a double, an entry nested ~1000 levels
+                return load_dump_file(path)  # deep: located as for any dump
 
 
 def load_rank_files(paths: Sequence[Path]) -> list[Dump]:

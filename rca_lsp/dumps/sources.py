@@ -10,15 +10,13 @@ the same ranks (a tensor-parallel engine: one rank folder per worker in every st
 from __future__ import annotations
 
 import os
-import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from rca_lsp.base.errors import InputError
 from rca_lsp.base.inputfile import file_kind
 
-_STEP_RE = re.compile(r"step(\d+)$")
-_RANK_RE = re.compile(r"rank(\d+)$")
 _LAYOUT_DIMS = ("tp", "pp", "ep", "dp")
 
 
@@ -58,6 +56,26 @@ class StepSpan:
 StepChoice = int | StepSpan | None
 
 
+def _ascii_number(text: str) -> int | None:
+    """A whole number written in ASCII digits (surrounding blanks allowed); None for anything else. str.isdigit()
+    passes superscripts that int() refuses, and int() reads Arabic-Indic or fullwidth digits, signs and `1_0`."""
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def is_step_number(value: object) -> bool:
+    """A step number given as a value (settings, rca-lsp.toml): an int >= 0; TOML's and JSON's true/false are not."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def parse_step_number(text: str, where: str = "--step", what: str = "step") -> int:
+    """`3` -> 3: one step (or rank, as `what` says), as --step (--train-rank) takes it."""
+    number = _ascii_number(text)
+    if number is None:
+        raise InputError(where, f"expected a {what} number (0, 1, ... in ASCII digits), got {text!r}")
+    return number
+
+
 def parse_step(text: str | int | None, where: str = "--step") -> StepChoice:
     """`3` -> 3; `all` -> every step; `2-6`, `2-`, `-6` -> a span of steps joined as calls; None or "" -> None."""
     if text is None or isinstance(text, int):
@@ -65,17 +83,18 @@ def parse_step(text: str | int | None, where: str = "--step") -> StepChoice:
     cleaned = text.strip().lower()
     if not cleaned:
         return None
-    if cleaned.isdigit():
-        return int(cleaned)
+    if (number := _ascii_number(cleaned)) is not None:
+        return number
     if cleaned == "all":
         return StepSpan()
-    first, dash, last = cleaned.partition("-")
-    if dash and (first.strip().isdigit() or not first.strip()) and (last.strip().isdigit() or not last.strip()):
-        span = StepSpan(int(first) if first.strip() else None, int(last) if last.strip() else None)
+    first, dash, last = (part.strip() for part in cleaned.partition("-"))
+    bounds = [_ascii_number(first) if first else None, _ascii_number(last) if last else None]
+    if dash and all(bound is not None or not part for bound, part in zip(bounds, (first, last))):
+        span = StepSpan(*bounds)
         if span.first is not None and span.last is not None and span.first > span.last:
             raise InputError(where, f"the step span {text!r} ends before it starts")
         return span
-    raise InputError(where, f"expected a step number, `all`, or a span such as `0-4`; got {text!r}")
+    raise InputError(where, f"expected a step number, `all`, or a span such as `0-4` (ASCII digits); got {text!r}")
 
 
 def parse_layout(text: str | None, where: str = "--parallel") -> ParallelLayout | None:
@@ -90,9 +109,12 @@ def parse_layout(text: str | None, where: str = "--parallel") -> ParallelLayout 
             raise InputError(
                 where, f"unknown parallel dimension {name!r} in {text!r} (expected {', '.join(_LAYOUT_DIMS)})"
             )
-        if not number.strip().isdigit() or int(number) < 1:
-            raise InputError(where, f"{name} must be a positive integer, got {number.strip()!r} in {text!r}")
-        values[name] = int(number)
+        value = _ascii_number(number)
+        if value is None or value < 1:
+            raise InputError(
+                where, f"{name} must be a positive integer in ASCII digits, got {number.strip()!r} in {text!r}"
+            )
+        values[name] = value
     return ParallelLayout(**values)
 
 
@@ -143,26 +165,112 @@ class DumpSource:
         )
 
 
+def _listing(folder: Path) -> list[os.DirEntry[str]]:
+    """The entries of a folder; InputError naming it when it cannot be listed (no read permission, ...)."""
+    try:
+        with os.scandir(folder) as entries:
+            return list(entries)
+    except OSError as error:
+        raise InputError(str(folder), f"cannot list the folder: {error.strerror or error}") from None
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:  # cannot be looked at: not taken for a folder, as a name that does not match
+        return False
+
+
+def _numbered(folder: Path, kind: str) -> dict[int, Path]:
+    """The `<kind><N>` folders (`rank3`, `step0`) of `folder` by N, in order. N must be in ASCII digits: int() also
+    reads Arabic-Indic or fullwidth digits, and str.isdigit() passes superscripts, which int() refuses. A name with
+    other digits is an error naming it, and so are two names of one number (`rank1` beside `rank01`), which msprobe
+    never writes: merged as two ranks, or one of them dropped, they would give a wrong diagnosis."""
+    found: dict[int, Path] = {}
+    for entry in sorted(_listing(folder), key=lambda entry: entry.name):
+        digits = entry.name[len(kind) :] if entry.name.startswith(kind) else ""
+        if not digits.isdigit() or not _is_folder(entry):
+            continue
+        if not digits.isascii():
+            raise InputError(
+                entry.path,
+                f"a {kind} folder must be numbered in ASCII digits ({kind}0, {kind}1, ... as msprobe names them)",
+            )
+        number = int(digits)
+        if number in found:
+            raise InputError(
+                str(folder),
+                f"{found[number].name} and {entry.name} are both {kind} {number}: keep one of them",
+            )
+        found[number] = Path(entry.path)
+    return dict(sorted(found.items()))
+
+
+def _has_dump(folder: Path) -> bool:
+    """Whether `folder` holds a dump.json: a regular file (or a link to one). Absent: False. Anything else there (a
+    directory, a link to nothing, a device, a file that cannot be looked at) is an InputError naming it: a rank
+    left out silently would be merged from the others into a wrong diagnosis."""
+    path = folder / "dump.json"
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        if os.path.lexists(path):
+            raise InputError(
+                str(path), f"cannot read dump: a symbolic link to a missing file ({os.readlink(path)})"
+            ) from None
+        return False
+    except PermissionError as error:  # stat needs search permission on the folder only
+        raise InputError(str(folder), f"cannot look into the folder: {error.strerror or error}") from None
+    except OSError as error:
+        raise InputError(str(path), f"cannot read dump: {error.strerror or error}") from None
+    if not stat.S_ISREG(mode):
+        raise InputError(str(path), f"cannot read dump: {file_kind(mode)}, not a regular file")
+    return True
+
+
 def _rank_folders(folder: Path) -> list[tuple[int, Path]]:
     found = []
-    for child in folder.iterdir() if folder.is_dir() else ():
-        match = _RANK_RE.match(child.name)
-        if match and (child / "dump.json").is_file():
-            found.append((int(match.group(1)), child / "dump.json"))
-    return sorted(found)
+    for rank, child in _numbered(folder, "rank").items():
+        if not _has_dump(child):
+            raise InputError(
+                str(child / "dump.json"),
+                "no dump.json in this rank folder (a rank that did not dump, or is being rewritten?)",
+            )
+        found.append((rank, child / "dump.json"))
+    return found
 
 
 def _proc_folders(folder: Path) -> list[Path]:
-    return sorted(p / "dump.json" for p in folder.glob("proc*") if (p / "dump.json").is_file())
+    procs = [Path(entry.path) for entry in _listing(folder) if entry.name.startswith("proc") and _is_folder(entry)]
+    return sorted(proc / "dump.json" for proc in procs if _has_dump(proc))
 
 
-def _steps(folder: Path) -> dict[int, Path]:
-    steps = {}
-    for child in folder.iterdir():
-        match = _STEP_RE.match(child.name)
-        if match and child.is_dir():
-            steps[int(match.group(1))] = child
-    return dict(sorted(steps.items()))
+def _spans(numbers: list[int]) -> list[tuple[int, int]]:
+    """Sorted distinct numbers as runs (first, last) of successive ones."""
+    runs: list[tuple[int, int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], number)
+        else:
+            runs.append((number, number))
+    return runs
+
+
+def _spans_text(runs: list[tuple[int, int]], most: int = 8) -> str:
+    """`0-3, 5, 7-9`: at most `most` runs, then how many more."""
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:most])
+    return text + (f" and {len(runs) - most} more" if len(runs) > most else "")
+
+
+def _gaps(numbers: list[int]) -> list[tuple[int, int]]:
+    """The runs of numbers missing from 0 to the last of sorted distinct `numbers` (computed from the runs present,
+    never listed one by one: a folder rank99999999999 must not build a range up to it)."""
+    gaps, expected = [], 0
+    for first, last in _spans(numbers):
+        if first > expected:
+            gaps.append((expected, first - 1))
+        expected = last + 1
+    return gaps
 
 
 def _ranks_in(folder: Path, label: str) -> tuple[list[tuple[int, Path]], str | None]:
@@ -170,12 +278,13 @@ def _ranks_in(folder: Path, label: str) -> tuple[list[tuple[int, Path]], str | N
     ranks = _rank_folders(folder)
     if ranks:
         numbers = [r for r, _ in ranks]
-        missing = sorted(set(range(max(numbers) + 1)) - set(numbers))
+        missing = _gaps(numbers)
         if missing:
+            several = len(missing) > 1 or missing[0][0] != missing[0][1]
             raise InputError(
                 label,
-                f"rank folders {', '.join(map(str, numbers))} found, but rank "
-                f"{', '.join(map(str, missing))} is missing (a rank that did not dump?)",
+                f"rank folders {_spans_text(_spans(numbers))} found, but rank{'s' if several else ''} "
+                f"{_spans_text(missing)} {'are' if several else 'is'} missing (a rank that did not dump?)",
             )
         return ranks, None
     procs = _proc_folders(folder)
@@ -200,18 +309,20 @@ def resolve_dump_source(
     `step` must exist (a span: hold at least one step); `step_if_several` chooses only among several steps
     (`--step` given for the other side)."""
     candidate = Path(path)
-    if candidate.is_file():
+    try:
+        mode = candidate.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise InputError(str(candidate), "no such dump file or directory") from None
+    except OSError as error:
+        raise InputError(str(candidate), f"cannot read the dump: {error.strerror or error}") from None
+    if stat.S_ISREG(mode):
         return DumpSource(candidate.resolve(), (candidate.resolve(),), (0,), None, layout)
-    if not candidate.is_dir():
-        try:
-            mode = candidate.stat().st_mode
-        except OSError:
-            raise InputError(str(candidate), "no such dump file or directory") from None
+    if not stat.S_ISDIR(mode):
         raise InputError(str(candidate), f"not a dump file or directory: {file_kind(mode)}")
     root = candidate.resolve()
-    if (root / "dump.json").is_file():
+    if _has_dump(root):
         return DumpSource(root, (root / "dump.json",), (0,), None, layout)
-    steps = _steps(root)
+    steps = _numbered(root, "step")
     if steps:
         if step is None and len(steps) > 1 and (step_if_several in steps or isinstance(step_if_several, StepSpan)):
             step = step_if_several
@@ -220,6 +331,7 @@ def resolve_dump_source(
             if not chosen:
                 raise InputError(str(root), f"no step in {step} here (steps: {', '.join(f'step{n}' for n in steps)})")
             if len(chosen) > 1:
+                _refuse_gaps(root, chosen, step)
                 return _joined_steps(root, {n: steps[n] for n in chosen}, layout)
             step = chosen[0]
         if step is None:
@@ -246,6 +358,22 @@ def resolve_dump_source(
     return DumpSource(
         root, tuple(p for _, p in ranks), tuple(r for r, _ in ranks), step if isinstance(step, int) else None, layout
     )
+
+
+def _refuse_gaps(root: Path, chosen: list[int], span: StepSpan) -> None:
+    """Steps joined as successive calls must follow each other: a step missing between two (not dumped, or deleted)
+    would join calls that did not follow each other, as a gap in the ranks would merge ranks that are not the run's.
+    An error naming the first missing step and the runs without a gap, any of which can be joined."""
+    runs = _spans(chosen)
+    if len(runs) > 1:
+        first, last = runs[0][1] + 1, runs[1][0] - 1
+        missing = f"step{first}" if first == last else f"steps {first}-{last}"
+        raise InputError(
+            str(root),
+            f"{missing} {'is' if first == last else 'are'} missing between step{first - 1} and step{last + 1}: "
+            f"steps joined as successive calls ({span}) must follow each other; join a span without a gap "
+            f"({_spans_text(runs)})",
+        )
 
 
 def _joined_steps(root: Path, steps: dict[int, Path], layout: ParallelLayout | None) -> DumpSource:

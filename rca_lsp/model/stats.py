@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import msgspec
 
 from rca_lsp.base.jsonload import as_float
-from rca_lsp.model.tolerance import normalise_dtype
+from rca_lsp.model.tolerance import DEFAULT_TOLERANCES, normalise_dtype
 
 
 class TensorStats(msgspec.Struct, gc=False):
@@ -109,15 +109,28 @@ def aggregate(
     mean = None
     if with_mean and total and all(m is not None for m in means) and all(n is not None for n in numels):
         mean = math.fsum(m * n for m, n in zip(means, numels)) / total  # type: ignore[operator]
-    dtypes = {p.dtype for p in parts}
     return TensorStats(
-        dtype=dtypes.pop() if len(dtypes) == 1 else None,
+        dtype=_joint_dtype({p.dtype for p in parts}),
         shape=shape if shape is not None else ((total,) if total is not None else None),
         max=max(maxes) if all(v is not None for v in maxes) else None,  # type: ignore[type-var]
         min=min(mins) if all(v is not None for v in mins) else None,  # type: ignore[type-var]
         mean=mean,
         norm=math.sqrt(math.fsum(n * n for n in norms)) if all(n is not None for n in norms) else None,  # type: ignore[operator]
     )
+
+
+def _joint_dtype(dtypes: set[str | None]) -> str | None:
+    """The dtype of a tensor made of parts: theirs when they agree. Parts in several floating dtypes (a decode step
+    the engine ran in bfloat16 among float32 ones) make a tensor only as precise as the least precise: its dtype,
+    whose tolerance judges the whole and which differs from the other side's as that part does. Else unknown."""
+    if len(dtypes) == 1:
+        return next(iter(dtypes))
+    if None in dtypes or any(is_integer_dtype(d) for d in dtypes):
+        return None
+    ranked = [(DEFAULT_TOLERANCES.get(normalise_dtype(d) or ""), d) for d in dtypes if d is not None]
+    if any(tolerance is None for tolerance, _ in ranked):
+        return None  # a dtype of unknown precision
+    return max(ranked)[1]  # type: ignore[type-var]
 
 
 def tensor_scale(stats: TensorStats) -> float:
@@ -181,16 +194,15 @@ def relative_error(train: TensorStats | None, rollout: TensorStats | None) -> fl
     return worst
 
 
-def copy_difference(reference: TensorStats, copy: TensorStats) -> float:
+def copy_difference(reference: TensorStats, copy: TensorStats) -> float | None:
     """The largest relative difference of a statistic between two copies of what should be one tensor (0 when
-    identical; inf when their shapes differ, a statistic is on one only, or only one side is finite)."""
-    if reference.shape != copy.shape or _present(reference) != _present(copy):
+    identical; inf when their shapes differ or only one side is finite); None when no statistic is on both (msprobe
+    wrote null): unknown, which is never a difference, for copies on ranks as for mapped pairs (relative_error)."""
+    if not reference.observable or not copy.observable:
+        return None
+    if reference.shape != copy.shape:
         return math.inf
-    return relative_error(copy, reference) or 0.0
-
-
-def _present(stats: TensorStats) -> tuple[bool, ...]:
-    return stats.max is not None, stats.min is not None, stats.mean is not None, stats.norm is not None
+    return relative_error(copy, reference)
 
 
 def stat_error(name: str, t: float, r: float, scale: float) -> float:

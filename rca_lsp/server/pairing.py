@@ -11,9 +11,9 @@ from typing import Sequence
 
 from rca_lsp.base.errors import InputError
 from rca_lsp.base.globs import expand
-from rca_lsp.dumps.sources import DumpSource, parse_layout, parse_step, resolve_dump_source
+from rca_lsp.dumps.sources import DumpSource, is_step_number, parse_layout, parse_step, resolve_dump_source
 from rca_lsp.mapping.model import MSPROBE_SUFFIXES
-from rca_lsp.server.settings import PairSetting, is_step_number
+from rca_lsp.server.settings import PairSetting
 
 CONFIG_NAME = "rca-lsp.toml"
 GLOB_ENTRIES = 200_000  # directory entries a pair's glob may visit (about a second of listing) before it is refused

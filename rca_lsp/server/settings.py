@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from rca_lsp.dumps.sources import is_step_number
 from rca_lsp.model.tolerance import Tolerances, checked_tolerance
 from rca_lsp.report.columns import COLUMN_STYLES
 from rca_lsp.server.codes import DEFAULT_SEVERITY
@@ -69,11 +70,6 @@ def _json_kind(value: object) -> str:
 def _text(value: object) -> str | None:
     """A non-blank string, trimmed; None otherwise."""
     return (value.strip() or None) if isinstance(value, str) else None
-
-
-def is_step_number(value: object) -> bool:
-    """0, 1, ...: an int, not a bool (which Python counts as one: `step = true` is no step 1)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _pairs(raw: object, problems: list[str]) -> tuple[PairSetting, ...]:

@@ -47,7 +47,8 @@ def fused_expert_proposals(
         theirs = aggregate(list(entry.parameters.values()))
         if mine.numel is None or mine.numel != theirs.numel:
             continue
-        same = copy_difference(theirs, mine) <= tolerances.for_dtypes(mine.dtype, theirs.dtype)
+        difference = copy_difference(theirs, mine)  # None: statistics missing, nothing known to be the same
+        same = difference is not None and difference <= tolerances.for_dtypes(mine.dtype, theirs.dtype)
         reason = (
             "per-expert weights together equal the fused experts module's parameters"
             if same

@@ -72,7 +72,8 @@ def ep_reads_own_data(dumps: Sequence[Dump], group: list[int], tp: int, ep: int)
                 mine, theirs = reference.entries[key].output, other.entries.get(key)
                 copy = theirs.output if theirs is not None else None
                 if mine is not None and copy is not None and mine != copy:
-                    if copy_difference(mine, copy) > MERGE_TOLERANCES.for_dtypes(mine.dtype):
+                    difference = copy_difference(mine, copy)  # None: a copy without statistics tells nothing
+                    if difference is not None and difference > MERGE_TOLERANCES.for_dtypes(mine.dtype):
                         return True
     return False
 

@@ -72,7 +72,7 @@ def merge_ranks(dumps: Sequence[Dump], source: DumpSource) -> Dump:
         source.ranks,
         layout,
         merger.sequence_parallel,
-        plan.notes + merger.notes,
+        plan.notes + merger.notes + merger.unknown_notes(),
         merger.merges,
         merger.origins,
         merger.dropped,

@@ -17,7 +17,12 @@ from rca_lsp.dumps.ranks.experts import (
     own_data_note,
     unweighed_experts,
 )
-from rca_lsp.dumps.ranks.replicas import data_group_size, data_parallel_note, replica_disagreements
+from rca_lsp.dumps.ranks.replicas import (
+    data_group_size,
+    data_parallel_note,
+    replica_disagreements,
+    tensor_parallel_contradiction,
+)
 from rca_lsp.dumps.sources import DumpSource, ParallelLayout
 
 
@@ -65,12 +70,17 @@ def plan_merge(dumps: Sequence[Dump], source: DumpSource) -> Plan:
     stages = [list(range(start, start + stage_size)) for start in range(0, world, stage_size)]
     for stage in stages:
         odd = [i for i in stage if not _same_stage(dumps[stage[0]], dumps[i])]
-        if odd and given.pp is None:
+        if odd:
+            a, b = source.ranks[stage[0]], source.ranks[odd[0]]
             raise InputError(
                 source.label,
-                f"cannot tell the pipeline stages: rank {source.ranks[odd[0]]} dumps other "
-                f"modules than rank {source.ranks[stage[0]]}; pass --parallel pp=N",
+                f"the given layout {given} puts ranks {a} and {b} in one pipeline stage, but ranks {a} and {b} dump "
+                "other modules (pipeline stages hold other layers)"
+                if given.pp is not None
+                else f"cannot tell the pipeline stages: rank {b} dumps other modules than rank {a}; pass --parallel pp=N",
             )
+    if given.pp is not None and len(stages) > 1:
+        _check_given_stages(stages, dumps, source, given)
     stages = _in_pipeline_order(stages, dumps, source, notes)
     group = data_group_size(dumps, stages[0], given, source, notes)
     dp = stage_size // group
@@ -92,6 +102,17 @@ def plan_merge(dumps: Sequence[Dump], source: DumpSource) -> Plan:
                 "ranks, pass --parallel ep=N (setting `parallel`)"
             )
     tp, ep = _tp_ep(dumps, stages[0][:group], given, source)
+    inferred = given.tp is None and given.pp is None and given.ep is None and given.dp is None
+    unusual = [f"{name}={size}" for name, size in (("tp", tp), ("ep", ep)) if size & (size - 1)]
+    if inferred and unusual:
+        # No gap below the highest rank folder (sources would have said), but the last ones may be gone: a TP=4 run
+        # missing rank 3 merges as tp=3, every sharded tensor a quarter short, compared as "structural" mismatches.
+        notes.insert(
+            0,
+            f"{' and '.join(unusual)} inferred from {world} rank folders: parallel sizes are almost always powers of "
+            f"two; if the run had more ranks, rank {source.ranks[-1] + 1} and later are missing (not dumped, or not "
+            "copied) and every sharded tensor here is incomplete",
+        )
     own_data = ep > 1 and any(ep_reads_own_data(dumps, stage[:group], tp, ep) for stage in stages)
     if own_data:
         notes.append(own_data_note([i for stage in stages for i in stage[:tp]], ep, dp, source))
@@ -101,7 +122,7 @@ def plan_merge(dumps: Sequence[Dump], source: DumpSource) -> Plan:
         tp,
         ep,
         dp,
-        given.tp is None and given.pp is None and given.ep is None and given.dp is None,
+        inferred,
         notes,
         own_data,
         groups,
@@ -127,6 +148,26 @@ _FIRST_STAGE_RE = re.compile(r"(?<![^.])(embedding|embed_tokens|word_embeddings|
 
 
 _LAST_STAGE_RE = re.compile(r"(?<![^.])(output_layer|lm_head|final_layernorm)(?=\.|$)")
+
+
+def _check_given_stages(
+    stages: list[list[int]], dumps: Sequence[Dump], source: DumpSource, given: ParallelLayout
+) -> None:
+    """Given pipeline stages that each dump the whole model (the same modules, the embedding to the output layer)
+    are not stages: the ranks are tensor-parallel peers or data-parallel replicas."""
+    first = dumps[stages[0][0]]
+    whole = all(
+        any(pattern.search(first.entries[key].path) for key in first.keys)
+        for pattern in (_FIRST_STAGE_RE, _LAST_STAGE_RE)
+    )
+    if whole and all(_same_stage(first, dumps[stage[0]]) for stage in stages[1:]):
+        a, b = source.ranks[stages[0][0]], source.ranks[stages[1][0]]
+        raise InputError(
+            source.label,
+            f"the given layout {given} makes ranks {a} and {b} separate pipeline stages, but ranks {a} and {b} each "
+            "dump the whole model (the same modules, the embedding to the output layer): they are tensor-parallel "
+            "peers or data-parallel replicas",
+        )
 
 
 def _in_pipeline_order(
@@ -162,9 +203,9 @@ def _tp_ep(dumps: Sequence[Dump], group: list[int], given: ParallelLayout, sourc
                 f"--parallel {source.layout}: the {size} rank(s) of a data-parallel group "
                 f"cannot be split into tp={tp}" + (f" x ep={given.ep}" if given.ep else ""),
             )
+        _check_given_peers(dumps, group, tp, size // tp, given, source)
         return tp, size // tp
-    has_experts = any(EXPERT_RE.search(k) for k in dumps[group[0]].keys)
-    if size == 1 or not has_experts:
+    if size == 1 or not _has_experts(dumps[group[0]]):
         return size, 1
     # Expert-parallel peers hold other experts and the same weights outside them (whatever batch they read);
     # without weights: they agree on everything outside their experts when they read one batch. Tensor-parallel
@@ -188,3 +229,34 @@ def _tp_ep(dumps: Sequence[Dump], group: list[int], given: ParallelLayout, sourc
             "cannot tell tensor-parallel from expert-parallel ranks; pass --parallel tp=N,ep=M (setting `parallel`)",
         )
     return tp, ep
+
+
+def _has_experts(dump: Dump) -> bool:
+    return any(EXPERT_RE.search(key) for key in dump.keys)
+
+
+def _check_given_peers(
+    dumps: Sequence[Dump], group: list[int], tp: int, ep: int, given: ParallelLayout, source: DumpSource
+) -> None:
+    """Given tensor- and expert-parallel peers that the dumps contradict: EP ranks without experts, EP peers that
+    hold the same experts (their weights dumped), TP peers that hold the same copy of every sharded weight."""
+    first = dumps[group[0]]
+    if ep > 1 and not _has_experts(first):
+        raise InputError(
+            source.label,
+            f"the given layout {given} means ep={ep} expert-parallel ranks, but the dumps hold no experts (no "
+            "local_experts.<n> modules)",
+        )
+
+    def contradicted(other: int, why: str) -> InputError:
+        a, b = source.ranks[group[0]], source.ranks[other]
+        return InputError(source.label, f"the given layout {given}: ranks {a} and {b} cannot be {why}")
+
+    for t in range(1, tp):
+        why = tensor_parallel_contradiction(first, dumps[group[t]])
+        if why is not None:
+            raise contradicted(group[t], f"tensor-parallel peers: {why}")
+    weighed = any(e.parameters for e in first.entries.values() if EXPERT_RE.search(e.path))
+    for e in range(1, ep if weighed else 1):
+        if not hold_other_experts(first, dumps[group[e * tp]]):
+            raise contradicted(group[e * tp], "expert-parallel peers: they do not hold other experts")

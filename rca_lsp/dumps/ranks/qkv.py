@@ -175,8 +175,9 @@ def qkv_parts(
         if rotary_inputs is None or attention_inputs is None or output is None or len(rotary_inputs) < 3:
             return None
         q, k, v = rotary_inputs[1], rotary_inputs[2], attention_inputs[2]
-        if copy_difference(output, aggregate([q, k, v], output.shape)) > MERGE_TOLERANCES.for_dtypes(output.dtype):
-            return None  # not the projection's parts (e.g. a q/k norm between): no exact merge from them
+        difference = copy_difference(output, aggregate([q, k, v], output.shape))
+        if difference is None or difference > MERGE_TOLERANCES.for_dtypes(output.dtype):
+            return None  # not (known to be) the projection's parts (e.g. a q/k norm between): no exact merge
         parts.append([q, k, v])
     if not all(_same(parts[r - r % replicas][1:], parts[r][1:]) for r in range(len(parts))):
         return None  # a replica's k/v differs from its group's: no copy stands for the others
@@ -319,4 +320,6 @@ def _width(stats: TensorStats) -> int | None:
 
 
 def _same(a: list[TensorStats], b: list[TensorStats]) -> bool:
-    return all(copy_difference(x, y) <= MERGE_TOLERANCES.for_dtypes(x.dtype) for x, y in zip(a, b))
+    """Known to be the same tensors (statistics missing: not known)."""
+    differences = [(copy_difference(x, y), MERGE_TOLERANCES.for_dtypes(x.dtype)) for x, y in zip(a, b)]
+    return all(d is not None and d <= tol for d, tol in differences)

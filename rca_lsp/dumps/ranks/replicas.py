@@ -22,21 +22,34 @@ def data_group_size(
     data-parallel peer is one group size further: the smallest distance at which every rank and the rank that far
     on are data-parallel replicas (see `_replicas_of_other_data`) is the group size; none: one group."""
     if given.dp is not None:
-        return _given_group_size(len(stage), given, source, notes)
+        group = _given_group_size(len(stage), given, source, notes)
+        for a, b in ((stage[i], stage[i + group]) for i in range(len(stage) - group)):
+            verdict = _replicas_of_other_data(dumps[a], dumps[b])
+            if verdict.replicas is False:
+                raise InputError(
+                    source.label,
+                    f"the given layout {given} makes ranks {source.ranks[a]} and {source.ranks[b]} data-parallel "
+                    f"replicas, but ranks {source.ranks[a]} and {source.ranks[b]} cannot be data-parallel replicas: "
+                    f"{verdict.why}",
+                )
+        return group
     undecided: tuple[int, int, str] | None = None
     unit = (given.tp or 1) * (given.ep or 1)  # a data-parallel group holds tp x ep ranks
     for size in range(1, len(stage)):
         if len(stage) % size or size % unit:
             continue
         first_undecided: tuple[int, int, str] | None = None
+        confirmed = False
         for a, b in ((stage[i], stage[i + size]) for i in range(len(stage) - size)):
             verdict = _replicas_of_other_data(dumps[a], dumps[b])
             if verdict.replicas is False:
                 break  # not this size (nor undecided at it): the other pairs need no look
-            if verdict.replicas is None and first_undecided is None:
+            confirmed |= verdict.replicas is True
+            if verdict.replicas is None and not verdict.unknown and first_undecided is None:
                 first_undecided = (a, b, verdict.why)
         else:
-            if first_undecided is None:
+            # pairs a rank without statistics makes unknown neither confirm a size nor stand against it
+            if first_undecided is None and confirmed:
                 return size
             undecided = undecided or first_undecided
     if undecided is not None:
@@ -70,6 +83,7 @@ def _given_group_size(size: int, given: ParallelLayout, source: DumpSource, note
 class _Verdict(NamedTuple):
     replicas: bool | None  # None: the dumps cannot tell
     why: str  # for the report when they cannot
+    unknown: bool = False  # they cannot tell because a rank wrote null statistics for what would tell
 
 
 def _replicas_of_other_data(a: Dump, b: Dump) -> _Verdict:
@@ -80,17 +94,28 @@ def _replicas_of_other_data(a: Dump, b: Dump) -> _Verdict:
     out of sync. Ranks that hold other experts are expert-parallel peers (which read their own batches in
     Megatron), not replicas."""
     if hold_other_experts(a, b):
-        return _Verdict(False, "")
+        return _Verdict(False, "they hold other experts under the same names (expert-parallel peers)")
     first = a.keys[0]
     other = b.entries.get(first)
-    if other is not None and a.entries[first].input is not None and other.input != a.entries[first].input:
+    mine = a.entries[first].input
+    theirs = other.input if other is not None else None
+    null_input = (mine is not None and not mine.observable) or (theirs is not None and not theirs.observable)
+    if mine is not None and theirs is not None and not null_input and theirs != mine:
         return _Verdict(True, "")
     sharded, replicated = _weights_differ(a, b)
     if not sharded:
         weighted = [(e, b.entries[k]) for k, e in a.entries.items() if e.parameters and k in b.entries]
-        if not weighted:
-            return _Verdict(None, "read the same first input and dump no weights to compare")
-        return _Verdict(all(e.parameters == o.parameters for e, o in weighted), "")
+        known = [
+            (stats, theirs)
+            for entry, copy in weighted
+            for name, stats in entry.parameters.items()
+            if (theirs := copy.parameters.get(name)) is None or (stats.observable and theirs.observable)
+        ]
+        if not known:
+            null = null_input or bool(weighted)  # weights there, none with statistics on both
+            return _Verdict(None, "read the same first input and dump no weights to compare", null)
+        same = all(stats == theirs for stats, theirs in known)
+        return _Verdict(same, "" if same else "their weights differ (replicas hold the same weights)")
     differing = [d for scope in sharded.values() for d in scope]
     if not any(differing):
         return _Verdict(True, "")
@@ -98,7 +123,11 @@ def _replicas_of_other_data(a: Dump, b: Dump) -> _Verdict:
         # A scope (the experts, the rest) whose every sharded weight differs: other shards or other experts, i.e.
         # peers - unless most replicated weights differ too (peers share those: a replica that missed an update?)
         if not replicated or 2 * sum(replicated) < len(replicated):
-            return _Verdict(False, "")
+            return _Verdict(
+                False,
+                "they hold other shards of every weight the parallel layers shard (tensor-parallel peers; "
+                "replicas hold the same)",
+            )
         return _Verdict(
             None,
             f"read the same first input and differ in every weight the parallel layers shard and in "
@@ -117,6 +146,20 @@ def _replicas_of_other_data(a: Dump, b: Dump) -> _Verdict:
     )
 
 
+def tensor_parallel_contradiction(a: Dump, b: Dump) -> str | None:
+    """Why two ranks cannot be tensor-parallel peers, if their weights say so: peers hold other shards of every
+    weight a parallel layer shards (outside the experts, which expert-parallel peers hold apart), so ranks holding
+    the same copy of each such weight are replicas or expert-parallel peers. None when they may be peers."""
+    sharded, _ = _weights_differ(a, b)
+    dense = sharded.get(False)
+    if dense and not any(dense):
+        return (
+            f"they hold the same copy of every weight the parallel layers shard outside the experts ({len(dense)} "
+            "compared; tensor-parallel peers hold other shards)"
+        )
+    return None
+
+
 def _weights_differ(a: Dump, b: Dump) -> tuple[dict[bool, list[bool]], list[bool]]:
     """For every weight both ranks dump that carries information (not constant: the shards of a constant tensor
     look alike), whether their copies differ: those a parallel layer shards (as its class says) grouped by scope (in
@@ -130,8 +173,8 @@ def _weights_differ(a: Dump, b: Dump) -> tuple[dict[bool, list[bool]], list[bool
         kind = parallel_kind(entry.class_name)
         for name, stats in entry.parameters.items():
             theirs = other.parameters.get(name)
-            if theirs is None or not stats.observable or stats.max == stats.min:
-                continue
+            if theirs is None or not stats.observable or not theirs.observable or stats.max == stats.min:
+                continue  # (a weight without statistics, null, tells nothing)
             # Exact: replicas hold bit-identical weights (no arithmetic between them), and so every pair compares
             # in C (a TP=8 dump has 10^4 weights per rank).
             if kind is not None and shard_dim(f"parameters.{name}", kind, stats) is not None:

@@ -49,6 +49,7 @@ class Merger:
         self.decided: dict[tuple[object, ...], tuple[tuple[int, ...] | None, int | None]] = {}
         self.sequence_parallel = False
         self.qkv_layouts: dict[tuple[int, ...], dict[str, QkvLayout]] = {}  # per tensor-parallel group, per key
+        self.unknown: dict[int, int] = {}  # rank -> slots left unknown because it wrote null statistics
 
     def stage(self, ranks: list[int], plan: Plan) -> tuple[list[str], dict[str, ModuleEntry]]:
         """One stage's logical keys (local layer names) and entries: experts joined, then tensor shards merged."""
@@ -224,6 +225,24 @@ class Merger:
             self.merges[key] = "; ".join(([self.merges[key]] if key in self.merges else []) + described)
         return _with_slots(first, merged, tuple(found))
 
+    def _unknown(self, copies: list[TensorStats], ranks: list[int]) -> tuple[TensorStats, str, None]:
+        """A slot some ranks wrote without statistics (null): unknown, which the comparison reports as missing,
+        never a mismatch nor a disagreement of the ranks. Counted per rank for the notes (see unknown_notes)."""
+        null = [rank for rank, copy in zip(ranks, copies) if not copy.observable]
+        for rank in null:
+            self.unknown[rank] = self.unknown.get(rank, 0) + 1
+        names = ", ".join(str(self.source.ranks[rank]) for rank in null) or "?"
+        what = f"rank{'s' if len(null) > 1 else ''} {names} wrote no statistics" if null else "no statistic on both"
+        unknown = next((c for c in copies if not c.observable), TensorStats(copies[0].dtype, copies[0].shape))
+        return unknown, f"unknown ({what})", None
+
+    def unknown_notes(self) -> list[str]:
+        return [
+            f"rank {self.source.ranks[rank]} wrote no statistics (null) for {count} tensor(s) the merge needed: "
+            "those tensors are unknown in the merged dump (missing), not compared"
+            for rank, count in sorted(self.unknown.items())
+        ]
+
     def _qkv_layout(self, key: str, ranks: list[int]) -> QkvLayout:
         """How the fused q/k/v projection `key` of these tensor-parallel peers spreads KV heads: decided for every
         projection of the group when the first is merged (each on its own evidence, checked against the others);
@@ -258,8 +277,11 @@ class Merger:
         stats: list[TensorStats] = copies  # type: ignore[assignment]
         if all(c == first for c in stats[1:]):
             return first, "", None
+        differences = [copy_difference(first, c) for c in stats[1:]]
+        if None in differences:  # a rank wrote null statistics: neither shards nor replicas can be told
+            return self._unknown(stats, ranks)
         tol = MERGE_TOLERANCES.for_dtypes(first.dtype)
-        worst = max(copy_difference(first, c) for c in stats[1:])
+        worst = max(d for d in differences if d is not None)
         parameter = slot.startswith("parameters.")
         dim = shard_dim(slot, kind, first)
         if parameter and dim is None:
@@ -353,12 +375,10 @@ def _same_inputs(parts: Sequence[ModuleEntry]) -> bool:
             copy = slot_stats(part, slot)
             if (stats is None) != (copy is None):
                 return False
-            if (
-                stats is not None
-                and copy is not None
-                and copy_difference(stats, copy) > MERGE_TOLERANCES.for_dtypes(stats.dtype)
-            ):
-                return False
+            if stats is not None and copy is not None:
+                difference = copy_difference(stats, copy)  # None: unknown, not known to be the same
+                if difference is None or difference > MERGE_TOLERANCES.for_dtypes(stats.dtype):
+                    return False
     return True
 
 

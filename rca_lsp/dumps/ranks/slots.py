@@ -58,18 +58,25 @@ def shard_dim(slot: str, kind: str | None, stats: TensorStats) -> int | None:
 def disagreement_of(
     slot: str, copies: list[TensorStats | None], ranks: list[int], source: DumpSource
 ) -> Disagreement | None:
-    first = copies[0]
-    if first is None:
+    """The ranks whose copy of a slot differs from the reference's beyond noise, or lacks it; a copy without
+    statistics (null) is unknown, no difference, and the reference is the first copy with statistics."""
+    if copies[0] is None:
         return None
+    found = next(((rank, copy) for rank, copy in zip(ranks, copies) if copy is not None and copy.observable), None)
+    if found is None:
+        return None
+    reference, first = found
     tol = MERGE_TOLERANCES.for_dtypes(first.dtype)
     differing: list[int] = []
     worst = 0.0
-    for rank, copy in zip(ranks[1:], copies[1:]):
+    for rank, copy in zip(ranks, copies):
+        if rank == reference or (copy is not None and not copy.observable):
+            continue
         error = copy_difference(first, copy) if copy is not None else float("inf")
-        if error > tol:
+        if error is not None and error > tol:
             differing.append(source.ranks[rank])
             worst = max(worst, error)
-    return Disagreement(slot, "ranks", source.ranks[ranks[0]], tuple(differing), worst) if differing else None
+    return Disagreement(slot, "ranks", source.ranks[reference], tuple(differing), worst) if differing else None
 
 
 # Slots of an entry by name: what the analysis compares, as output_3 names them.
