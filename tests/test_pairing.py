@@ -186,8 +186,13 @@ def test_rank_files_gone_since_the_last_analysis_are_told_from_a_dump_made_anew(
     assert gone == []
     rank1 = root / "ranks" / "train" / "step0" / "rank1"
     (rank1 / "dump.json").rename(root / "aside.json")  # deleted, as a rewrite does first
+    shrunk = find_pair(mapping, (), [root])  # a rank folder without its dump.json is no dump of fewer ranks
+    assert isinstance(shrunk, Unpaired) and str(rank1 / "dump.json") in (shrunk.problem or "")
+    aside_rank1 = root / "aside_rank1"
+    rank1.rename(aside_rank1)  # the whole rank folder moved away: ranks left that pair, told by the layout
     shrunk = find_pair(mapping, (), [root])
     assert isinstance(shrunk, Pair) and dump_layout(layout, shrunk)[1] == [(rank1 / "dump.json").resolve()]
+    aside_rank1.rename(rank1)
     (root / "aside.json").rename(rank1 / "dump.json")
     assert dump_layout(layout, find_pair(mapping, (), [root]))[1] == []  # type: ignore[arg-type]
     train = root / "ranks" / "train"

@@ -4,7 +4,8 @@ that point at the offending token."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import orjson
 
@@ -170,3 +171,12 @@ def as_float(value: object) -> float | None:
     if isinstance(value, str) and value in ("NaN", "Infinity", "-Infinity", "inf", "-inf", "nan"):
         return float(value)
     return None
+
+
+@contextmanager
+def nesting_reported(data: bytes, path: str) -> Iterator[None]:
+    """A RecursionError raised inside (decoding or walking `data`, the file at `path`) as its nesting_error."""
+    try:
+        yield
+    except RecursionError:
+        raise nesting_error(data, path) from None

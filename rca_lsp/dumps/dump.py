@@ -15,7 +15,7 @@ import msgspec
 from rca_lsp.base.errors import InputError
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.base.inputfile import read_regular_file
-from rca_lsp.base.jsonload import loads_lenient, nesting_error, quote_literals
+from rca_lsp.base.jsonload import loads_lenient, nesting_reported, quote_literals
 from rca_lsp.model.keys import parse_module_key
 from rca_lsp.model.stats import TensorStats, is_integer_dtype, leading_size
 
@@ -495,14 +495,13 @@ def entries_with_slots(path: str, keys: Iterable[str]) -> dict[str, tuple[Module
     """Some keys' entries of one dump file, each with its decoded slots (input_args, input_kwargs, output,
     parameters) in which the entry's statistics are the very nodes: what names its tensors as msprobe does."""
     data = read_regular_file(path, "dump")
-    try:
-        with paused_gc():
-            document = decode_dump(data, path)
-            if type(document) is not _RawDump:
-                try:
-                    document = msgspec.convert(document, _RawDump)
-                except msgspec.ValidationError:
-                    raise InputError(path, _NOT_A_DUMP) from None
+    with nesting_reported(data, path), paused_gc():
+        document = decode_dump(data, path)
+        if type(document) is not _RawDump:
+            try:
+                document = msgspec.convert(document, _RawDump)
+            except msgspec.ValidationError:
+                raise InputError(path, _NOT_A_DUMP) from None
         found: dict[str, tuple[ModuleEntry, dict[str, Any]]] = {}
         for key in keys:
             raw = document.data.get(key)
@@ -510,8 +509,6 @@ def entries_with_slots(path: str, keys: Iterable[str]) -> dict[str, tuple[Module
             if entry is not None:
                 found[key] = (entry, {name: getattr(raw, name) for name in _RawEntry.__struct_fields__})
         return found
-    except RecursionError:  # as in load_dump_file
-        raise nesting_error(data, path) from None
 
 
 def build_dump(path: str, document: Any) -> Dump:
@@ -577,11 +574,8 @@ def _decoded(data: bytes, path: str) -> _RawDump:
 
 def load_dump_file(path: Path) -> Dump:
     data = read_regular_file(path, "dump")
-    with paused_gc():
-        try:
-            return build_dump(str(path), decode_dump(data, str(path)))
-        except RecursionError:  # nested ~1000 levels deep: decoding or indexing recursed that deep
-            raise nesting_error(data, str(path)) from None
+    with nesting_reported(data, str(path)), paused_gc():  # nested ~1000 levels deep: decoding or indexing recursed
+        return build_dump(str(path), decode_dump(data, str(path)))
 
 
 def combined_dump(

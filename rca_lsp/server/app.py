@@ -360,8 +360,9 @@ async def cmd_write_outputs(ls: RcaServer, *arguments: Any) -> dict[str, str] | 
 @server.command(SUGGEST_MAPPING)
 async def cmd_suggest_mapping(ls: RcaServer, *arguments: Any) -> dict[str, str] | None:
     doc = _document_for_command(ls, SUGGEST_MAPPING, arguments)
-    if not isinstance(doc.pair, Pair):
-        raise CommandError(f"{doc.path} is not paired with dumps")
+    if not isinstance(doc.pair, Pair):  # a configured pair that cannot be used now says why
+        problem = doc.pair.problem if isinstance(doc.pair, Unpaired) else None
+        raise CommandError(problem or f"{doc.path} is not paired with dumps")
     if doc.problems:  # a rank file gone or broken: not a mapping of what is left
         raise CommandError(f"cannot suggest a mapping for {doc.path} now: {doc.problems[0]}")
     existing = doc.parsed.as_dict() if doc.parsed is not None else None
