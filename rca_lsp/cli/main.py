@@ -23,7 +23,7 @@ from rca_lsp.report.markdown import NOTHING_COMPARED
 from rca_lsp.report.outputs import write_outputs
 from rca_lsp.report.root_cause import root_cause_report
 
-DEMO_DIR = Path(__file__).parent / "demo"
+DEMO_DIR = Path(__file__).parents[1] / "demo"  # rca_lsp/demo
 
 
 def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
