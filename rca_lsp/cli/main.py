@@ -153,8 +153,9 @@ def run_analyze(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir or "rca_out")
     try:
         write_outputs(analysis, out_dir, fork=True, columns=args.columns, chart=not args.no_chart)
-    except OSError as error:
-        raise InputError(str(out_dir), f"cannot write the output files: {error.strerror or error}") from None
+    except OSError as error:  # the file named when the error names one (one not a regular file, see atomicfile)
+        where = str(error.filename or out_dir)
+        raise InputError(where, f"cannot write the output files: {error.strerror or error}") from None
     print(_summary(analysis, out_dir, not args.no_chart))
     if args.exit_when_done:
         _exit_without_teardown()
