@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from rca_lsp.base.display import shown
 from rca_lsp.cli.output_file import output_target, through_symlink, write_output
 from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
 from rca_lsp.diagnose.run import raise_if_unusable, read_mapping_file
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         f"{len(exported.comments)} entries left as comments (no msprobe equivalent)"
     )
     for comment in exported.comments[:10]:
-        print(f"  - {comment}")
+        print(f"  - {shown(comment)}")
     if exported.read_back:
         print(
             f"note: read back against these dumps, {len(exported.read_back)} train modules pair otherwise (see the file's end)"

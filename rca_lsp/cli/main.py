@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from rca_lsp import __version__
+from rca_lsp.base.display import shown
 from rca_lsp.base.errors import InputError
 from rca_lsp.cli import export as export_cli
 from rca_lsp.cli import suggest as suggest_cli
@@ -118,7 +119,7 @@ def _summary(analysis: Analysis, out_dir: Path, chart: bool = True) -> str:
     ]
     if chart:
         lines.append(f"- report_html: {out_dir / 'output_5_root_cause_report.html'} (the divergence chart)")
-    return "\n".join(lines)
+    return "\n".join(map(shown, lines))  # keys and paths: no line break or bidi control shown as it is
 
 
 def run_analyze(args: argparse.Namespace) -> int:
@@ -145,7 +146,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     for issue in analysis.issues[:10]:
         key = f" (key {issue.key!r})" if issue.key else ""
         print(
-            f"warning: {mapping}:{analysis.mapping.line_of(issue.span)}: {issue.code}: {issue.message}{key}",
+            shown(f"warning: {mapping}:{analysis.mapping.line_of(issue.span)}: {issue.code}: {issue.message}{key}"),
             file=sys.stderr,
         )
     if len(analysis.issues) > 10:
