@@ -86,7 +86,7 @@ def parse_msprobe_mapping(path: str, text: str) -> MsprobeMapping:
     try:
         root = yaml.compose(text, Loader=_LOADER)
     except yaml.YAMLError as error:
-        return unresolved([_syntax_issue(error, text, lines)], False)
+        return unresolved([_syntax_issue(error, text)], False)
     if root is None:
         return unresolved([], True)
     if not isinstance(root, yaml.MappingNode):
@@ -104,9 +104,10 @@ def _span(node: yaml.Node) -> Span:
     return Span(node.start_mark.index, node.end_mark.index)
 
 
-def _syntax_issue(error: yaml.YAMLError, text: str, lines: LineIndex) -> MappingIssue:
+def _syntax_issue(error: yaml.YAMLError, text: str) -> MappingIssue:
     mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
-    offset = min(lines.offset(mark.line, mark.column), len(text)) if mark is not None else 0
+    # the mark's character index, not its line: YAML also ends lines at U+0085, U+2028 and U+2029, LSP does not
+    offset = min(mark.index, len(text)) if mark is not None else 0
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
     context = getattr(error, "context", None)
     message = f"YAML syntax error: {problem}" + (f" ({context})" if context else "")
