@@ -19,7 +19,7 @@ import yaml
 
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.mapping.model import LineIndex, MappingEntry, MappingIssue, ParsedMapping, Span
-from rca_lsp.mapping.msprobe_names import cell_name, is_tensor_name, parse_tensor_name, rename_cell
+from rca_lsp.mapping.msprobe_names import CellRules, cell_name, is_tensor_name, parse_tensor_name
 from rca_lsp.model.keys import ALL_CALLS
 
 DATA, CELL = "data", "cell"
@@ -268,12 +268,12 @@ def call_pairs(train_calls: list[str], rollout_calls: list[str]) -> list[tuple[s
 def _resolve_cells(rules: dict[str, Rule], train: Dump, rollout: Dump, found: _Found) -> None:
     """Each train module renamed by the rules (msprobe's process_cell_mapping), paired with the rollout module of
     the new name; rules that rename nothing, or into a name the rollout lacks, are reported on their line."""
-    renames = {left: rule.right for left, rule in rules.items()}
+    renames = CellRules({left: rule.right for left, rule in rules.items()})
     rollout_cells = _cells(rollout)
     applied: dict[str, int] = {}
     missing: dict[str, list[tuple[str, str]]] = {}
     for cell, keys in _cells(train).items():
-        renamed = rename_cell(cell, renames)
+        renamed = renames.rename(cell)
         if not renamed.rules:
             continue
         for left in renamed.rules:
