@@ -12,7 +12,7 @@ import pytest
 import yaml
 from adversarial import BIDI, NEWLINE_RULE, hostile_copy
 from conftest import FIXTURES
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rca_lsp.cli.main import main
@@ -63,7 +63,16 @@ def test_a_hostile_key_in_the_dumps_reads_back_as_itself(tmp_path: Path, kind: s
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(min_size=1), st.text(min_size=1), st.lists(st.text(), max_size=3))
+@example("\u0301" * 300, "x", [])  # escaped, longer than a YAML key may be written plainly: an explicit key
 def test_any_names_and_comments_give_exactly_the_rules_written(left: str, right: str, comments: list[str]) -> None:
     exported = Exported("cell", lines=[_line(left, right)], comments=comments)
     exported.read_back = comments
     assert yaml.safe_load(exported.text("".join(comments))) == {left: right}
+
+
+def test_a_long_name_reads_back_through_rca_lsps_reader_too() -> None:
+    from rca_lsp.mapping.msprobe_yaml import parse_msprobe_mapping
+
+    left = "model." + "very_long." * 150 + "Linear"
+    parsed = parse_msprobe_mapping("cell_mapping.yaml", Exported("cell", lines=[_line(left, "b.Linear")]).text("m"))
+    assert [(rule.left, rule.right) for rule in parsed.rules] == [(left, "b.Linear")] and not parsed.issues

@@ -87,7 +87,13 @@ def _scalar(name: str) -> str:
 
 
 def _line(left: str, right: str) -> str:
-    return f"{_scalar(left)}: {_scalar(right)}"
+    """`left: right`; a left side longer than YAML lets a key be written plainly (1024 characters up to the `:`)
+    as an explicit key, `? left` then `: right` on the next line."""
+    key = _scalar(left)
+    return f"{key}: {_scalar(right)}" if len(key) < _SIMPLE_KEY_LIMIT else f"? {key}\n: {_scalar(right)}"
+
+
+_SIMPLE_KEY_LIMIT = 1000  # under PyYAML's and libyaml's 1024
 
 
 def _concrete(keys: Sequence[str], dump: Dump) -> list[str]:
