@@ -1,5 +1,11 @@
 """Files written atomically: a temporary file beside the target, renamed over it once complete.
 
+Only a regular file (or nothing) is replaced: renaming over a named pipe, a device or a socket would swap it for a
+plain file (as root, `-o /dev/null` would have replaced the system's /dev/null), so such a target is refused
+(UnwritableTarget). A symlink is written through: its target gets the new content and the link stays a link.
+A writer that read the file it replaces can pass the FileStamp it took then: a file changed since (an edit saved
+while the command ran) is not replaced (TargetChanged).
+
 Temporaries are named `.rca-tmp.<host>.<pid>.<target name>.<random>.tmp`: a later run recognises the ones a
 killed run left behind (its process is gone) and removes them, without touching those of a run still writing
 or anybody else's files.
@@ -7,13 +13,19 @@ or anybody else's files.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import re
 import secrets
 import socket
+import stat
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
+
+from rca_lsp.base.inputfile import file_kind
 
 _PREFIX = ".rca-tmp."
 _TEMPORARY_RE = re.compile(r"\.rca-tmp\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>\d+)\..+\.[0-9a-f]{8}\.tmp\Z", re.DOTALL)
@@ -38,23 +50,89 @@ def create_temporary(path: Path) -> tuple[int, Path]:
             continue
 
 
+class UnwritableTarget(OSError):
+    """An output path that names no file, or a file that is not a regular one: never replaced. Its strerror says
+    why, in words for a one-line message; its filename is the path as given."""
+
+
+class TargetChanged(OSError):
+    """The file to replace changed after the writer read it (see FileStamp): left as it is."""
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """What a file was when read: size, modification time and a hash of its bytes (a save within the clock's
+    resolution, or one restoring the mtime, still changes the hash)."""
+
+    size: int
+    mtime_ns: int
+    sha256: bytes
+
+    @classmethod
+    def of(cls, path: Path) -> FileStamp | None:
+        """The file's stamp now; None when there is no regular file to read there."""
+        try:
+            handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO: no wait for a writer
+        except OSError:
+            return None
+        with os.fdopen(handle, "rb") as stream:
+            status = os.fstat(handle)
+            if not stat.S_ISREG(status.st_mode):
+                return None
+            try:
+                digest = hashlib.file_digest(stream, "sha256").digest()
+            except OSError:
+                return None
+        return cls(status.st_size, status.st_mtime_ns, digest)
+
+
+def writable_target(path: Path) -> Path:
+    """The file a write to `path` replaces: `path`, or for a symlink the file it resolves to (written through, the
+    link kept). UnwritableTarget for a path that names no file (`''`, `.`, `/`) or names something other than a
+    regular file (a folder, a FIFO, a device, a socket, a symlink loop)."""
+    if path.name in ("", ".", ".."):
+        raise UnwritableTarget(errno.EISDIR, "names a folder, not a file to write", str(path))
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return target
+    except OSError as error:
+        raise UnwritableTarget(error.errno, error.strerror or str(error), str(path)) from None
+    if not stat.S_ISREG(mode):
+        raise UnwritableTarget(errno.EEXIST, f"{file_kind(mode)}, not a regular file: not replaced", str(path))
+    return target
+
+
+def replace_checked(temporary: Path, path: Path, target: Path, expect: FileStamp | None = None) -> None:
+    """Rename the finished `temporary` over `target` (writable_target of `path`), checking `path` once more
+    just before: what it names may have changed while the file was written."""
+    if writable_target(path) != target:
+        raise UnwritableTarget(errno.EEXIST, "was replaced by another file while this one was written", str(path))
+    if expect is not None and FileStamp.of(target) != expect:
+        raise TargetChanged(errno.EEXIST, "changed since it was read: not replaced", str(path))
+    os.replace(temporary, target)
+
+
 @contextmanager
-def atomic_stream(path: Path) -> Iterator[BinaryIO]:
+def atomic_stream(path: Path, expect: FileStamp | None = None) -> Iterator[BinaryIO]:
     """A stream on a temporary file, renamed over `path` once the block ends: never a half-written file.
-    Creates the folder when missing."""
+    Creates the folder when missing. `path` is checked as writable_target says; `expect`: the stamp the file
+    had when read, replaced only if it still has it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = create_temporary(path)
+    target = writable_target(path)
+    handle, temporary = create_temporary(target)
     try:
         with os.fdopen(handle, "wb") as stream:
             yield stream
-        os.replace(temporary, path)
+        replace_checked(temporary, path, target, expect)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    with atomic_stream(path) as stream:
+def write_atomically(path: Path, data: bytes, expect: FileStamp | None = None) -> None:
+    with atomic_stream(path, expect) as stream:
         stream.write(data)
 
 

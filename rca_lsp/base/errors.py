@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rca_lsp.base.display import shown
+
 
 @dataclass
 class InputError(Exception):
@@ -24,4 +26,4 @@ class InputError(Exception):
         text = f"{where}: {self.message}"
         if self.key is not None:
             text += f" (key {self.key!r})"
-        return text
+        return shown(text)  # one line, whatever the path or message holds

@@ -10,6 +10,7 @@ from typing import Any, Iterator
 import orjson
 
 from rca_lsp.base.errors import InputError
+from rca_lsp.base.lines import line_and_column
 
 # Python's json writes NaN, Infinity and -Infinity bare; orjson rejects them. Quoted, they become strings that
 # float() reads back. The same-length stand-ins below make a document that fails (if at all) at the same line and
@@ -152,11 +153,11 @@ def nesting_error(data: bytes, path: str) -> InputError:
 
 
 def text_position(data: bytes, offset: int) -> tuple[int, int]:
-    """1-based (line, column) of the byte at `offset`, the column counted in characters of the valid UTF-8
-    text before it."""
-    line_start = data.rfind(b"\n", 0, offset) + 1
-    column = len(data[line_start:offset].decode("utf-8", errors="replace")) + 1
-    return data.count(b"\n", 0, offset) + 1, column
+    """1-based (line, column) of the byte at `offset` (lines as base.lines counts them), the column counted in
+    characters of the valid UTF-8 text before it."""
+    line, byte_column = line_and_column(data, offset)
+    column = len(data[offset - byte_column : offset].decode("utf-8", errors="replace")) + 1
+    return line + 1, column
 
 
 def as_float(value: object) -> float | None:

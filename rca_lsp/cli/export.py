@@ -4,10 +4,9 @@ data_mapping or cell_mapping YAML, resolved against the dumps."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from rca_lsp.base.atomicfile import remove_stale_temporaries, write_atomically
-from rca_lsp.base.errors import InputError
+from rca_lsp.base.display import shown
+from rca_lsp.cli.output_file import output_target, through_symlink, write_output
 from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
 from rca_lsp.diagnose.run import raise_if_unusable, read_mapping_file
 from rca_lsp.dumps.load import DumpCache
@@ -30,9 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    output = Path(args.output)
-    if not output.parent.is_dir():  # a mistyped folder is an error, not created
-        raise InputError(str(output), f"cannot write the msprobe mapping: no folder {output.parent}")
+    what = "the msprobe mapping"
+    target = output_target(args.output, what)
     parsed = read_mapping_file(args.mapping_key)
     raise_if_unusable(parsed)
     cache = DumpCache()
@@ -40,17 +38,13 @@ def run(args: argparse.Namespace) -> int:
     train, rollout = cache.get(train_options.resolve(args.train)), cache.get(rollout_options.resolve(args.rollout))
     mapping = parsed.for_dumps(train, rollout)
     exported = export_mapping(args.format, list(mapping.effective().values()), train, rollout)
-    try:
-        remove_stale_temporaries(output.parent)
-        write_atomically(output, exported.text(str(args.mapping_key)).encode())
-    except OSError as error:
-        raise InputError(str(output), f"cannot write the msprobe mapping: {error.strerror or error}") from None
+    write_output(args.output, exported.text(str(args.mapping_key)).encode(), what)
     print(
-        f"wrote {args.format}_mapping {output}: {exported.pairs} module pairs in {len(exported.lines)} lines; "
+        f"wrote {args.format}_mapping {through_symlink(args.output, target)}: {exported.pairs} module pairs in {len(exported.lines)} lines; "
         f"{len(exported.comments)} entries left as comments (no msprobe equivalent)"
     )
     for comment in exported.comments[:10]:
-        print(f"  - {comment}")
+        print(f"  - {shown(comment)}")
     if exported.read_back:
         print(
             f"note: read back against these dumps, {len(exported.read_back)} train modules pair otherwise (see the file's end)"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from rca_lsp import __version__
+from rca_lsp.base.display import shown
 from rca_lsp.base.errors import InputError
 from rca_lsp.cli import export as export_cli
 from rca_lsp.cli import suggest as suggest_cli
@@ -127,7 +128,7 @@ def _summary(analysis: Analysis, report: dict[str, Any], out_dir: Path, chart: b
     ]
     if chart:
         lines.append(f"- report_html: {out_dir / 'output_5_root_cause_report.html'} (the divergence chart)")
-    return "\n".join(lines)
+    return "\n".join(map(shown, lines))  # keys and paths: no line break or bidi control shown as it is
 
 
 def run_analyze(args: argparse.Namespace) -> int:
@@ -156,7 +157,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     for issue in analysis.issues[:10]:
         key = f" (key {issue.key!r})" if issue.key else ""
         print(
-            f"warning: {mapping}:{analysis.mapping.line_of(issue.span)}: {issue.code}: {issue.message}{key}",
+            shown(f"warning: {mapping}:{analysis.mapping.line_of(issue.span)}: {issue.code}: {issue.message}{key}"),
             file=sys.stderr,
         )
     if len(analysis.issues) > 10:
@@ -172,8 +173,9 @@ def run_analyze(args: argparse.Namespace) -> int:
         written = write_outputs(
             analysis, out_dir, fork=True, columns=args.columns, chart=not args.no_chart, on_answer=answer
         )
-    except OSError as error:
-        raise InputError(str(out_dir), f"cannot write the output files: {error.strerror or error}") from None
+    except OSError as error:  # the file named when the error names one (one not a regular file, see atomicfile)
+        where = str(error.filename or out_dir)
+        raise InputError(where, f"cannot write the output files: {error.strerror or error}") from None
     progress.wrote(written)
     if args.exit_when_done:
         _exit_without_teardown()

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import itertools
+import os
 import sys
 from pathlib import Path
 
 import orjson
 
-from rca_lsp.base.atomicfile import remove_stale_temporaries, write_atomically
+from rca_lsp.base.atomicfile import FileStamp, TargetChanged
 from rca_lsp.base.errors import InputError
+from rca_lsp.cli.output_file import output_target, through_symlink, write_output
 from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
 from rca_lsp.diagnose.run import raise_if_unusable, read_mapping_file, with_data_group
 from rca_lsp.dumps.dump import Dump
@@ -50,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
                 args.output,
                 "suggest-mapping writes a mapping-key JSON; rca-lsp export-mapping writes it as msprobe YAML",
             )
+        target = output_target(args.output, WHAT)
         rules = NamingRules.from_files(args.rules) if args.rules else None
         cache = DumpCache()
         train_options, rollout_options = side_options(args)
@@ -57,17 +61,36 @@ def run(args: argparse.Namespace) -> int:
         train, rollout = cache.get(train_source), cache.get(rollout_options.resolve(args.rollout))
         # the statistics evidence compares the train group that read the rollout's data
         train, choice = with_data_group(cache, train_source, train, rollout)
+        # the file kept is the one replaced: its stamp, taken before reading it, tells an edit saved meanwhile
+        stamp = FileStamp.of(target) if args.existing and _same_file(args.existing, target) else None
         existing = read_existing(args.existing, train, rollout) if args.existing else None
         result = suggest_mapping(train, rollout, existing, rules)
-        write_mapping(Path(args.output), result.mapping)
+        written = write_mapping(args.output, result.mapping, stamp)
     except InputError as error:
         print(str(error), file=sys.stderr)
         return 2
     if choice is not None:
         print(f"train data-parallel group: {choice.describe()}")
     print(render_coverage(result), end="")
-    print(f"wrote {len(result.mapping)} entries to {args.output}")
+    if written != target:
+        print(
+            f"warning: {args.output} changed while suggest-mapping ran (an edit saved meanwhile): left as it is; "
+            f"the suggestion went beside it, to {written}",
+            file=sys.stderr,
+        )
+    shown = through_symlink(args.output, target) if written == target else str(written)
+    print(f"wrote {len(result.mapping)} entries to {shown}")
     return 0
+
+
+WHAT = "mapping-key file"
+
+
+def _same_file(first: str, second: Path) -> bool:
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # either is missing
+        return False
 
 
 def read_existing(path: str, train: Dump, rollout: Dump) -> dict[str, MappingValue]:
@@ -77,12 +100,20 @@ def read_existing(path: str, train: Dump, rollout: Dump) -> dict[str, MappingVal
     return parsed.for_dumps(train, rollout).as_dict()
 
 
-def write_mapping(path: Path, mapping: dict[str, MappingValue]) -> None:
-    """Write atomically (see atomicfile), after removing the temporaries killed runs left beside it."""
-    if not path.parent.is_dir():  # a mistyped folder is an error, not created
-        raise InputError(str(path), f"cannot write mapping-key file: no folder {path.parent}")
+def write_mapping(
+    path: str | os.PathLike[str], mapping: dict[str, MappingValue], stamp: FileStamp | None = None
+) -> Path:
+    """Write the mapping to `path` atomically; the file written: `path`'s (a symlink's target, see output_target),
+    or when that no longer has `stamp` (the stamp it had when read), a new file beside it (`<name>.suggested.json`,
+    `.suggested-2.json`, ...), so no edit is lost."""
+    given = os.fspath(path)
+    target = output_target(given, WHAT)
+    data = orjson.dumps(mapping, option=orjson.OPT_INDENT_2) + b"\n"
     try:
-        remove_stale_temporaries(path.parent)
-        write_atomically(path, orjson.dumps(mapping, option=orjson.OPT_INDENT_2) + b"\n")
-    except OSError as error:
-        raise InputError(str(path), f"cannot write mapping-key file: {error.strerror or error}") from None
+        write_output(given, data, WHAT, stamp)
+        return target
+    except TargetChanged:
+        names = (f"{target.stem}.suggested{f'-{n}' if n > 1 else ''}{target.suffix}" for n in itertools.count(1))
+        beside = next(target.with_name(name) for name in names if not os.path.lexists(target.with_name(name)))
+        write_output(str(beside), data, WHAT)
+        return beside

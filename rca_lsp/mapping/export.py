@@ -12,13 +12,13 @@ it back against the same dumps: entries it would pair otherwise are listed in a 
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import yaml
 
+from rca_lsp.base.display import shown
 from rca_lsp.dumps.dump import Dump, entries_with_slots
 from rca_lsp.mapping.model import MappingEntry
 from rca_lsp.mapping.msprobe_names import cell_name, tensor_names
@@ -39,9 +39,11 @@ class Exported:
     local_names: bool = False  # a merged dump renamed keys (pipeline stages, experts): msprobe reads rank files
 
     def text(self, source: str) -> str:
+        """The file. Comments name keys and paths as `shown` writes them: a line break in one cannot end its
+        comment (and turn the rest into a rule)."""
         option = "-dm" if self.kind == DATA else "-cm"
         head = [
-            f"# msprobe {self.kind}_mapping written by rca-lsp export-mapping from {source}",
+            f"# msprobe {self.kind}_mapping written by rca-lsp export-mapping from {shown(source)}",
             f"# msprobe compare -tp <train dump> -gp <rollout dump> {option} <this file>: left train, right rollout",
         ]
         if self.local_names:
@@ -51,24 +53,47 @@ class Exported:
             )
         if self.comments:
             head.append(f"# {len(self.comments)} entries have no msprobe equivalent and are left as comments:")
-            head += [f"#   {comment}" for comment in self.comments]
+            head += [f"#   {shown(comment)}" for comment in self.comments]
         tail = []
         if self.read_back:
             tail.append(f"# read back against the same dumps, these lines pair {len(self.read_back)} train modules")
             tail.append("# otherwise than the mapping (a substring of a longer name, or other calls):")
-            tail += [f"#   {key}" for key in self.read_back]
+            tail += [f"#   {shown(key)}" for key in self.read_back]
         return "\n".join(head + self.lines + tail) + "\n"
 
 
+_SHORT_ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(character: str) -> str:
+    """A character inside a YAML double-quoted scalar: printable ASCII as it is, the rest escaped (a character beyond
+    the BMP as one `\\U` escape: YAML reads a JSON-style surrogate pair `\\ud83d\\ude00` as two characters)."""
+    if " " <= character <= "~" and character not in '"\\':
+        return character
+    short = _SHORT_ESCAPES.get(character)
+    if short is not None:
+        return short
+    code = ord(character)
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def _scalar(name: str) -> str:
-    """The name as a YAML scalar: plain when YAML reads it back as this text, else double-quoted."""
+    """The name as a YAML scalar: plain when YAML reads it back as this text, else double-quoted with everything
+    but printable ASCII escaped (as json.dumps writes it, but for characters beyond the BMP), so no line break,
+    control or bidi character is written as it is."""
     if _PLAIN.fullmatch(name) and _RESOLVER.resolve(yaml.ScalarNode, name, (True, False)) == "tag:yaml.org,2002:str":
         return name
-    return json.dumps(name)
+    return '"' + "".join(map(_escaped, name)) + '"'
 
 
 def _line(left: str, right: str) -> str:
-    return f"{_scalar(left)}: {_scalar(right)}"
+    """`left: right`; a left side longer than YAML lets a key be written plainly (1024 characters up to the `:`)
+    as an explicit key, `? left` then `: right` on the next line."""
+    key = _scalar(left)
+    return f"{key}: {_scalar(right)}" if len(key) < _SIMPLE_KEY_LIMIT else f"? {key}\n: {_scalar(right)}"
+
+
+_SIMPLE_KEY_LIMIT = 1000  # under PyYAML's and libyaml's 1024
 
 
 def _concrete(keys: Sequence[str], dump: Dump) -> list[str]:

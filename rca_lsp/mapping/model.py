@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import re
 from array import array
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple, Sequence
+
+from rca_lsp.base.lines import line_and_column, line_ends
 
 if TYPE_CHECKING:
     from rca_lsp.dumps.dump import Dump
@@ -126,8 +127,9 @@ FEW_LOOKUPS = 8  # positions found by counting before the line index is built (a
 
 
 class LineIndex:
-    """Offset <-> (0-based line, column in characters). The index of line starts is built on demand: a file of
-    millions of lines that only needs the position of its one error never builds it."""
+    """Offset <-> (0-based line, column in characters), lines ending at `\r\n`, `\r` or `\n` as LSP counts them
+    (base.lines). The index of line starts is built on demand: a file of millions of lines that only needs the
+    position of its one error never builds it."""
 
     def __init__(self, text: str, starts: Sequence[int] | None = None) -> None:
         self._text = text
@@ -138,23 +140,25 @@ class LineIndex:
     def _starts(self) -> Sequence[int]:
         if self._built is None:
             starts = array("q", [0])  # 8 bytes a line, not a Python int and a string each
-            starts.extend(found.end() for found in re.finditer("\n", self._text))
+            starts.extend(line_ends(self._text))
             self._built = starts
         return self._built
 
     def after_edit(self, text: str, start: int, old_end: int, new_end: int) -> LineIndex:
-        """The index of `text`, made from the old text's by replacing old[start:old_end] with text[start:new_end]."""
+        """The index of `text`, made from the old text's by replacing old[start:old_end] with text[start:new_end].
+        Whether offset p starts a line depends on the characters at p - 1 and p (`\r` then `\n` is one line
+        end): the starts from `start` to `new_end` are found again, the others kept (those after the edit moved)."""
         starts = self._starts
-        kept = bisect.bisect_right(starts, start)  # lines starting at or before the edit
+        kept = max(bisect.bisect_left(starts, start), 1)  # lines starting before the edit (and line 0)
         moved = bisect.bisect_right(starts, old_end)  # lines starting after the edit's last character
-        inside = [start + found.end() for found in re.finditer("\n", text[start:new_end])]
+        inside = [end for end in line_ends(text, max(start - 1, 0), new_end + 1) if start <= end <= new_end]
         delta = new_end - old_end
         return LineIndex(text, [*starts[:kept], *inside, *(s + delta for s in starts[moved:])])
 
     def position(self, offset: int) -> tuple[int, int]:
         if self._built is None and self._counted < FEW_LOOKUPS:
             self._counted += 1
-            return self._text.count("\n", 0, offset), offset - (self._text.rfind("\n", 0, offset) + 1)
+            return line_and_column(self._text, offset)
         line = bisect.bisect_right(self._starts, offset) - 1
         return line, offset - self._starts[line]
 

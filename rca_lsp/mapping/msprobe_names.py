@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Any, Iterator, Mapping, NamedTuple
 
 from rca_lsp.dumps.dump import ModuleEntry
@@ -56,17 +57,66 @@ class CellRename(NamedTuple):
     rules: tuple[str, ...]  # the left sides of the rules that applied, in order
 
 
-def rename_cell(cell: str, rules: Mapping[str, str]) -> CellRename:
-    """The cell's name after msprobe's cell-mapping rules (a dict in file order, as yaml.safe_load gives it)."""
-    exact = rules.get(cell)
-    if exact is not None:
-        return CellRename(exact, (cell,))
-    name, applied = cell, []
-    for target, golden in rules.items():
-        if target and target in name:
-            name = name.replace(target, golden, 1)
+class CellRules:
+    """msprobe's cell-mapping rules (a dict in file order, as yaml.safe_load gives it), indexed: a rule is tried on
+    a name only when the name holds its target's rarest piece (its `_GRAM` characters, or all of a shorter target),
+    so renaming costs about the name's length, not the number of rules (23k substring rules against 23k modules:
+    minutes, tried one by one)."""
+
+    def __init__(self, rules: Mapping[str, str]) -> None:
+        self._rules = rules
+        self._targets = [target for target in rules if target]  # an empty left side renames nothing
+
+    @cached_property
+    def _by_piece(self) -> dict[str, list[int]]:
+        """Piece -> the rules indexed by it (built on the first name no whole-name rule renames)."""
+        pieces = [self._pieces(target) for target in self._targets]
+        seen: dict[str, int] = {}
+        for found in pieces:
+            for piece in set(found):
+                seen[piece] = seen.get(piece, 0) + 1
+        by_piece: dict[str, list[int]] = {}
+        for index, found in enumerate(pieces):
+            by_piece.setdefault(min(found, key=seen.__getitem__), []).append(index)
+        return by_piece
+
+    @cached_property
+    def _lengths(self) -> list[int]:
+        return sorted({len(piece) for piece in self._by_piece})
+
+    @staticmethod
+    def _pieces(target: str) -> list[str]:
+        size = min(len(target), _GRAM)
+        return [target[start : start + size] for start in range(len(target) - size + 1)]
+
+    def _candidates(self, name: str, after: int) -> list[int]:
+        """The rules after index `after` whose target `name` may hold, in file order."""
+        found = {
+            index
+            for size in self._lengths
+            for start in range(len(name) - size + 1)
+            for index in self._by_piece.get(name[start : start + size], ())
+            if index > after
+        }
+        return sorted(found)
+
+    def rename(self, cell: str) -> CellRename:
+        """The cell's name after the rules: a whole-name rule alone; else each rule whose target the name holds
+        (at that point) replaces the target's first occurrence, rule after rule (msprobe's process_cell_mapping)."""
+        exact = self._rules.get(cell)
+        if exact is not None:
+            return CellRename(exact, (cell,))
+        name, applied, last = cell, list[str](), -1
+        while True:
+            index = next((i for i in self._candidates(name, last) if self._targets[i] in name), None)
+            if index is None:
+                return CellRename(name, tuple(applied))
+            target = self._targets[index]
+            name, last = name.replace(target, self._rules[target], 1), index
             applied.append(target)
-    return CellRename(name, tuple(applied))
+
+
+_GRAM = 8  # characters of the pieces rules are indexed by
 
 
 def _walk(node: Any, name: str) -> Iterator[tuple[str, Any]]:

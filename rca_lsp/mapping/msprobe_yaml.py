@@ -20,7 +20,7 @@ import yaml
 
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.mapping.model import LineIndex, MappingEntry, MappingIssue, ParsedMapping, Span
-from rca_lsp.mapping.msprobe_names import cell_name, is_tensor_name, parse_tensor_name, rename_cell
+from rca_lsp.mapping.msprobe_names import CellRules, cell_name, is_tensor_name, parse_tensor_name
 from rca_lsp.model.keys import ALL_CALLS
 
 DATA, CELL = "data", "cell"
@@ -92,7 +92,7 @@ def parse_msprobe_mapping(path: str, text: str) -> MsprobeMapping:
     try:
         root = yaml.compose(text, Loader=_LOADER)
     except yaml.YAMLError as error:
-        issues.append(_syntax_issue(error, text, lines))
+        issues.append(_syntax_issue(error, text))
         rules = _salvaged(text, issues)
         syntax_ok = False
     else:
@@ -146,9 +146,10 @@ def _span(node: yaml.Node, at: int = 0) -> Span:
     return Span(at + node.start_mark.index, at + node.end_mark.index)
 
 
-def _syntax_issue(error: yaml.YAMLError, text: str, lines: LineIndex) -> MappingIssue:
+def _syntax_issue(error: yaml.YAMLError, text: str) -> MappingIssue:
     mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
-    offset = min(lines.offset(mark.line, mark.column), len(text)) if mark is not None else 0
+    # the mark's character index, not its line: YAML also ends lines at U+0085, U+2028 and U+2029, LSP does not
+    offset = min(mark.index, len(text)) if mark is not None else 0
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
     context = getattr(error, "context", None)
     message = f"YAML syntax error: {problem}" + (f" ({context})" if context else "")
@@ -309,12 +310,12 @@ def call_pairs(train_calls: list[str], rollout_calls: list[str]) -> list[tuple[s
 def _resolve_cells(rules: dict[str, Rule], train: Dump, rollout: Dump, found: _Found) -> None:
     """Each train module renamed by the rules (msprobe's process_cell_mapping), paired with the rollout module of
     the new name; rules that rename nothing, or into a name the rollout lacks, are reported on their line."""
-    renames = {left: rule.right for left, rule in rules.items()}
+    renames = CellRules({left: rule.right for left, rule in rules.items()})
     rollout_cells = _cells(rollout)
     applied: dict[str, int] = {}
     missing: dict[str, list[tuple[str, str]]] = {}
     for cell, keys in _cells(train).items():
-        renamed = rename_cell(cell, renames)
+        renamed = renames.rename(cell)
         if not renamed.rules:
             continue
         for left in renamed.rules:

@@ -17,6 +17,7 @@ from rca_lsp.diagnose.rootcause import (
 )
 from rca_lsp.dumps.stepjoin import steps_joined
 from rca_lsp.model.keys import is_activation_like
+from rca_lsp.report.mdtext import md_code, md_text
 from rca_lsp.report.root_cause import confidence_text, root_cause_report
 
 if TYPE_CHECKING:
@@ -60,10 +61,6 @@ _MECHANISM = {
 }
 
 
-def _code(key: str) -> str:
-    return f"`{key}`"
-
-
 def _confidence(analysis: "Analysis") -> str:
     credible = [s for s in analysis.suspects if s.credible_origin]
     if not credible:
@@ -96,31 +93,31 @@ def _judgement(analysis: "Analysis", report: dict[str, Any]) -> list[str]:
         ]
     first = analysis.suspects[0]
     lines = [
-        f"- Most likely root cause: **{report['top_hypothesis']}**",
-        f"- At: {_code(_group_key(first.record.comparison.train_keys))} ↔ "
-        f"{_code(_group_key(first.record.comparison.rollout_keys))} ({_calls(first)}), "
-        f"classified `{first.classification}`",
+        f"- Most likely root cause: **{md_text(report['top_hypothesis'])}**",
+        f"- At: {md_code(_group_key(first.record.comparison.train_keys))} ↔ "
+        f"{md_code(_group_key(first.record.comparison.rollout_keys))} ({md_text(_calls(first))}), "
+        f"classified {md_code(first.classification)}",
         f"- Confidence: {_confidence(analysis)}",
-        f"- Why this is the first credible divergence: {first.rationale}.",
+        f"- Why this is the first credible divergence: {md_text(first.rationale)}.",
     ]
     for side in ("train", "rollout"):
         holders = (report["first_divergence"] or {}).get(f"{side}_ranks")
         if holders is not None:
-            named = "" if holders["key"] == getattr(first.record, f"{side}_key") else f" (as {_code(holders['key'])})"
+            named = "" if holders["key"] == getattr(first.record, f"{side}_key") else f" (as {md_code(holders['key'])})"
             lines.append(
                 f"- In the {side} rank files: rank{'s' if len(holders['ranks']) > 1 else ''} "
                 f"{', '.join(map(str, holders['ranks']))}{named}"
             )
     verdicts = (report["first_divergence"] or {}).get("rank_by_rank")
     if verdicts:  # both sides merged from the same ranks: which rank carries the divergence
-        lines.append(f"- Rank by rank: {'; '.join(verdicts)}")
+        lines.append(f"- Rank by rank: {md_text('; '.join(verdicts))}")
     if first.boundary is not None:
         lines.append(
-            f"- Last aligned boundary before it: {_code(first.boundary.train_key)} ↔ "
-            f"{_code(first.boundary.rollout_key)}"
+            f"- Last aligned boundary before it: {md_code(first.boundary.train_key)} ↔ "
+            f"{md_code(first.boundary.rollout_key)}"
         )
     if report["top_evidence"]:
-        lines.append("- Evidence keys: " + ", ".join(_code(k) for k in report["top_evidence"][:8]))
+        lines.append("- Evidence keys: " + ", ".join(md_code(k) for k in report["top_evidence"][:8]))
     return lines
 
 
@@ -131,21 +128,21 @@ def _evidence_chain(analysis: "Analysis") -> list[str]:
     ]
     lines.append(
         f"- Dismissed as fused/structural: {len(analysis.structural)}"
-        + (": " + ", ".join(_code(r.train_key) for r in analysis.structural[:5]) if analysis.structural else "")
+        + (": " + ", ".join(md_code(r.train_key) for r in analysis.structural[:5]) if analysis.structural else "")
     )
     if analysis.suspects:
         first = analysis.suspects[0]
         between = first.between
         lines.append(
-            f"- Last aligned boundary: {_code(first.boundary.train_key) if first.boundary else 'none (start of call)'}"
+            f"- Last aligned boundary: {md_code(first.boundary.train_key) if first.boundary else 'none (start of call)'}"
         )
         lines.append(
             f"- Unmatched train modules between: {len(between.train)}"
-            + (": " + ", ".join(_code(k) for k in between.train[:6]) if between.train else "")
+            + (": " + ", ".join(md_code(k) for k in between.train[:6]) if between.train else "")
         )
         lines.append(
             f"- Unmatched rollout modules between: {len(between.rollout)}"
-            + (": " + ", ".join(_code(k) for k in between.rollout[:6]) if between.rollout else "")
+            + (": " + ", ".join(md_code(k) for k in between.rollout[:6]) if between.rollout else "")
         )
         activations = [k for k in between.train + between.rollout if is_activation_like(k)]
         implication = (
@@ -170,12 +167,14 @@ def _suspect_table(suspects: list[Suspect]) -> list[str]:
             "first credible divergence"
             if suspect.credible_origin
             else (
-                f"explained by {suspect.explained_by}" if suspect.explained_by else "follows from an earlier divergence"
+                f"explained by {md_text(suspect.explained_by, in_table=True)}"
+                if suspect.explained_by
+                else "follows from an earlier divergence"
             )
         )
         lines.append(
-            f"| {number} | `{suspect.train_key}` ({suspect.record.call_index}) | {suspect.classification} | "
-            f"{evidence.replace('|', '/')} | {reading} |"
+            f"| {number} | {md_code(suspect.train_key, in_table=True)} ({suspect.record.call_index}) | "
+            f"{suspect.classification} | {md_text(evidence.replace('|', '/'), in_table=True)} | {reading} |"
         )
     if len(suspects) > MAX_ROWS:
         lines.append(f"\n… and {len(suspects) - MAX_ROWS} more in output_5_root_cause_report.json")
@@ -183,9 +182,9 @@ def _suspect_table(suspects: list[Suspect]) -> list[str]:
 
 
 def _excluded(analysis: "Analysis") -> list[str]:
-    lines = [f"- {_code(r.train_key)}: {r.comparison.reasoning}" for r in analysis.structural[:MAX_ROWS]]
+    lines = [f"- {md_code(r.train_key)}: {md_text(r.comparison.reasoning)}" for r in analysis.structural[:MAX_ROWS]]
     later = [s for s in analysis.suspects[1:] if not s.credible_origin][:MAX_ROWS]
-    lines += [f"- {_code(s.train_key)}: {s.rationale}" for s in later]
+    lines += [f"- {md_code(s.train_key)}: {md_text(s.rationale)}" for s in later]
     return lines or ["(none)"]
 
 
@@ -195,14 +194,14 @@ def _expert(analysis: "Analysis") -> list[str]:
     first = analysis.suspects[0]
     mechanism, train_path, rollout_path = _MECHANISM[first.classification]
     ops = {
-        side: ", ".join(f"`{k}`" for k in keys if is_activation_like(k))
+        side: ", ".join(md_code(k) for k in keys if is_activation_like(k))
         or "no separate activation module: check "
         "that the activation is applied inside the neighbouring module (config flag, fused kernel)"
         for side, keys in (("train_ops", first.between.train), ("rollout_ops", first.between.rollout))
     }
     train_path, rollout_path = train_path.format(**ops), rollout_path.format(**ops)
     return [
-        f"- Implementation/config to inspect: {_code(first.train_key)} and {_code(first.record.rollout_key)}",
+        f"- Implementation/config to inspect: {md_code(first.train_key)} and {md_code(first.record.rollout_key)}",
         f"- Expected train path: {train_path}",
         f"- Expected rollout path: {rollout_path}",
         f"- Mismatch mechanism: {mechanism}",
@@ -214,7 +213,7 @@ def _notes(analysis: "Analysis", report: dict[str, Any]) -> list[str]:
     lines = []
     if len(credible) > 1:
         lines.append(
-            "- Alternatives: other independent divergences: " + ", ".join(_code(s.train_key) for s in credible[1:6])
+            "- Alternatives: other independent divergences: " + ", ".join(md_code(s.train_key) for s in credible[1:6])
         )
     if analysis.issues:
         lines.append(
@@ -232,28 +231,28 @@ def _notes(analysis: "Analysis", report: dict[str, Any]) -> list[str]:
 
 def _provenance(analysis: "Analysis", report: dict[str, Any]) -> list[str]:
     """Calibration, ranks merged and calls joined: how the compared statistics were made and judged."""
-    lines = [f"- Calibration: {summary['summary']}" for summary in report["calibration"].values()]
+    lines = [f"- Calibration: {md_text(summary['summary'])}" for summary in report["calibration"].values()]
     first, stated = report["first_divergence"], confidence_text(report)
     if first is not None and stated is not None:
         lines.append(
-            f"- Confidence: {stated}; "
-            f"other credible origins: {', '.join(map(_code, first['confidence']['alternatives'])) or 'none'}"
+            f"- Confidence: {md_text(stated)}; "
+            f"other credible origins: {', '.join(map(md_code, first['confidence']['alternatives'])) or 'none'}"
         )
     lines += _element_wise(report.get("element_wise"))
     for side, joined in report["joined_steps"].items():
-        lines.append(f"- {side.capitalize()}: {steps_joined(joined['steps'])}")
+        lines.append(f"- {side.capitalize()}: {md_text(steps_joined(joined['steps']))}")
     if report["train_data_group"] is not None:
-        lines.append(f"- Train data-parallel group compared: {report['train_data_group']['why']}")
+        lines.append(f"- Train data-parallel group compared: {md_text(report['train_data_group']['why'])}")
     for side, summary in report["parallel"].items():
-        lines.append(f"- {side.capitalize()}: {len(summary['ranks'])} ranks merged, {summary['layout']}")
-        lines += [f"  - {note}" for note in summary["notes"]]
+        lines.append(f"- {side.capitalize()}: {len(summary['ranks'])} ranks merged, {md_text(summary['layout'])}")
+        lines += [f"  - {md_text(note)}" for note in summary["notes"]]
     for row in report["disagreements"][:MAX_ROWS]:
-        lines.append(f"- Disagreement ({row['side']}) {_code(row['key'])}: {row['message']}")
+        lines.append(f"- Disagreement ({row['side']}) {md_code(row['key'])}: {md_text(row['message'])}")
     joined = [r for r in analysis.records if r.comparison.calls_note]
     if joined:
         lines.append(
             f"- {len(joined)} mapped groups join several calls along the sequence, e.g. "
-            f"{_code(joined[0].train_key)}: {joined[0].comparison.calls_note}"
+            f"{md_code(joined[0].train_key)}: {md_text(joined[0].comparison.calls_note)}"
         )
     return lines
 
@@ -311,10 +310,10 @@ def render_markdown(
         (
             "Context",
             [
-                f"- Train dump: `{analysis.train.path}` ({len(analysis.train.keys)} forward modules)",
-                f"- Rollout dump: `{analysis.rollout.path}` ({len(analysis.rollout.keys)} forward modules)",
-                f"- Mapping: `{analysis.mapping.path}` ({len(analysis.records)} groups compared)",
-                *([f"- Run: `{run_id}` (see output_manifest.json)"] if run_id else []),
+                f"- Train dump: {md_code(analysis.train.path)} ({len(analysis.train.keys)} forward modules)",
+                f"- Rollout dump: {md_code(analysis.rollout.path)} ({len(analysis.rollout.keys)} forward modules)",
+                f"- Mapping: {md_code(analysis.mapping.path)} ({len(analysis.records)} groups compared)",
+                *([f"- Run: {md_code(run_id)} (see output_manifest.json)"] if run_id else []),
             ],
         ),
         *([("Calibration, ranks and calls", provenance)] if (provenance := _provenance(analysis, report)) else []),
@@ -324,7 +323,7 @@ def render_markdown(
         ("Key suspects", _suspect_table(analysis.suspects)),
         ("Excluded candidates", _excluded(analysis)),
         ("Expert hypothesis", _expert(analysis)),
-        ("Next checks", [f"- {c}" for c in report["next_checks"]]),
+        ("Next checks", [f"- {md_text(c)}" for c in report["next_checks"]]),
         ("Notes", _notes(analysis, report)),
     ]
     body = "\n\n".join(f"## {title}\n\n" + "\n".join(lines) for title, lines in sections)

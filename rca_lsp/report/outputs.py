@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import bisect
-import csv
 import functools
-import io
 import itertools
 import math
 import multiprocessing
@@ -26,6 +24,7 @@ from rca_lsp.compare.statistics import STAT_NAMES, priority_for
 from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.model.stats import TensorStats
 from rca_lsp.report.answer import ANSWER_NAMES, write_answer, write_chart
+from rca_lsp.report.cells import csv_body, csv_table, json_spelling, marked_non_finite
 from rca_lsp.report.columns import MSPROBE_LIST_COLUMNS, VERDICT_COLUMNS, msprobe_rows
 from rca_lsp.report.manifest import forget_manifest, new_run_id, write_manifest
 from rca_lsp.report.root_cause import root_cause_report
@@ -47,61 +46,6 @@ _FOCUS = {
 def _json(document: Any, indent: bool = False) -> bytes:
     """Large tables are written compact (indentation doubled output_3 and its write time); the report indented."""
     return orjson.dumps(document, option=orjson.OPT_INDENT_2 if indent else 0) + b"\n"
-
-
-def csv_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], list_columns: Sequence[int] = ()) -> bytes:
-    """CSV with list cells joined by '|' and None as an empty cell."""
-    return ",".join(columns).encode() + b"\n" + _csv_body(rows, list_columns)
-
-
-def _csv_body(rows: Iterable[Sequence[Any]], list_columns: Sequence[int] = ()) -> bytes:
-    table: list[Sequence[Any]] = _join_lists(rows, list_columns) if list_columns else list(rows)
-    if not table:
-        return b""
-    fast = _csv_through_json(table)
-    return fast if fast is not None else csv_reference(table)
-
-
-def _csv_through_json(rows: list[Sequence[Any]]) -> bytes | None:
-    """orjson writes the table ~10x faster than the csv module. Its text is valid CSV whenever no string needed
-    a JSON escape (keys, dtypes and our reasons never do): then only row brackets and nulls change."""
-    data = orjson.dumps(rows, default=_csv_spelling)
-    if b"\\" in data or b"[]" in data:
-        return None
-    body = data[2:-2].replace(b"],[", b"\n")
-    body = body.replace(b",null", b",").replace(b"\nnull", b"\n")
-    if body.startswith(b"null"):
-        body = body[4:]
-    return body + b"\n"
-
-
-def csv_reference(rows: list[Sequence[Any]]) -> bytes:
-    """Rows through Python's csv module: the fallback for cells needing quotes, and the reference csv_table is
-    tested against."""
-    buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerows(rows)
-    return buffer.getvalue().encode()
-
-
-def _join_lists(rows: Iterable[Sequence[Any]], list_columns: Sequence[int]) -> list[Sequence[Any]]:
-    joined: dict[Any, str] = {}  # list cells repeat (shapes, key lists): join each distinct one once
-    table: list[Sequence[Any]] = []
-    for row in rows:
-        cells = list(row)
-        for index in list_columns:
-            value = cells[index]
-            if type(value) is tuple:
-                if len(value) == 1 and type(value[0]) is str:  # one key (1:1 mappings): itself
-                    cells[index] = value[0]
-                    continue
-                text = joined.get(value)
-                if text is None:
-                    text = joined[value] = "|".join(map(str, value))
-                cells[index] = text
-            elif value is not None:
-                cells[index] = "|".join(map(str, value))
-        table.append(cells)
-    return table
 
 
 MAPPING_COLUMNS = ("train_key", "rollout_keys", "layer_index", "block", "cardinality", "confidence", "notes")
@@ -158,47 +102,6 @@ def _mapping_rows(analysis: Analysis) -> list[tuple[Any, ...]]:
 
 
 _MISSING_ERRORS = (None, "missing") * len(STAT_NAMES)
-
-
-class _NonFinite:
-    """A NaN or infinite number of output_3, told apart from a missing one (null, an empty cell): written as
-    "NaN", "Infinity", "-Infinity" in JSON (strings: valid JSON, msprobe's spelling) and nan, inf, -inf in CSV."""
-
-    __slots__ = ("json", "csv")
-
-    def __init__(self, json: str, csv: str) -> None:
-        self.json, self.csv = json, csv
-
-    def __str__(self) -> str:  # the csv module's spelling
-        return self.csv
-
-
-_NAN, _INFINITY, _MINUS_INFINITY = (
-    _NonFinite("NaN", "nan"),
-    _NonFinite("Infinity", "inf"),
-    _NonFinite("-Infinity", "-inf"),
-)
-
-
-def _json_spelling(value: object) -> str:
-    """msgspec's hook for what it cannot encode itself."""
-    if isinstance(value, _NonFinite):
-        return value.json
-    raise NotImplementedError(f"cannot write {type(value).__name__}")
-
-
-def _csv_spelling(value: object) -> str:
-    """orjson's hook for what it cannot encode itself."""
-    if isinstance(value, _NonFinite):
-        return value.csv
-    raise TypeError(f"cannot write {type(value).__name__}")
-
-
-def marked_non_finite(value: Any) -> Any:
-    """A NaN or an infinity as the marker its cells spell it with ("nan", "inf", "-inf"); other values as they are."""
-    if type(value) is not float or math.isfinite(value):
-        return value
-    return _NAN if value != value else (_INFINITY if value > 0 else _MINUS_INFINITY)
 
 
 def _finite(numbers: Iterable[float | None]) -> bool:
@@ -298,10 +201,10 @@ def encode_chunk(
     """The JSON (row objects, comma-led after the first chunk) and CSV text of one chunk of a table."""
     row_type = _row_type(tuple(columns))
     json_text = _ROW_ENCODER.encode([row_type(*row) for row in rows])[1:-1]
-    return (b"," + json_text if index else json_text), _csv_body(rows, list_columns)
+    return (b"," + json_text if index else json_text), csv_body(rows, list_columns, json_text.count(b'":null'))
 
 
-_ROW_ENCODER = msgspec.json.Encoder(enc_hook=_json_spelling)
+_ROW_ENCODER = msgspec.json.Encoder(enc_hook=json_spelling)
 
 
 @lru_cache(maxsize=None)

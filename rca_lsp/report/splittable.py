@@ -18,7 +18,7 @@ from multiprocessing.sharedctypes import SynchronizedArray
 from pathlib import Path
 from typing import BinaryIO, Callable, TypeVar
 
-from rca_lsp.base.atomicfile import create_temporary
+from rca_lsp.base.atomicfile import create_temporary, replace_checked, writable_target
 from rca_lsp.base.gcpause import paused_gc
 
 EncodeChunk = Callable[[int], tuple[bytes, bytes]]  # chunk index -> (its JSON text, its CSV text)
@@ -40,8 +40,9 @@ def write_split(
     fds: list[int] = []
     child = None
     try:
-        for path, head in zip(paths, heads):
-            fd, temporary = create_temporary(path)
+        targets = [writable_target(path) for path in paths]
+        for target, head in zip(targets, heads):
+            fd, temporary = create_temporary(target)
             temporaries.append(temporary)
             fds.append(fd)
             os.write(fd, head)
@@ -68,8 +69,8 @@ def write_split(
                 _append_reversed(json_spool, json_out, [size for size, _ in sizes])
                 _append_reversed(csv_spool, csv_out, [size for _, size in sizes])
                 json_out.write(json_tail)
-        for temporary, path in zip(temporaries, paths):
-            os.replace(temporary, path)
+        for temporary, path, target in zip(temporaries, paths, targets):
+            replace_checked(temporary, path, target)
         temporaries.clear()
         return result
     finally:

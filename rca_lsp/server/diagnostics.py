@@ -8,6 +8,7 @@ from typing import Callable
 
 from lsprotocol import types
 
+from rca_lsp.base.display import shown
 from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.diagnose.between import one_sided_activations
 from rca_lsp.diagnose.rootcause import MISSING_OP, UPSTREAM, Suspect
@@ -48,7 +49,7 @@ def _diagnostic(
         return None
     return types.Diagnostic(
         range=range_,
-        message=message,
+        message=shown(message),  # keys in it: no line break or bidi control shown as it is
         severity=level,
         code=code,
         source=codes.SOURCE,

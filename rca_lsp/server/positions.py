@@ -5,6 +5,7 @@ from __future__ import annotations
 from lsprotocol import types
 from pygls.workspace import PositionCodec
 
+from rca_lsp.base.lines import split_lines
 from rca_lsp.mapping.model import ParsedMapping, Span
 
 
@@ -12,7 +13,8 @@ class Positions:
     def __init__(self, mapping: ParsedMapping, codec: PositionCodec) -> None:
         self._mapping = mapping
         self._codec = codec
-        self._lines = None if mapping.text.isascii() else mapping.text.splitlines(keepends=True)
+        # the lines as the client counts them (str.splitlines also splits at U+2028, a form feed, ...)
+        self._lines = None if mapping.text.isascii() else split_lines(mapping.text)
 
     @property
     def char_columns(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from rca_lsp.base.display import shown
 from rca_lsp.compare.calls import is_all_calls_key
 from rca_lsp.model.keys import parse_module_key
 
@@ -25,7 +26,7 @@ def render_coverage(result: SuggestionResult) -> str:
     lines += _low_confidence(result)
     lines += _by_class("unmatched train modules", result.unmatched_train)
     lines += _by_class("unmatched rollout modules", result.unmatched_rollout)
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(shown, lines)) + "\n"  # keys: no line break or bidi control shown as it is
 
 
 def _groups(result: SuggestionResult) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Callable
 import orjson
 from lsprotocol import types
 
+from rca_lsp.base.lines import line_break_of, line_start
 from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.mapping.model import MSPROBE_SUFFIXES, MappingEntry, ParsedMapping
 from rca_lsp.model.keys import same_module
@@ -96,13 +97,13 @@ def _rewrite_wrapper_names(
     return [_quick_fix(f"Rewrite the {len(edits)} keys to the dump's wrapper names", diagnostic, ctx.edit(edits))]
 
 
-def _entry_text(train_key: str, rollout_keys: list[str], indent: str) -> str:
+def _entry_text(train_key: str, rollout_keys: list[str], indent: str, line_break: str) -> str:
     value = (
         _json_string(rollout_keys[0])
         if len(rollout_keys) == 1
         else "[" + ", ".join(map(_json_string, rollout_keys)) + "]"
     )
-    return f",\n{indent}{_json_string(train_key)}: {value}"
+    return f",{line_break}{indent}{_json_string(train_key)}: {value}"
 
 
 def _entry_for(ctx: ActionContext, diagnostic: types.Diagnostic) -> MappingEntry | None:
@@ -112,8 +113,8 @@ def _entry_for(ctx: ActionContext, diagnostic: types.Diagnostic) -> MappingEntry
 
 def _indent_of(ctx: ActionContext, entry: MappingEntry) -> str:
     key_start = ctx.mapping.spans(entry).key.start
-    line_start = ctx.mapping.text.rfind("\n", 0, key_start) + 1
-    prefix = ctx.mapping.text[line_start:key_start]
+    start = line_start(ctx.mapping.text, key_start)
+    prefix = ctx.mapping.text[start:key_start]
     return prefix if prefix.strip() == "" else "  "
 
 
@@ -132,7 +133,7 @@ def _add_unmapped(ctx: ActionContext, diagnostic: types.Diagnostic) -> list[type
             [
                 types.TextEdit(
                     range=types.Range(start=insert_at, end=insert_at),
-                    new_text=_entry_text(train_key, keys, _indent_of(ctx, entry)),
+                    new_text=_entry_text(train_key, keys, _indent_of(ctx, entry), line_break_of(ctx.mapping.text)),
                 )
             ]
         )

@@ -8,6 +8,7 @@ from typing import Iterator
 
 from lsprotocol import types
 
+from rca_lsp.base.lines import line_start
 from rca_lsp.compare.calls import all_calls_key, is_all_calls_key
 from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.dumps.dump import Dump
@@ -22,9 +23,9 @@ _TOKEN_RE = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|[{}\[\]:,]')
 
 def completion_context(text: str, offset: int) -> tuple[str, str, int] | None:
     """(position kind "key"|"value", typed prefix, offset of the opening quote) when the cursor is in a string."""
-    line_start = text.rfind("\n", 0, offset) + 1
-    quote = text.rfind('"', line_start, offset)
-    if quote < 0 or text[line_start:quote].count('"') % 2 == 1:
+    start = line_start(text, offset)
+    quote = text.rfind('"', start, offset)
+    if quote < 0 or text[start:quote].count('"') % 2 == 1:
         return None
     before = text[max(0, quote - _WINDOW) : quote]
     tokens = _TOKEN_RE.findall(before)

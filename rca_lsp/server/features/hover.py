@@ -1,4 +1,5 @@
-"""Hover text for a mapping entry: verdicts, statistics side by side, boundary, unmatched ops, next checks."""
+"""Hover text for a mapping entry: verdicts, statistics side by side, boundary, unmatched ops, next checks. Text
+from the dumps is Markdown-escaped (report.mdtext): a key cannot add markup or reorder the hover (bidi controls)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rca_lsp.diagnose.hypothesis import next_checks
 from rca_lsp.diagnose.rootcause import Suspect
 from rca_lsp.dumps.dump import slot_label
 from rca_lsp.model.keys import parse_module_key
+from rca_lsp.report.mdtext import md_code, md_text
 from rca_lsp.report.root_cause import confidence
 
 _STATS = ("max", "min", "mean", "norm")
@@ -30,13 +32,13 @@ def _stats_table(targets: list[TargetComparison]) -> list[str]:
     for target in targets:
         for side, stats in (("train", target.train), ("rollout", target.rollout)):
             if stats is None:
-                lines.append(f"| {target.target} | {side} | – | – | – | – | – | – |")
+                lines.append(f"| {md_text(target.target, in_table=True)} | {side} | – | – | – | – | – | – |")
                 continue
             shape = "×".join(str(d) for d in stats.shape) if stats.shape else "–"
             values = " | ".join(_number(getattr(stats, name)) for name in _STATS)
             lines.append(
-                f"| {target.target}{' (aggregated)' if target.aggregated else ''} | {side} | "
-                f"{(stats.dtype or '–').replace('torch.', '')} | {shape} | {values} |"
+                f"| {md_text(target.target, in_table=True)}{' (aggregated)' if target.aggregated else ''} | {side} | "
+                f"{md_text((stats.dtype or '–').replace('torch.', ''), in_table=True)} | {shape} | {values} |"
             )
         errors = {s.name: s for s in target.stats}
         if errors:
@@ -61,19 +63,19 @@ def _suspect_lines(suspect: Suspect) -> list[str]:
     lines = [
         f"**{suspect.classification}**" + ("" if suspect.credible_origin else " (follows from an earlier divergence)"),
         "",
-        suspect.rationale,
+        md_text(suspect.rationale),
         "",
     ]
     if suspect.boundary is not None:
-        lines.append(f"Last aligned boundary: `{suspect.boundary.train_key}`")
+        lines.append(f"Last aligned boundary: {md_code(suspect.boundary.train_key)}")
     else:
         lines.append("Last aligned boundary: none in this call")
     between = [("train-only", suspect.between.train), ("rollout-only", suspect.between.rollout)]
     for label, keys in between:
         if keys:
-            shown = ", ".join(f"`{k}`" for k in keys[:5]) + (f" … (+{len(keys) - 5})" if len(keys) > 5 else "")
-            lines.append(f"Unmatched {label} between: {shown}")
-    lines += ["", "Next checks:"] + [f"- {check}" for check in next_checks([suspect])]
+            named = ", ".join(map(md_code, keys[:5])) + (f" … (+{len(keys) - 5})" if len(keys) > 5 else "")
+            lines.append(f"Unmatched {label} between: {named}")
+    lines += ["", "Next checks:"] + [f"- {md_text(check)}" for check in next_checks([suspect])]
     return lines
 
 
@@ -90,7 +92,7 @@ def provenance_notes(analysis: Analysis, record: ModuleRecord) -> list[str]:
     """Where the compared statistics come from: calls joined along the sequence, ranks merged."""
     notes = []
     if record.comparison.calls_note:
-        notes.append(f"Calls joined along the sequence: {record.comparison.calls_note}")
+        notes.append(f"Calls joined along the sequence: {md_text(record.comparison.calls_note)}")
     for side, dump, keys in (
         ("train", analysis.train, record.comparison.train_keys),
         ("rollout", analysis.rollout, record.comparison.rollout_keys),
@@ -102,7 +104,7 @@ def provenance_notes(analysis: Analysis, record: ModuleRecord) -> list[str]:
         ranks = sorted({r for k in keys if (held := held_by(dump, k)) is not None for r in held["ranks"]})
         notes.append(
             f"{side.capitalize()} merged from rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} of "
-            f"{dump.parallel.rank_count} ({dump.parallel.layout}): {how}"
+            f"{dump.parallel.rank_count} ({md_text(dump.parallel.layout)}): {md_text(how)}"
         )
     return notes
 
@@ -111,7 +113,7 @@ def _confidence_lines(analysis: Analysis, suspect: Suspect) -> list[str]:
     found = confidence(analysis, suspect)
     if found["above_noise"] is None:
         return []
-    others = ", ".join(f"`{k}`" for k in found["alternatives"]) or "none"
+    others = ", ".join(map(md_code, found["alternatives"])) or "none"
     return [
         f"Confidence: {found['above_noise']:.3g}x the run's noise floor ({found['noise_floor']:.2g}; a difference "
         f"is more than {found['threshold']:.2g}); other credible origins: {others}",
@@ -138,14 +140,16 @@ def _per_rank_lines(analysis: Analysis, record: ModuleRecord) -> list[str]:
                 "|---|---|---|---|---|---|",
             ]
             lines += [
-                f"| {slot_label(slot)} | {rank} | " + " | ".join(_number(v) for v in values) + " |"
+                f"| {md_text(slot_label(slot), in_table=True)} | {rank} | "
+                + " | ".join(_number(v) for v in values)
+                + " |"
                 for slot, rank, values in rows
             ] + [""]
     verdicts = rank_by_rank(
         analysis.train, analysis.rollout, record.comparison.train_keys, record.comparison.rollout_keys, tolerances
     )
     if verdicts:
-        lines += ["Rank by rank: " + "; ".join(verdicts), ""]
+        lines += ["Rank by rank: " + md_text("; ".join(verdicts)), ""]
     return lines
 
 
@@ -159,8 +163,9 @@ def hover_markdown(analysis: Analysis, train_key: str, rollout_index: int | None
             else "Not compared: none of the mapped rollout keys is in the rollout dump."
         )
     c = record.comparison
-    rollout_names = ", ".join(dict.fromkeys(_name(k) for k in c.rollout_keys))
-    lines = [f"### {_name(record.train_key)} ↔ {rollout_names} (call {record.call_index})", "", _verdicts(record), ""]
+    rollout_names = ", ".join(dict.fromkeys(md_text(_name(k)) for k in c.rollout_keys))
+    header = f"### {md_text(_name(record.train_key))} ↔ {rollout_names} (call {record.call_index})"
+    lines = [header, "", _verdicts(record), ""]
     notes = provenance_notes(analysis, record)
     if notes:
         lines += [f"{note}  " for note in notes] + [""]
@@ -170,7 +175,7 @@ def hover_markdown(analysis: Analysis, train_key: str, rollout_index: int | None
         if suspect.credible_origin:
             lines += _confidence_lines(analysis, suspect) + _per_rank_lines(analysis, record)
     elif c.module_priority_rank >= 3:
-        lines += [c.reasoning, ""]
+        lines += [md_text(c.reasoning), ""]
     inputs = list(c.inputs)
     if rollout_index is not None and len(inputs) > 1 and rollout_index < len(inputs):
         inputs = [inputs[rollout_index]]

@@ -1,0 +1,113 @@
+"""Lines end at `\\r\\n`, `\\r` or `\\n`, as LSP defines (and nowhere else: not at U+2028 or a form feed): a mapping
+problem is reported at the same line:column whichever the file uses, by the CLI (JSON and msprobe YAML) and in the
+server's ranges; an edit keeps the line index what a fresh one would be."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pygls.workspace import PositionCodec
+
+from rca_lsp.base.jsonload import text_position
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.mapping.model import LineIndex
+from rca_lsp.mapping.parse import parse_mapping
+from rca_lsp.server.positions import Positions
+
+SOURCE = FIXTURES / "missing_activation"
+ENDINGS = {"LF": "\n", "CRLF": "\r\n", "CR": "\r"}
+
+
+def rca(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rca_lsp", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def with_ending(text: str, ending: str) -> str:
+    return text.replace("\n", ending)
+
+
+def mapping_text(bad_key: str) -> str:
+    """The fixture's mapping, its third entry's key `bad_key` (on line 4, after the 2-line first entries and `{`),
+    with a non-ASCII key on line 2 so that client columns (UTF-16) are converted."""
+    items = list(json.loads((SOURCE / "mapping_key.json").read_text()).items())
+    items[2] = (bad_key, items[2][1])
+    return "{\n" + ",\n".join(f"  {json.dumps(k, ensure_ascii=False)}: {json.dumps(v)}" for k, v in items) + "\n}\n"
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_json_errors_and_warnings_are_at_the_same_line_and_column(tmp_path: Path, ending: str) -> None:
+    dumps = ("--train", str(SOURCE / "train"), "--rollout", str(SOURCE / "rollout"), "--no-chart")
+    unknown = tmp_path / "unknown.json"
+    unknown.write_bytes(with_ending(mapping_text("Module.bogus.forward.0"), ENDINGS[ending]).encode())
+    result = rca("analyze", *dumps, "--mapping-key", str(unknown), "--out-dir", "out", cwd=tmp_path)
+    assert result.returncode == 0 and f"{unknown}:4: unknown-train-key" in result.stderr, result.stderr
+    broken = tmp_path / "broken.json"
+    text = mapping_text("Module.bogus.forward.0").replace('"Module.bogus.forward.0"', "Module.bogus")
+    broken.write_bytes(with_ending(text, ENDINGS[ending]).encode())
+    result = rca("analyze", *dumps, "--mapping-key", str(broken), "--out-dir", "out", cwd=tmp_path)
+    assert result.returncode == 2 and f"{broken}:4:3: json-syntax" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_yaml_errors_and_warnings_are_at_the_same_line(tmp_path: Path, ending: str) -> None:
+    rules = "# é\nmodel.missing.Linear: model.norm.Qwen2RMSNorm\nmodule.module.decoder.final_layernorm.RMSNorm: model.norm.Qwen2RMSNorm\n"
+    mapping = tmp_path / "cell_mapping.yaml"
+    mapping.write_bytes(with_ending(rules, ENDINGS[ending]).encode())
+    analysis = analyze_paths(SOURCE / "train", SOURCE / "rollout", mapping)
+    assert [analysis.mapping.line_of(i.span) for i in analysis.issues] == [2]
+    mapping.write_bytes(with_ending(rules + "x.Linear: [a\n", ENDINGS[ending]).encode())
+    result = rca("analyze", "--train", str(SOURCE / "train"), "--rollout", str(SOURCE / "rollout"), "--mapping-key",
+                 str(mapping), "--no-chart", "--out-dir", "out", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 2 and f"{mapping}:5:1: json-syntax: YAML syntax error" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_server_ranges_are_the_same_for_every_ending(ending: str) -> None:
+    text = with_ending(mapping_text("Module.bogus.forward.0"), ENDINGS[ending])
+    parsed = parse_mapping("mapping_key.json", text)
+    entry = parsed.entries[2]
+    for codec in (PositionCodec(), PositionCodec("utf-32")):  # UTF-16 (converted: line 2 is not ASCII), UTF-32
+        positions = Positions(parsed, codec)
+        key = positions.range(parsed.spans(entry).key)
+        assert (key.start.line, key.start.character, key.end.line) == (3, 2, 3)
+        assert positions.offset(key.start) == parsed.spans(entry).key.start
+
+
+def test_only_lsp_line_breaks_end_lines() -> None:
+    text = "a\u2028b\x0cc\x85d\re\r\nf\ng"
+    index = LineIndex(text)
+    assert [index.position(text.index(c)) for c in "abcdefg"] == [
+        (0, 0), (0, 2), (0, 4), (0, 6), (1, 0), (2, 0), (3, 0)
+    ]  # fmt: skip
+    assert text_position(text.encode(), text.encode().index(b"g")) == (4, 1)
+    assert text_position(b"x\ry\r\nz", 5) == (3, 1)
+
+
+FRAGMENTS = st.lists(st.sampled_from(["\r", "\n", "\r\n", "a", "bc"]), max_size=12).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(FRAGMENTS, FRAGMENTS, st.data())
+def test_an_edit_keeps_the_line_index_a_fresh_one_would_be(old: str, inserted: str, data: st.DataObject) -> None:
+    start = data.draw(st.integers(0, len(old)))
+    old_end = data.draw(st.integers(start, len(old)))
+    new = old[:start] + inserted + old[old_end:]
+    edited = LineIndex(old).after_edit(new, start, old_end, start + len(inserted))
+    fresh = LineIndex(new)
+    assert [edited.position(i) for i in range(len(new) + 1)] == [fresh.position(i) for i in range(len(new) + 1)]
+
+
+def test_a_yaml_error_after_a_yaml_only_line_break_is_on_its_lsp_line() -> None:
+    """YAML also ends lines at U+2028 (here inside a quoted name); the error is still on LSP's line 2."""
+    parsed = parse_mapping("cell_mapping.yaml", 'a.Linear: "b\u2028c.Linear"\nd.Linear: e: f\ng.Linear: h\n')
+    (issue,) = parsed.issues
+    assert parsed.line_of(issue.span) == 2
