@@ -16,7 +16,7 @@ from rca_lsp.base.jsonload import as_float
 from rca_lsp.model.tolerance import normalise_dtype
 
 
-class TensorStats(msgspec.Struct, gc=False, omit_defaults=True):
+class TensorStats(msgspec.Struct, gc=False):
     """Statistics of one tensor as msprobe summarised it (None where it wrote null).
 
     Decoded straight from a dump's JSON (the field names are msprobe's): a dump's tensors are ~10^6 of these, and
@@ -33,11 +33,6 @@ class TensorStats(msgspec.Struct, gc=False, omit_defaults=True):
     numel: int | None = None
     # False for tensors msprobe saw but could not summarise (e.g. repacked weights of shape [0]).
     observable: bool = False
-    # Tensor mode: the tensor's file in dump_tensor_data/ beside dump.json; md5 summary mode: the CRC32 of its bytes
-    # (8 hex digits). None in statistics mode, and on statistics the rank merge or a call join derived (omitted
-    # when sending a dump between processes: omit_defaults).
-    data_name: str | None = None
-    md5: str | None = None
 
     def __post_init__(self) -> None:
         dtype, shape = self.dtype, self.shape
