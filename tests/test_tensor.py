@@ -133,13 +133,23 @@ def test_a_missing_or_cut_tensor_file_is_one_line_and_the_slot_keeps_its_statist
     weight = tensors / "Module.model.layers.0.self_attn.o_proj.Linear.forward.0.parameters.weight.pt"
     weight.write_bytes(weight.read_bytes()[:200])
     (tensors / "Module.model.layers.0.self_attn.o_proj.Linear.forward.0.output.0.pt").unlink()
+    marker = tmp_path / "ran"
+    evil = tensors / "Module.model.layers.0.self_attn.o_proj.Linear.forward.0.input.0.pt"
+    script = (
+        "import os, sys, torch\n"
+        "class Evil:\n"
+        f"    def __reduce__(self): return (os.system, ('touch {marker}',))\n"
+        f"torch.save(Evil(), {str(evil)!r})\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
     analysis = analyse(folder)
     problems = analysis.comparator.tensors.problems
-    assert len(problems) == 2 and all("o_proj" in p and "\n" not in p for p in problems)
+    assert len(problems) == 3 and all("o_proj" in p and "\n" not in p for p in problems)
+    assert any("refused" in p and "input.0.pt" in p for p in problems) and not marker.exists()
     first = analysis.suspects[0]
     assert first.classification == "in_module_impl_difference"  # the weight's statistics agree: all they allow
     slots = {e.target: e for e in first.record.comparison.tensor_evidence}
-    assert slots["parameters.weight"].source == "statistics" and slots["input_args.0"].source == "tensors"
+    assert slots["parameters.weight"].source == "statistics" and slots["input_args.0"].source == "statistics"
 
 
 def test_without_torch_a_tensor_dump_is_analysed_from_statistics_with_one_note(monkeypatch) -> None:

@@ -6,17 +6,18 @@ not."""
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Sequence
 
-from rca_lsp.model.stats import TensorStats
+from rca_lsp.dumps.tensorfile import TensorNode
 
 _BYTES = {"float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
 _BYTES.update({"int64": 8, "long": 8, "int32": 4, "int": 4, "int16": 2, "short": 2, "int8": 1, "uint8": 1, "bool": 1})
 _POLYNOMIAL = 0xEDB88320  # CRC-32 (zlib), reflected
 
 
-def crc_of(stats: TensorStats | None) -> int | None:
-    text = stats.md5 if stats is not None else None
+def crc_of(node: TensorNode | None) -> int | None:
+    text = node.md5 if node is not None else None
     if type(text) is not str:
         return None
     try:
@@ -25,9 +26,12 @@ def crc_of(stats: TensorStats | None) -> int | None:
         return None
 
 
-def byte_size(stats: TensorStats) -> int | None:
-    size = _BYTES.get((stats.dtype or "").rpartition(".")[2].lower())
-    return stats.numel * size if size is not None and stats.numel is not None else None
+def byte_size(node: TensorNode) -> int | None:
+    size = _BYTES.get(str(node.dtype or "").rpartition(".")[2].lower())
+    shape = node.shape
+    if size is None or type(shape) is not list or not all(type(d) is int for d in shape):
+        return None
+    return math.prod(shape) * size
 
 
 def _times(matrix: Sequence[int], vector: int) -> int:
@@ -69,7 +73,7 @@ def crc32_combine(first: int, second: int, second_length: int) -> int:
     return first ^ second
 
 
-def combined_crc(parts: Sequence[TensorStats]) -> int | None:
+def combined_crc(parts: Sequence[TensorNode]) -> int | None:
     """The CRC of the parts concatenated in this order (None when a part lacks its hash or its byte size)."""
     crc: int | None = None
     for part in parts:
@@ -80,7 +84,7 @@ def combined_crc(parts: Sequence[TensorStats]) -> int | None:
     return crc
 
 
-def reordered_parts(fused: TensorStats, parts: Sequence[TensorStats], names: Sequence[str]) -> str:
+def reordered_parts(fused: TensorNode, parts: Sequence[TensorNode], names: Sequence[str]) -> str:
     """When the fused tensor's hash is that of its parts concatenated in another order: that order, described."""
     target = crc_of(fused)
     if target is None or len(parts) > 4:

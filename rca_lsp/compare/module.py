@@ -220,6 +220,10 @@ def _bucket(
 class ModuleComparison:
     """Verdicts of one mapping group, with the detailed comparisons built lazily."""
 
+    # what the targets' tensors (or hashes) say, set by with_tensor_evidence: a class default, so the 10^5
+    # comparisons of a statistics-mode analysis carry no attribute more
+    tensor_evidence: tuple[SlotEvidence, ...] = ()
+
     def __init__(
         self,
         train: Sequence[ModuleEntry],
@@ -291,12 +295,7 @@ class ModuleComparison:
         self.train_disagreements = tuple(d for part in self._train for d in part.disagreements)
         self.disagreements = self.train_disagreements + tuple(d for part in self._rollout for d in part.disagreements)
         self._apply_disagreements()
-        t_numel = self._output_train.numel if self._output_train is not None else None
-        r_numel = self._output_rollout.numel if self._output_rollout is not None else None
-        self._numel_differs = None not in (t_numel, r_numel) and t_numel != r_numel
-        self.tensor_evidence: tuple[SlotEvidence, ...] = ()  # see with_tensor_evidence
         self.module_bucket, self.module_priority_rank, self.reasoning = self._bucketed()
-        self._bucket_reasoning = self.reasoning  # the notes appended below are kept when tensors change the bucket
         if reading is not None:
             self.reasoning += f"; {reading.note}"
         if self._fused_experts:
@@ -313,11 +312,13 @@ class ModuleComparison:
             )
 
     def _bucketed(self) -> tuple[str, int, str]:
+        t_numel = self._output_train.numel if self._output_train is not None else None
+        r_numel = self._output_rollout.numel if self._output_rollout is not None else None
         return _bucket(
             self.train_keys,
             self.rollout_keys,
             self.output_consistency,
-            self.output_consistency == "mismatch" and self._numel_differs,
+            self.output_consistency == "mismatch" and None not in (t_numel, r_numel) and t_numel != r_numel,
             self.input_args_consistency,
             self.parameter_consistency,
             self.kwargs_consistency,
@@ -349,7 +350,8 @@ class ModuleComparison:
             return copy
         bucket, rank, reasoning = copy._bucketed()
         copy.module_bucket, copy.module_priority_rank = bucket, rank
-        copy.reasoning = "; ".join([reasoning + self.reasoning[len(self._bucket_reasoning) :], *flipped])
+        notes = self.reasoning[len(self._bucketed()[2]) :]  # what __init__ appended to the bucket's own reasoning
+        copy.reasoning = "; ".join([reasoning + notes, *flipped])
         return copy
 
     @property

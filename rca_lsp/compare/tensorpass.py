@@ -23,7 +23,7 @@ from rca_lsp.compare.module import ModuleComparison
 from rca_lsp.compare.permutation import close, find_reordering
 from rca_lsp.dumps.dump import Dump, raw_entry
 from rca_lsp.dumps.rankfile import read_raw_entries
-from rca_lsp.dumps.tensorfile import read_tensor, tensor_support
+from rca_lsp.dumps.tensorfile import TensorNode, entry_nodes, hashes_in, read_tensor, slot_node, tensor_support
 from rca_lsp.model.keys import parse_module_key
 from rca_lsp.model.stats import TensorStats, is_integer_dtype
 from rca_lsp.model.tolerance import Tolerances
@@ -39,12 +39,7 @@ def dump_mode(dump: Dump) -> str:
     """ "tensor" (a tensor file per tensor), "md5" (a hash per tensor) or "statistics"."""
     if dump.task == "tensor":
         return "tensor"
-    for key in dump.keys[:_SAMPLE]:
-        entry = dump.entries[key]
-        for stats in (entry.output, entry.input, *entry.parameters.values()):
-            if stats is not None and stats.md5 is not None:
-                return "md5"
-    return "statistics"
+    return "md5" if dump.keys and hashes_in(dump.file_key(dump.keys[0])[0]) else "statistics"
 
 
 def evidence_modes(train: Dump, rollout: Dump) -> tuple[str, str]:
@@ -55,7 +50,7 @@ class _Side:
     """One side's tensors of one target: per part (module), per call, the statistics node and its dump file."""
 
     def __init__(
-        self, parts: list[list[tuple[str, TensorStats]]], ranks: int, names: list[str], merged: list[Any]
+        self, parts: list[list[tuple[str, TensorNode]]], ranks: int, names: list[str], merged: list[Any]
     ) -> None:
         self.parts, self.ranks, self.names = parts, ranks, names
         self.merged = merged  # per part, per call: the merged statistics' shape (ranks concatenated)
@@ -68,6 +63,7 @@ class TensorPass:
         self.train, self.rollout, self.tolerances = train, rollout, tolerances
         self.modes = evidence_modes(train, rollout)
         self.problems: list[str] = []  # one line per file that could not be read
+        self._nodes: dict[str, dict[str, Any]] = {}  # dump file -> its entries' tensor nodes (files, hashes)
         self.notes: list[str] = []
         unsupported = tensor_support() if "tensor" in self.modes else ""
         self.tensors = not unsupported and self.modes == ("tensor", "tensor")
@@ -123,26 +119,33 @@ class TensorPass:
             names.append(parsed.path.rpartition(".")[2] if parsed else calls[0])
         return _Side(parts, ranks, names, merged)
 
-    def _copies(self, dump: Dump, key: str, slot: str) -> list[tuple[str, TensorStats]] | None:
+    def _copies(self, dump: Dump, key: str, slot: str) -> list[tuple[str, TensorNode]] | None:
         """The slot's node in the file that holds the key; for a slot the rank merge concatenated, each
         tensor-parallel peer's node (their files in rank order)."""
         stats = _slot_of(dump.entries.get(key), slot)
         if stats is None:
             return None
         file, original = dump.file_key(key)
-        if stats.data_name is not None or stats.md5 is not None or dump.parallel is None:
-            return [(file, stats)]
+        node = slot_node(self._entries(file).get(original), slot, stats)
+        if node is not None or dump.parallel is None:
+            return [(file, node)] if node is not None else None
         index, original = dump.parallel.origins.get(key, (0, key))
-        peers = dump.parallel.peers.get(index, (index,))
         copies = []
-        for peer in peers:
+        for peer in dump.parallel.peers.get(index, (index,)):
             path = dump.parallel.files[peer]
             raw = read_raw_entries(Path(path), [original])[original]
-            node = _slot_of(raw_entry(original, raw), slot) if raw is not None else None
+            own = _slot_of(raw_entry(original, raw), slot) if raw is not None else None
+            node = slot_node(self._entries(path).get(original), slot, own) if own is not None else None
             if node is None:
                 return None
             copies.append((path, node))
         return copies
+
+    def _entries(self, file: str) -> dict[str, Any]:
+        found = self._nodes.get(file)
+        if found is None:
+            found = self._nodes[file] = entry_nodes(file)
+        return found
 
     # -- comparing ------------------------------------------------------------------------------------------
     def _compare(
@@ -163,8 +166,8 @@ class TensorPass:
         loaded = []
         for nodes, shapes in zip(side.parts, side.merged):
             tensors = []
-            for file, stats in nodes:
-                read = read_tensor(file, stats.data_name or "")
+            for file, node in nodes:
+                read = read_tensor(file, node.data_name if type(node.data_name) is str else "")
                 if read.tensor is None:
                     if read.problem not in self.problems:
                         self.problems.append(read.problem)
@@ -363,7 +366,7 @@ def _slot_of(entry: Any, slot: str) -> TensorStats | None:
 
 
 def _all_named(side: _Side) -> bool:
-    return all(stats.data_name for nodes in side.parts for _, stats in nodes)
+    return all(type(node.data_name) is str and node.data_name for nodes in side.parts for _, node in nodes)
 
 
 def _joined_note(side: _Side, name: str) -> str:

@@ -13,10 +13,111 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple, Union
+
+import msgspec
+
+from rca_lsp.base.errors import InputError
+from rca_lsp.base.inputfile import read_regular_file
+from rca_lsp.base.jsonload import as_float, quote_literals
+from rca_lsp.model.stats import TensorStats
 
 TENSOR_DIR = "dump_tensor_data"
 INSTALL_HINT = "install the tensor extra (pip install 'rca-lsp[tensor]': torch, numpy) to compare them element-wise"
+
+
+class TensorNode(msgspec.Struct, gc=False):
+    """A tensor node of a dump entry as the element-wise pass needs it: its statistics (what tells it among the
+    entry's nodes), its file (`data_name`, tensor mode) and its hash (`md5`, md5 summary mode). Read only for dumps
+    of those modes, so the statistics' TensorStats stay as small as they are."""
+
+    dtype: Any = None
+    shape: Any = None
+    max: Any = msgspec.field(default=None, name="Max")
+    min: Any = msgspec.field(default=None, name="Min")
+    mean: Any = msgspec.field(default=None, name="Mean")
+    norm: Any = msgspec.field(default=None, name="Norm")
+    data_name: Any = None
+    md5: Any = None
+
+    def same_as(self, stats: TensorStats) -> bool:
+        """The node the statistics were taken from (their values equal; NaN statistics compare by position)."""
+        shape = tuple(self.shape) if type(self.shape) is list else self.shape
+        if self.dtype != stats.dtype or shape != stats.shape:
+            return False
+        mine = (as_float(self.max), as_float(self.min), as_float(self.mean), as_float(self.norm))
+        return mine == (stats.max, stats.min, stats.mean, stats.norm)
+
+
+_Leaf = Union[TensorNode, list[Any], int, float, str, bool, None]
+_Slot = Union[list[_Leaf], TensorNode, int, float, str, bool, None]
+_Map = Union[dict[str, _Slot], list[Any], int, float, str, bool, None]
+
+
+class NodeEntry(msgspec.Struct, gc=False):
+    input_args: _Slot = None
+    input_kwargs: _Map = None
+    output: _Slot = None
+    parameters: _Map = None
+
+
+class _Nodes(msgspec.Struct, gc=False):
+    data: dict[str, Union[NodeEntry, list[Any], int, float, str, bool, None]]
+
+
+_NODES = msgspec.json.Decoder(_Nodes)
+
+
+def entry_nodes(dump_file: str) -> dict[str, Any]:
+    """Every entry of a dump file with its tensor nodes' files and hashes (NaN literals accepted); an empty dict
+    for a file that cannot be read as a dump (the statistics' reading reports it)."""
+    try:
+        data = read_regular_file(dump_file, "dump")
+        try:
+            return _NODES.decode(data).data
+        except msgspec.DecodeError:
+            return _NODES.decode(quote_literals(data)).data
+    except (OSError, ValueError, msgspec.MsgspecError, InputError):
+        return {}
+
+
+def _tensors(value: Any) -> Iterator[TensorNode]:
+    if type(value) is TensorNode:
+        if value.dtype is not None:
+            yield value
+    elif type(value) is list:
+        for item in value:
+            yield from _tensors(item)
+    elif type(value) is dict:  # nested deeper than the schema: plain JSON
+        try:
+            yield from _tensors(msgspec.convert(value, TensorNode) if "dtype" in value else list(value.values()))
+        except msgspec.ValidationError:
+            return
+
+
+def slot_node(entry: Any, slot: str, stats: TensorStats) -> TensorNode | None:
+    """The node of `entry` (a NodeEntry) the analysis's statistics `stats` of `slot` ("output", "input_args" - the
+    primary input, positional or keyword - or a parameter's name) were taken from."""
+    if type(entry) is not NodeEntry:
+        return None
+    if slot == "output":
+        candidates = list(_tensors(entry.output))
+    elif slot == "input_args":
+        kwargs = entry.input_kwargs if type(entry.input_kwargs) is dict else {}
+        candidates = list(_tensors(entry.input_args)) + [n for v in kwargs.values() for n in _tensors(v)]
+    else:
+        parameters = entry.parameters if type(entry.parameters) is dict else {}
+        candidates = list(_tensors(parameters.get(slot)))
+    return next((node for node in candidates if node.same_as(stats)), None)
+
+
+def hashes_in(dump_file: str) -> bool:
+    """Whether the dump was made in md5 summary mode (its first tensor nodes carry an "md5")."""
+    try:
+        with open(dump_file, "rb") as handle:
+            return b'"md5":' in handle.read(1 << 18)
+    except OSError:
+        return False
 
 
 class TensorRead(NamedTuple):

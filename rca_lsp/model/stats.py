@@ -33,10 +33,6 @@ class TensorStats(msgspec.Struct, gc=False):
     numel: int | None = None
     # False for tensors msprobe saw but could not summarise (e.g. repacked weights of shape [0]).
     observable: bool = False
-    # Tensor mode: the tensor's file in dump_tensor_data/ beside dump.json; md5 summary mode: the CRC32 of its bytes
-    # (8 hex digits). None in statistics mode, and on statistics the rank merge or a call join derived.
-    data_name: str | None = None
-    md5: str | None = None
 
     def __post_init__(self) -> None:
         dtype, shape = self.dtype, self.shape
