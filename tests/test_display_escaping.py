@@ -18,7 +18,7 @@ from pygls.workspace import PositionCodec
 from rca_lsp.base.display import shown
 from rca_lsp.base.errors import InputError
 from rca_lsp.diagnose.run import analyze_paths
-from rca_lsp.server.diagnostics import issue_diagnostics
+from rca_lsp.server.diagnostics import KindCap, issue_diagnostics
 from rca_lsp.server.features.hover import hover_markdown
 from rca_lsp.server.positions import Positions
 
@@ -61,7 +61,7 @@ def test_a_hover_shows_a_hostile_key_as_text(tmp_path: Path) -> None:
 def test_diagnostics_and_cli_warnings_escape_keys(tmp_path: Path) -> None:
     folder, analysis, _ = hostile_analysis(tmp_path, BIDI)
     positions = Positions(analysis.mapping, PositionCodec())
-    messages = [d.message for d in issue_diagnostics(analysis.issues, positions, lambda code, default: default)]
+    messages = [d.message for d in issue_diagnostics(analysis.issues, positions, lambda code, default: default, KindCap(500))]
     assert any("\\u202eevil" in message for message in messages)
     assert not any(c in message for message in messages for c in CONTROLS)
     result = subprocess.run(

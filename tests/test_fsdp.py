@@ -16,6 +16,7 @@ from test_cli import analyze_args
 from rca_lsp.cli.main import main
 from rca_lsp.diagnose.run import SideOptions, analyze_paths
 from rca_lsp.report.markdown import render_markdown
+from rca_lsp.report.mdtext import md_text
 from rca_lsp.report.root_cause import root_cause_report
 
 FSDP = [v for v in variants() if "data_parallel" in expected(v)]
@@ -59,7 +60,7 @@ def test_the_rank_that_read_the_rollouts_data_is_compared_and_named(variant: str
     report = root_cause_report(analysis)
     assert report["train_data_group"]["rank"] == choice.rank
     assert report["train_data_group"]["why"] == choice.describe()
-    assert choice.describe() in render_markdown(analysis, report)
+    assert md_text(choice.describe()) in render_markdown(analysis, report=report)
 
 
 @pytest.mark.parametrize("variant", OTHER_DATA)

@@ -67,7 +67,7 @@ def test_yaml_errors_and_warnings_are_at_the_same_line(tmp_path: Path, ending: s
     mapping.write_bytes(with_ending(rules + "x.Linear: [a\n", ENDINGS[ending]).encode())
     result = rca("analyze", "--train", str(SOURCE / "train"), "--rollout", str(SOURCE / "rollout"), "--mapping-key",
                  str(mapping), "--no-chart", "--out-dir", "out", cwd=tmp_path)  # fmt: skip
-    assert result.returncode == 2 and f"{mapping}:5:1: json-syntax: YAML syntax error" in result.stderr, result.stderr
+    assert result.returncode == 2 and f"{mapping}:5:1: yaml-syntax: YAML syntax error" in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("ending", ENDINGS)
