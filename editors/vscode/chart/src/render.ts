@@ -3,6 +3,7 @@
  * the controls (call, rank), the markers, the hover card and clicks.
  */
 import uPlot from 'uplot';
+import { AXIS_FONT, axisSize, elide, LABEL_ANGLE, LABEL_MAX_PX, LABEL_SPACING, rightPadding, spaced } from './axis';
 import { axisTop, DETAIL_LIMIT, LOWEST, Modules, rawErrors, ticks, toNumber, view, View } from './model';
 import { ChartCall, ChartData, Kind, KINDS } from './types';
 
@@ -64,6 +65,25 @@ function palette(): Record<string, string> {
   };
 }
 
+let measuring: CanvasRenderingContext2D | null | undefined;
+const measured = new Map<string, number>();
+
+/** The width of `text` in the axis font (CSS px), measured once per text. */
+function measureText(text: string): number {
+  let width = measured.get(text);
+  if (width === undefined) {
+    if (measuring === undefined) {
+      measuring = document.createElement('canvas').getContext('2d');
+      if (measuring) {
+        measuring.font = AXIS_FONT;
+      }
+    }
+    width = measuring ? measuring.measureText(text).width : text.length * 7;
+    measured.set(text, width);
+  }
+  return width;
+}
+
 function format(value: number | string | null | undefined): string {
   const v = toNumber(value ?? null);
   if (v === null) {
@@ -94,6 +114,7 @@ class Chart implements ChartHandle {
   private readonly card: HTMLDivElement;
   private readonly observers: { disconnect(): void }[] = [];
   private started = 0;
+  private tickCache: { id: string; at: number[]; labels: string[] } | undefined;
   renderMs: number | undefined;
 
   constructor(
@@ -235,6 +256,7 @@ class Chart implements ChartHandle {
   private build(): void {
     const call = this.call;
     const colours = palette();
+    this.tickCache = undefined;
     this.plot?.destroy();
     this.plotBox.textContent = '';
     this.current = this.viewFor(this.window);
@@ -264,18 +286,21 @@ class Chart implements ChartHandle {
         { ...line(colours.tolerance, 1, false, [6, 3]), label: 'tolerance', value: (_u, v) => format(v) },
       ],
       bands: [{ series: [5, 4], fill: colours.band }],
+      // the right padding leaves room for the rightmost labels (see axis.ts); the others are uPlot's
+      padding: [null, (u) => this.rightPadding(u), null, null],
       axes: [
         {
           stroke: colours.fg,
+          font: AXIS_FONT,
           grid: { stroke: colours.grid, width: 1 },
           ticks: { stroke: colours.grid, width: 1 },
-          splits: (u) => ticks(call, this.mods.labels, u.scales.x.min ?? 0, u.scales.x.max ?? n, Math.floor(u.bbox.width / devicePixelRatio / 70)).at,
+          splits: (u) => this.xTicks(u).at,
           values: (u, splits) => {
-            const { at, labels } = ticks(call, this.mods.labels, u.scales.x.min ?? 0, u.scales.x.max ?? n, Math.floor(u.bbox.width / devicePixelRatio / 70));
+            const { at, labels } = this.xTicks(u);
             return splits.map((s) => labels[at.indexOf(s)] ?? '');
           },
-          rotate: -30,
-          size: 70,
+          rotate: -LABEL_ANGLE,
+          size: (_u, values) => axisSize(values ?? [], measureText),
         },
         {
           stroke: colours.fg,
@@ -317,6 +342,44 @@ class Chart implements ChartHandle {
     over.addEventListener('mouseleave', () => {
       this.card.hidden = true;
     });
+  }
+
+  /** The plot's left edge (CSS px): the y axis and its label; it does not depend on the right padding. */
+  private plotLeft(u: uPlot): number {
+    return u.bbox.width > 0 ? u.bbox.left / devicePixelRatio : 90;
+  }
+
+  /** The x ticks of the current range and width, their labels elided to fit (computed once per layout). */
+  private xTicks(u: uPlot): { at: number[]; labels: string[] } {
+    const n = this.call.modules.label.length;
+    const min = u.scales.x.min ?? -0.5;
+    const max = u.scales.x.max ?? n - 0.5;
+    // the room along the axis from the full width less the y axis: the same in every layout pass whatever the
+    // right padding, so the labels the padding is made for are the labels drawn
+    const room = Math.floor((u.width - this.plotLeft(u)) / LABEL_SPACING);
+    const id = `${min}|${max}|${room}`;
+    if (this.tickCache?.id !== id) {
+      const found = ticks(this.call, this.mods.labels, min, max, room);
+      const apart = spaced(found.at, min, max, u.width - this.plotLeft(u));
+      this.tickCache = {
+        id,
+        at: apart.map((i) => found.at[i]),
+        labels: apart.map((i) => elide(found.labels[i], LABEL_MAX_PX, measureText)),
+      };
+    }
+    return this.tickCache;
+  }
+
+  private rightPadding(u: uPlot): number {
+    const minimum = 16;
+    const min = u.scales.x.min;
+    const max = u.scales.x.max;
+    if (min === undefined || max === undefined || min === null || max === null || !(max > min)) {
+      return minimum;
+    }
+    const { at, labels } = this.xTicks(u);
+    const placed = at.map((value, i) => ({ fraction: (value - min) / (max - min), text: labels[i] }));
+    return rightPadding(placed, u.width, this.plotLeft(u), minimum, measureText);
   }
 
   private viewFor([from, to]: [number, number]): View {
@@ -443,7 +506,10 @@ class Chart implements ChartHandle {
         return;
       }
       const marker = el('div', `rca-marker rca-marker-${kind}`, text, u.over);
-      marker.style.left = `${u.valToPos(position, 'x')}px`;
+      // centred on its module, but kept inside the plot near either edge (never cut by the page)
+      const width = marker.offsetWidth;
+      const room = u.over.clientWidth;
+      marker.style.left = `${Math.max(0, Math.min(u.valToPos(position, 'x') - width / 2, room - width))}px`;
       marker.dataset.trainKey = key;
       marker.dataset.index = String(index);
       marker.title = key;

@@ -8,7 +8,10 @@
 //     sides' statistics, verdict);
 //   - a train side merged from ranks: every rank's view; where the report names a rank whose replica disagrees,
 //     that rank's marker sits at the module it names;
-//   - dragging a range zooms in to every module; a double click zooms out.
+//   - dragging a range zooms in to every module; a double click zooms out;
+//   - no text is clipped, at 1400 and at 800 CSS px wide (zoomed out, and zoomed in on the last modules): every
+//     text the chart draws on its canvas (recorded from fillText with its transform and measured box) lies inside
+//     the canvas, and every marker label inside the chart.
 // And an empty mapping's page: it says nothing was compared, without a page error.
 // Environment: RCA_LSP_PYTHON (default <repo>/.venv/bin/python), CHROMIUM (default /usr/bin/chromium),
 // RCA_LSP_REPORT_FIXTURES (comma-separated subset).
@@ -52,10 +55,76 @@ function rolloutStep(folder) {
   return found ? ['--rollout-step', found[1]] : [];
 }
 
+/** Records every text drawn on a canvas of the chart: its device-pixel box (the transform applied to the measured
+ * box around the alignment point) and the canvas size at the time. Runs in the page before its scripts. */
+function recordCanvasTexts() {
+  const proto = CanvasRenderingContext2D.prototype;
+  const fill = proto.fillText;
+  window.rcaTexts = [];
+  proto.fillText = function (text, x, y, ...rest) {
+    if (this.canvas.closest && this.canvas.closest('#rca-chart')) {
+      const m = this.measureText(text);
+      const t = this.getTransform();
+      const corners = [[x - m.actualBoundingBoxLeft, y - m.actualBoundingBoxAscent], [x + m.actualBoundingBoxRight, y - m.actualBoundingBoxAscent],
+        [x - m.actualBoundingBoxLeft, y + m.actualBoundingBoxDescent], [x + m.actualBoundingBoxRight, y + m.actualBoundingBoxDescent]]
+        .map(([px, py]) => [t.a * px + t.c * py + t.e, t.b * px + t.d * py + t.f]);
+      const xs = corners.map((c) => c[0]);
+      const ys = corners.map((c) => c[1]);
+      window.rcaTexts.push({ text: String(text), canvas: [this.canvas.width, this.canvas.height],
+        box: [Math.min(...xs), Math.min(...ys), Math.max(...xs), Math.max(...ys)] });
+    }
+    return fill.call(this, text, x, y, ...rest);
+  };
+}
+
+/** Every text drawn so far inside its canvas, and every marker inside the chart (and the page's width). */
+async function assertNothingClipped(page, where) {
+  const texts = await page.evaluate(() => window.rcaTexts);
+  assert(texts.length > 0, `${where}: no text drawn`);
+  const cut = texts.filter(({ canvas: [w, h], box: [x0, y0, x1, y1] }) => x0 < -1 || y0 < -1 || x1 > w + 1 || y1 > h + 1);
+  assert(cut.length === 0, `${where}: texts cut at the canvas edge: ${cut.slice(0, 5).map((t) => `"${t.text}" ${t.box.map(Math.round)} in ${t.canvas}`).join('; ')}`);
+  const root = await page.locator('#rca-chart').boundingBox();
+  const width = page.viewportSize().width;
+  for (const marker of await page.locator('.rca-marker').all()) {
+    const box = await marker.boundingBox();
+    assert(box.x >= root.x - 1 && box.x + box.width <= Math.min(root.x + root.width, width) + 1,
+      `${where}: marker "${await marker.innerText()}" at ${Math.round(box.x)}..${Math.round(box.x + box.width)} outside the chart (${Math.round(root.x)}..${Math.round(root.x + root.width)})`);
+  }
+}
+
+/** Drags over the plot from fraction `from` to `to` of its width (zooms in). */
+async function zoom(page, from, to) {
+  const over = await page.locator('.u-over').boundingBox();
+  await page.mouse.move(over.x + over.width * from + 2, over.y + 20);
+  await page.mouse.down();
+  await page.mouse.move(over.x + over.width * to - 2, over.y + 20, { steps: 5 });
+  await page.mouse.up();
+  await page.waitForTimeout(150);
+}
+
+/** At a narrow width: zoomed out, then zoomed in on the last third (a tick per module up to the right edge). */
+async function checkNarrow(browser, name, outDir, width) {
+  const context = await browser.newContext({ viewport: { width, height: 800 }, offline: true });
+  await context.addInitScript(recordCanvasTexts);
+  const page = await context.newPage();
+  try {
+    await page.goto(pathToFileURL(path.join(outDir, 'output_5_root_cause_report.html')).href);
+    await page.locator('#rca-chart[data-details="loaded"]').waitFor({ state: 'attached', timeout: 20000 });
+    await page.waitForTimeout(100);
+    await assertNothingClipped(page, `${width} px`);
+    await zoom(page, 2 / 3, 1);
+    await assertNothingClipped(page, `${width} px, zoomed in on the last third`);
+    await page.screenshot({ path: path.join(artifacts, `report-${name}-${width}px.png`), fullPage: true });
+  } finally {
+    await context.close();
+  }
+}
+
 async function checkReport(browser, name, outDir) {
   const report = JSON.parse(fs.readFileSync(path.join(outDir, 'output_5_root_cause_report.json'), 'utf8'));
   const expected = report.first_divergence?.train_key ?? null;
   const context = await browser.newContext({ viewport: { width: 1400, height: 800 }, offline: true });
+  await context.addInitScript(recordCanvasTexts);
   const page = await context.newPage();
   const errors = [];
   const outside = [];
@@ -110,14 +179,11 @@ async function checkReport(browser, name, outDir) {
       await ranks.selectOption('');
     }
     // zoom in on the first third, then out again
+    await zoom(page, 0, 1 / 3);
     const over = await page.locator('.u-over').boundingBox();
-    await page.mouse.move(over.x + 5, over.y + 20);
-    await page.mouse.down();
-    await page.mouse.move(over.x + over.width / 3, over.y + 20, { steps: 5 });
-    await page.mouse.up();
-    await page.waitForTimeout(100);
     await page.mouse.dblclick(over.x + over.width / 2, over.y + over.height / 2);
     await page.waitForTimeout(100);
+    await assertNothingClipped(page, '1400 px');
     assert(errors.length === 0, `page errors: ${errors.join(' | ')}`);
     assert(outside.length === 0, `requests outside the file: ${outside.join(', ')}`);
   } finally {
@@ -144,6 +210,7 @@ async function main() {
           ...rolloutStep(folder)],
         { stdio: ['ignore', 'ignore', 'pipe'] });
         await checkReport(browser, name, outDir);
+        await checkNarrow(browser, name, outDir, 800);
         record(`report ${name}`);
       } catch (e) {
         record(`report ${name}`, e instanceof Error ? e : new Error(String(e)));
