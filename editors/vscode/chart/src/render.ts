@@ -5,13 +5,24 @@
 import uPlot from 'uplot';
 import { AXIS_FONT, axisSize, elide, LABEL_ANGLE, LABEL_MAX_PX, LABEL_SPACING, rightPadding, spaced } from './axis';
 import { axisTop, DETAIL_LIMIT, LOWEST, Modules, rawErrors, ticks, toNumber, view, View } from './model';
+import { available, errorsFor, firstParting, MERGED, rankIndex, rankName, selectionOf, WORST } from './ranks';
 import { ChartCall, ChartData, Kind, KINDS } from './types';
+
+/** What the reader chose: the call (its call_index) and the rank view ('' merged, 'worst', '<side>:<rank>'). */
+export interface ChartState {
+  call?: number;
+  rank?: string;
+}
 
 export interface MountOptions {
   /** A point (or a marker) was clicked: the module's mapping entry. */
   onSelect?: (trainKey: string, call: ChartCall, index: number) => void;
   /** Height of the plot in CSS pixels (default: fills the container's height, at least 320). */
   height?: number;
+  /** The choice to open on (kept by the host across reloads of the page), where the data has it. */
+  state?: ChartState;
+  /** The reader chose another call or rank view: what the host keeps for the next load. */
+  onState?: (state: ChartState) => void;
 }
 
 export interface ChartHandle {
@@ -103,7 +114,8 @@ class Chart implements ChartHandle {
   private data!: ChartData;
   private call!: ChartCall;
   private mods!: Modules;
-  private rank: number | null = null;
+  private selection: string = MERGED;
+  private wanted: ChartState;
   private plot: uPlot | undefined;
   private current!: View;
   private window: [number, number] = [0, 0];
@@ -121,6 +133,7 @@ class Chart implements ChartHandle {
     private readonly root: HTMLElement,
     private readonly options: MountOptions,
   ) {
+    this.wanted = { ...options.state };
     root.classList.add('rca-chart');
     this.header = el('div', 'rca-header', undefined, root);
     this.controls = el('div', 'rca-controls', undefined, this.header);
@@ -147,13 +160,13 @@ class Chart implements ChartHandle {
     this.started = performance.now();
     this.renderMs = undefined;
     this.root.dataset.updates = String(Number(this.root.dataset.updates ?? 0) + 1);
-    const previous = this.data ? this.call?.call_index : undefined;
+    // the reader's choice is kept across new data (an analysis after a save) where the data still has it
+    const count = this.call?.modules.label.length;
     this.data = data;
-    const same = data.calls.find((c) => c.call_index === previous);
+    const same = data.calls.find((c) => c.call_index === this.wanted.call);
     this.setCall(same ?? data.calls[data.default_call] ?? data.calls[0]);
-    if (this.rank !== null && !this.call?.ranks.some((r) => r.rank === this.rank)) {
-      this.rank = null;
-    }
+    this.selection = this.call && available(data, this.call, this.wanted.rank ?? MERGED) ? (this.wanted.rank ?? MERGED) : MERGED;
+    this.root.dataset.rank = this.selection;
     this.renderControls();
     this.renderSummary();
     if (!this.call || this.call.modules.label.length === 0) {
@@ -163,8 +176,16 @@ class Chart implements ChartHandle {
       this.root.dataset.rendered = 'empty';
       return;
     }
-    this.window = [-0.5, this.call.modules.label.length - 0.5];
+    if (count !== this.call.modules.label.length) {
+      this.window = [-0.5, this.call.modules.label.length - 0.5];
+    }
     this.build();
+  }
+
+  /** The reader chose: remember it (also for the host) and redraw. */
+  private choose(state: ChartState): void {
+    this.wanted = { ...this.wanted, ...state };
+    this.options.onState?.({ ...this.wanted });
   }
 
   private setCall(call: ChartCall | undefined): void {
@@ -193,27 +214,48 @@ class Chart implements ChartHandle {
       }
       select.addEventListener('change', () => {
         this.setCall(data.calls.find((c) => String(c.call_index) === select.value) ?? this.call);
-        this.rank = null;
+        if (!available(data, this.call, this.selection)) {
+          this.selection = MERGED;
+        }
+        this.root.dataset.rank = this.selection;
+        this.choose({ call: this.call.call_index, rank: this.selection });
         this.window = [-0.5, this.call.modules.label.length - 0.5];
         this.renderControls();
         this.renderSummary();
         this.build();
       });
     }
-    if (this.call && this.call.ranks.length > 0) {
-      const label = el('label', undefined, `${data.rank_side ?? 'train'} rank `, this.controls);
+    if (this.call && this.call.ranks.some((r) => r.held.length > 0)) {
+      const label = el('label', undefined, 'rank ', this.controls);
       const select = el('select', 'rca-rank', undefined, label);
-      const merged = el('option', undefined, 'all ranks merged', select);
-      merged.value = '';
-      for (const r of this.call.ranks) {
-        const option = el('option', undefined, `rank ${r.rank}${r.mismatch.length ? ` (differs at ${r.mismatch.length})` : ''}`, select);
-        option.value = String(r.rank);
-        option.selected = r.rank === this.rank;
+      const option = (parent: HTMLElement, value: string, text: string): void => {
+        const item = el('option', undefined, text, parent);
+        item.value = value;
+        item.selected = value === this.selection;
+      };
+      option(select, MERGED, 'all ranks merged');
+      option(select, WORST, 'worst rank of each module');
+      for (const side of ['train', 'rollout', 'both'] as const) {
+        const copies = this.call.ranks.filter((r) => data.ranks[r.rank].side === side && r.held.length > 0);
+        if (copies.length === 0) {
+          continue;
+        }
+        const against = data.ranks[copies[0].rank].against;
+        const group = el('optgroup', undefined, undefined, select);
+        group.label = side === 'both' ? `train rank against ${against.replace(/ \d+$/, '')} (rank by rank)` : `${side} ranks, against the ${against}`;
+        for (const copy of copies) {
+          const rank = data.ranks[copy.rank];
+          option(group, selectionOf(rank), `${rankName(rank)}${copy.mismatch.length ? ` · parts from the others at ${copy.mismatch.length}` : ''}`);
+        }
       }
       select.addEventListener('change', () => {
-        this.rank = select.value === '' ? null : Number(select.value);
+        this.selection = select.value;
+        this.root.dataset.rank = this.selection;
+        this.choose({ call: this.call.call_index, rank: this.selection });
+        shown.textContent = this.viewText();
         this.build();
       });
+      const shown = el('span', 'rca-view', this.viewText(), this.controls);
     }
   }
 
@@ -383,13 +425,13 @@ class Chart implements ChartHandle {
   }
 
   private viewFor([from, to]: [number, number]): View {
-    return view(this.data, this.call, this.rank, from + 0.5, to + 0.5);
+    return view(this.data, this.call, this.selection, from + 0.5, to + 0.5);
   }
 
   private bottom(): number {
     let low = Infinity;
     let exact = false;
-    const errors = rawErrors(this.call, this.rank);
+    const errors = rawErrors(this.data, this.call, this.selection);
     for (const kind of KINDS) {
       for (const v of errors[kind]) {
         if (v !== null && v > LOWEST && v < low) {
@@ -418,6 +460,20 @@ class Chart implements ChartHandle {
       return '–';
     }
     return v <= LOWEST ? '≤1e-10' : v >= this.current.top ? 'non-finite' : format(v);
+  }
+
+  /** What the plot shows of the ranks: the merged tensors, or the rank view chosen. */
+  private viewText(): string {
+    if (this.selection === WORST) {
+      return 'each module: the rank whose own copy differs most from the other side (hover: which rank)';
+    }
+    const at = rankIndex(this.data, this.selection);
+    if (at === undefined) {
+      return 'the ranks merged';
+    }
+    const rank = this.data.ranks[at];
+    const how = rank.side === 'both' ? 'every slot, shard against shard' : 'the slots it holds whole';
+    return `${rankName(rank)}'s own copy against the ${rank.against} (${how}; nothing where it holds no copy)`;
   }
 
   private onZoom(u: uPlot): void {
@@ -451,9 +507,9 @@ class Chart implements ChartHandle {
       ctx.stroke();
       ctx.restore();
     };
-    const rank = this.rank === null ? undefined : call.ranks.find((r) => r.rank === this.rank);
-    if (rank && rank.mismatch.length) {
-      vertical(rank.mismatch[0], colours.rank, [2, 2]);
+    const parting = firstParting(this.data, call, this.selection);
+    if (parting) {
+      vertical(parting.index, colours.rank, [2, 2]);
     }
     if (call.boundary) {
       vertical(call.boundary.index, colours.boundary, [6, 4]);
@@ -484,7 +540,7 @@ class Chart implements ChartHandle {
     ctx.fillStyle = colours.muted;
     ctx.font = `${11 * devicePixelRatio}px sans-serif`;
     ctx.textAlign = 'right';
-    ctx.fillText(`${this.current.aggregated ? 'zoomed out: worst module per stretch of a layer' : 'every module'}${rank ? ` · rank ${rank.rank}'s own copy vs rollout` : ''}`, left + width - 4, top + 14 * devicePixelRatio);
+    ctx.fillText(this.current.aggregated ? 'zoomed out: worst module per stretch of a layer' : 'every module', left + width - 4, top + 14 * devicePixelRatio);
     ctx.restore();
     this.placeMarkers(u);
     if (this.renderMs === undefined) {
@@ -522,11 +578,15 @@ class Chart implements ChartHandle {
       const b = call.boundary;
       add(b.index, 'boundary', `aligned: ${this.mods.labels[b.index]}`, b.train_key, b.index);
     }
-    const rank = this.rank === null ? undefined : call.ranks.find((r) => r.rank === this.rank);
-    if (rank && rank.mismatch.length) {
-      const first = rank.mismatch[0];
+    const parting = firstParting(this.data, call, this.selection);
+    if (parting) {
+      const first = parting.index;
       const key = this.hasDetails() ? this.mods.trainKey(first) : '';
-      add(first, 'rank', `rank ${rank.rank} differs: ${this.mods.labels[first]}`, key, first);
+      add(first, 'rank', `${rankName(parting.rank)} parts: ${this.mods.labels[first]}`, key, first);
+      const marker = u.over.querySelector<HTMLElement>('.rca-marker-rank');
+      if (marker) {
+        marker.dataset.rank = selectionOf(parting.rank);
+      }
     }
     for (const op of call.one_sided) {
       if (op.explains) {
@@ -576,10 +636,12 @@ class Chart implements ChartHandle {
     if (call.boundary?.index === index) {
       el('div', 'rca-card-flag', 'last aligned boundary', card);
     }
-    const rank = this.rank === null ? undefined : call.ranks.find((r) => r.rank === this.rank);
+    const shown = this.selection === MERGED ? undefined : errorsFor(this.data, call, this.selection);
+    const chosen = rankIndex(this.data, this.selection);
     const verdicts = el('table', 'rca-card-table', undefined, card);
     const head = el('tr', undefined, undefined, verdicts);
-    for (const h of ['', 'worst target', rank ? `rel. err (rank ${rank.rank})` : 'rel. err', 'tolerance', 'verdict']) {
+    const column = this.selection === WORST ? 'worst rank' : chosen !== undefined ? rankName(this.data.ranks[chosen]) : '';
+    for (const h of ['', 'worst target', 'rel. err', ...(shown ? [column] : []), 'tolerance', 'verdict']) {
       el('th', undefined, h, head);
     }
     for (const kind of KINDS) {
@@ -591,7 +653,12 @@ class Chart implements ChartHandle {
       const row = el('tr', undefined, undefined, verdicts);
       el('td', 'rca-card-kind', KIND_LABEL[kind], row);
       el('td', undefined, mods.text(s.target[index]) ?? '–', row);
-      el('td', 'rca-num', format(rank ? rank[kind][index] : s.error[index]), row);
+      el('td', 'rca-num', format(s.error[index]), row);
+      if (shown) {
+        const whose = shown.of?.[kind][index];
+        const value = format(shown.errors[kind][index]);
+        el('td', 'rca-num', whose !== undefined && whose >= 0 ? `${value} (${rankName(this.data.ranks[whose])})` : value, row);
+      }
       el('td', 'rca-num', format(mods.threshold(s.tolerance[index])), row);
       el('td', `rca-verdict-${consistency}`, consistency, row);
     }

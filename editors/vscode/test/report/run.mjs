@@ -58,6 +58,7 @@ function rolloutStep(folder) {
 /** Records every text drawn on a canvas of the chart: its device-pixel box (the transform applied to the measured
  * box around the alignment point) and the canvas size at the time. Runs in the page before its scripts. */
 function recordCanvasTexts() {
+  /* global window, CanvasRenderingContext2D -- runs in the page */
   const proto = CanvasRenderingContext2D.prototype;
   const fill = proto.fillText;
   window.rcaTexts = [];
@@ -156,27 +157,45 @@ async function checkReport(browser, name, outDir) {
       assert(/first divergence/.test(text) && /verdict:/.test(text) && /train/.test(text) && /rollout/.test(text), `card: ${text.slice(0, 300)}`);
       await page.screenshot({ path: path.join(artifacts, `report-${name}.png`), fullPage: true });
     }
-    // a train side merged from ranks: each rank's own copy; a rank the report names as holding a different copy
-    // of a replicated tensor shows where it parts
+    // a side merged from ranks: each rank's own copy (and the worst rank of each module); a rank the report names
+    // as holding a different copy of a replicated tensor, or as the one differing rank by rank, shows where it parts
     const ranks = page.locator('select.rca-rank');
     if ((await ranks.count()) > 0) {
       const named = new Map();
-      for (const d of report.disagreements.filter((x) => x.side === 'train' && x.across === 'ranks')) {
+      for (const d of report.disagreements.filter((x) => x.across === 'ranks')) {
         for (const member of d.members) {
-          named.set(String(member), named.get(String(member)) ?? d.key);
+          named.set(`${d.side}:${member}`, named.get(`${d.side}:${member}`) ?? d.key);
         }
       }
-      for (const value of await ranks.locator('option').evaluateAll((os) => os.map((o) => o.value).filter(Boolean))) {
+      for (const verdict of report.first_divergence?.rank_by_rank ?? []) {
+        const rank = /^rank (\d+):/.exec(verdict)?.[1];
+        if (rank !== undefined) {
+          named.set(`both:${rank}`, report.first_divergence.train_key);
+        }
+      }
+      const values = await ranks.locator('option').evaluateAll((os) => os.map((o) => o.value));
+      assert(values[0] === '' && values[1] === 'worst' && values.length > 3, `rank views: ${values.join(', ')}`);
+      for (const [key] of named) {
+        assert(values.includes(key), `the report names ${key}, the chart has no view of it: ${values.join(', ')}`);
+      }
+      for (const value of values) {
         await ranks.selectOption(value);
-        await page.waitForTimeout(200);
+        await page.locator(`#rca-chart[data-rank="${value}"]`).waitFor({ state: 'attached', timeout: 5000 });
+        await page.waitForTimeout(150);
         const marker = page.locator('.rca-marker-rank');
         if (named.has(value)) {
           assert((await marker.count()) === 1, `rank ${value}: no marker, the report names ${named.get(value)}`);
           assert((await marker.getAttribute('data-train-key')) === named.get(value), `rank ${value}: the marker is at ${await marker.getAttribute('data-train-key')}, the report names ${named.get(value)}`);
-          await page.screenshot({ path: path.join(artifacts, `report-${name}-rank${value}.png`), fullPage: true });
+          await page.screenshot({ path: path.join(artifacts, `report-${name}-rank-${value.replace(':', '')}.png`), fullPage: true });
         }
       }
-      await ranks.selectOption('');
+      // the choice survives a reload of the page (kept in its address)
+      const last = values[values.length - 1];
+      await ranks.selectOption(last);
+      await page.reload();
+      await page.locator('#rca-chart[data-details="loaded"]').waitFor({ state: 'attached', timeout: 20000 });
+      assert((await page.locator('select.rca-rank').inputValue()) === last, `after a reload the view is ${await page.locator('select.rca-rank').inputValue()}, not ${last}`);
+      await page.locator('select.rca-rank').selectOption('');
     }
     // zoom in on the first third, then out again
     await zoom(page, 0, 1 / 3);
