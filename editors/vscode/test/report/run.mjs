@@ -21,6 +21,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { chromium } from 'playwright-core';
+import { clippedTexts, recordCanvasTexts } from '../chartText.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const extRoot = path.resolve(here, '..', '..');
@@ -55,35 +56,12 @@ function rolloutStep(folder) {
   return found ? ['--rollout-step', found[1]] : [];
 }
 
-/** Records every text drawn on a canvas of the chart: its device-pixel box (the transform applied to the measured
- * box around the alignment point) and the canvas size at the time. Runs in the page before its scripts. */
-function recordCanvasTexts() {
-  /* global window, CanvasRenderingContext2D -- runs in the page */
-  const proto = CanvasRenderingContext2D.prototype;
-  const fill = proto.fillText;
-  window.rcaTexts = [];
-  proto.fillText = function (text, x, y, ...rest) {
-    if (this.canvas.closest && this.canvas.closest('#rca-chart')) {
-      const m = this.measureText(text);
-      const t = this.getTransform();
-      const corners = [[x - m.actualBoundingBoxLeft, y - m.actualBoundingBoxAscent], [x + m.actualBoundingBoxRight, y - m.actualBoundingBoxAscent],
-        [x - m.actualBoundingBoxLeft, y + m.actualBoundingBoxDescent], [x + m.actualBoundingBoxRight, y + m.actualBoundingBoxDescent]]
-        .map(([px, py]) => [t.a * px + t.c * py + t.e, t.b * px + t.d * py + t.f]);
-      const xs = corners.map((c) => c[0]);
-      const ys = corners.map((c) => c[1]);
-      window.rcaTexts.push({ text: String(text), canvas: [this.canvas.width, this.canvas.height],
-        box: [Math.min(...xs), Math.min(...ys), Math.max(...xs), Math.max(...ys)] });
-    }
-    return fill.call(this, text, x, y, ...rest);
-  };
-}
-
 /** Every text drawn so far inside its canvas, and every marker inside the chart (and the page's width). */
 async function assertNothingClipped(page, where) {
-  const texts = await page.evaluate(() => window.rcaTexts);
+  const texts = await page.evaluate(() => globalThis.rcaTexts);
   assert(texts.length > 0, `${where}: no text drawn`);
-  const cut = texts.filter(({ canvas: [w, h], box: [x0, y0, x1, y1] }) => x0 < -1 || y0 < -1 || x1 > w + 1 || y1 > h + 1);
-  assert(cut.length === 0, `${where}: texts cut at the canvas edge: ${cut.slice(0, 5).map((t) => `"${t.text}" ${t.box.map(Math.round)} in ${t.canvas}`).join('; ')}`);
+  const cut = clippedTexts(texts);
+  assert(cut.length === 0, `${where}: texts cut at the canvas edge: ${cut.slice(0, 5).join('; ')}`);
   const root = await page.locator('#rca-chart').boundingBox();
   const width = page.viewportSize().width;
   for (const marker of await page.locator('.rca-marker').all()) {
