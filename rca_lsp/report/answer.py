@@ -28,7 +28,8 @@ ANSWER_NAMES = (REPORT_JSON, CHART_HTML, CHART_PNG, REPORT_MD)
 
 def write_answer(analysis: Analysis, out_dir: Path, report: dict[str, Any], chart: bool) -> list[Path]:
     """The report (`report`: root_cause_report with the run id) as JSON and Markdown. The Markdown links the PNG
-    that write_chart is expected to draw; write_chart rewrites it if the image does not come."""
+    that write_chart is expected to draw; write_chart rewrites it once the image is drawn (naming the calls its
+    panels show) or if the image does not come."""
     write_atomically(out_dir / REPORT_JSON, orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
     _write_markdown(analysis, out_dir, report, _image_expected(analysis, chart), chart)
     return [out_dir / REPORT_JSON, out_dir / REPORT_MD]
