@@ -162,8 +162,9 @@ class Chart implements ChartHandle {
     this.root.dataset.updates = String(Number(this.root.dataset.updates ?? 0) + 1);
     // the reader's choice is kept across new data (an analysis after a save) where the data still has it
     const count = this.call?.modules.label.length;
+    const shown = this.wanted.call ?? (this.data ? this.call?.call_index : undefined);
     this.data = data;
-    const same = data.calls.find((c) => c.call_index === this.wanted.call);
+    const same = data.calls.find((c) => c.call_index === shown);
     this.setCall(same ?? data.calls[data.default_call] ?? data.calls[0]);
     this.selection = this.call && available(data, this.call, this.wanted.rank ?? MERGED) ? (this.wanted.rank ?? MERGED) : MERGED;
     this.root.dataset.rank = this.selection;

@@ -135,6 +135,20 @@ async function checkReport(browser, name, outDir) {
       assert(/first divergence/.test(text) && /verdict:/.test(text) && /train/.test(text) && /rollout/.test(text), `card: ${text.slice(0, 300)}`);
       await page.screenshot({ path: path.join(artifacts, `report-${name}.png`), fullPage: true });
     }
+    // several calls: each can be chosen, and the choice survives a reload of the page
+    const calls = page.locator('select.rca-call');
+    if ((await calls.count()) > 0) {
+      const values = await calls.locator('option').evaluateAll((os) => os.map((o) => o.value));
+      for (const value of values) {
+        await calls.selectOption(value);
+        await page.waitForTimeout(150);
+      }
+      await page.reload();
+      await page.locator('#rca-chart[data-details="loaded"]').waitFor({ state: 'attached', timeout: 20000 });
+      const kept = await page.locator('select.rca-call').inputValue();
+      assert(kept === values[values.length - 1], `after a reload the call is ${kept}, not ${values[values.length - 1]}`);
+      await page.locator('select.rca-call').selectOption(String(report.first_divergence?.call_index ?? values[0]));
+    }
     // a side merged from ranks: each rank's own copy (and the worst rank of each module); a rank the report names
     // as holding a different copy of a replicated tensor, or as the one differing rank by rank, shows where it parts
     const ranks = page.locator('select.rca-rank');
