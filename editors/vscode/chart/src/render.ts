@@ -566,7 +566,9 @@ class Chart implements ChartHandle {
       // centred on its module, but kept inside the plot near either edge (never cut by the page)
       const width = marker.offsetWidth;
       const room = u.over.clientWidth;
-      marker.style.left = `${Math.max(0, Math.min(u.valToPos(position, 'x') - width / 2, room - width))}px`;
+      const x = u.valToPos(position, 'x');
+      marker.style.left = `${Math.max(0, Math.min(x - width / 2, room - width))}px`;
+      marker.dataset.x = String(x); // where its module is (CSS px from the plot's left edge): the label may be shifted
       marker.dataset.trainKey = key;
       marker.dataset.index = String(index);
       marker.title = key;

@@ -1125,12 +1125,12 @@ async function chartSteps(sc, page, base, fixture, ws, mappingPath) {
     await page.locator('.editor-group-container').first().locator('.monaco-editor .view-lines').first().click();
     await gotoLine(page, 1, 1);
     assert(/^Ln 1, Col 1/.test(await editorSelection(page)), `cursor not on line 1: ${await editorSelection(page)}`);
-    const box = await marker.boundingBox();
     const over = await frame.locator('.u-over').boundingBox();
-    await page.mouse.move(box.x + box.width / 2, over.y + over.height / 2);
+    const x = over.x + Number(await marker.getAttribute('data-x')); // the marker's module
+    await page.mouse.move(x, over.y + over.height / 2);
     await frame.locator('.rca-card:not([hidden])').waitFor({ state: 'visible', timeout: 5000 });
     await shot(page, 'server-10-chart-hover');
-    await page.mouse.click(box.x + box.width / 2, over.y + over.height / 2);
+    await page.mouse.click(x, over.y + over.height / 2);
     const selection = await poll('the entry selected in the mapping editor', async () => {
       const text = await editorSelection(page);
       return text.startsWith(`Ln ${keyLine},`) ? text : undefined;
