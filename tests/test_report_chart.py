@@ -178,3 +178,20 @@ def test_micro_batches_show_the_clean_one_beside_the_diverging_one() -> None:
     panels = report_png.image_panels(chart)
     assert [chart.calls[p.call].label for p in panels] == ["forward.0", "forward.1"]
     assert panels[1].call == chart.default_call and "first divergence" in panels[1].title
+
+
+@pytest.mark.skipif(not report_png.matplotlib_available(), reason="the chart extra (matplotlib) is not installed")
+def test_keys_with_dollar_signs_and_markup_are_drawn_and_named_as_they_are(tmp_path: Path, analysis) -> None:
+    """matplotlib reads `$...$` as mathematics (an odd `$` fails the drawing); the caption is Markdown text."""
+    chart = chart_data(analysis)
+    call = chart.calls[chart.default_call]
+    assert call.first_divergence is not None
+    label = call.modules.label[call.first_divergence.index]
+    chart.strings[label] = "odd $x_1 *module* `$"
+    assert report_png.render_png(chart) is not None
+    caption = report_png.image_caption(chart)
+    assert "odd $x_1 *module* `$" in caption
+    from rca_lsp.report.markdown import render_markdown
+
+    markdown = render_markdown(analysis, None, PNG, True, None, caption)
+    assert "odd \\$x_1 \\*module\\* \\`\\$" in markdown

@@ -287,7 +287,7 @@ def _chart(chart_image: str | None, drawn: bool, caption: str) -> list[str]:
             "",
             f"The interactive chart: {interactive}.",
         ]
-    shown = f"The image shows {caption}." if caption else ""
+    shown = f"The image shows {md_text(caption)}." if caption else ""
     return [
         f"![Relative error of each mapped module along execution order]({chart_image})",
         "",

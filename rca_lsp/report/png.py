@@ -72,6 +72,11 @@ def image_caption(chart: ChartData) -> str:
     return "; ".join(panel.title for panel in image_panels(chart))
 
 
+def _plain(text: str) -> str:
+    """Dump-derived text drawn as it is: matplotlib reads a pair of `$` as mathematics (and fails on a bad one)."""
+    return text.replace("$", r"\$")
+
+
 def _value(value: Number | None, top: float) -> float:
     if value is None:
         return math.nan
@@ -95,7 +100,7 @@ def render_png(chart: ChartData) -> bytes | None:
     figure = Figure(figsize=(_WIDTH, 0.6 + _PANEL_HEIGHT * len(panels)), dpi=_DPI, layout="constrained")
     figure.suptitle("Relative error per mapped module, in execution order", fontsize=10)
     for axes, panel in zip(figure.subplots(len(panels), 1, squeeze=False)[:, 0], panels):
-        _draw(axes, chart.calls[panel.call], chart, panel.title)
+        _draw(axes, chart.calls[panel.call], chart, _plain(panel.title))
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     return buffer.getvalue()
@@ -127,7 +132,7 @@ def _draw(axes, call: ChartCall, chart: ChartData, title: str) -> None:  # type:
         fd = call.first_divergence
         axes.axvline(fd.index, color="#d62728", linewidth=2, label="first divergence")
         axes.annotate(
-            f"first divergence: {strings[modules.label[fd.index]]}",
+            _plain(f"first divergence: {strings[modules.label[fd.index]]}"),
             (fd.index, top),
             textcoords="offset points",
             xytext=(4, -12),
@@ -140,7 +145,7 @@ def _draw(axes, call: ChartCall, chart: ChartData, title: str) -> None:  # type:
     spans = call.layers
     step = max(1, math.ceil(len(spans) / 30))
     shown = spans[::step]
-    axes.set_xticks([s.start for s in shown], [s.label for s in shown], rotation=30, ha="right", fontsize=7)
+    axes.set_xticks([s.start for s in shown], [_plain(s.label) for s in shown], rotation=30, ha="right", fontsize=7)
     axes.grid(True, which="major", alpha=0.25)
     axes.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7)
     axes.set_title(title, fontsize=9, loc="left")
