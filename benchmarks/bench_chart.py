@@ -9,31 +9,43 @@ The statistics and keys are compact as report/chart.py writes them (string table
 - mount -> drawn: the chart's own figure (data-rendered: from RcaChart.mount to the end of the first draw, zoomed
   out: one point per bucket of a layer);
 - page -> drawn: from navigation start (HTML parse, the inlined JSON, the bundle) to the first draw;
-- zoom to detail: a drag over 3000 modules until that window is drawn module by module.
+- zoom to detail: a drag over 3000 modules until that window is drawn module by module;
+- with `--ranks N` (a train side of N tensor-parallel ranks: every module held by every rank, a third of them with
+  a sharded output the ranks' views leave out, a few modules per rank whose copy differs): the rank views' share
+  of the page, against the dense per-rank arrays the chart carried before (one error per module, kind and rank),
+  and the time from choosing the "worst rank" view (computed then, from the sparse views) to its drawn frame.
 The target (issue 13): 10^5 modules render in under a second (mount -> drawn, and page -> drawn).
 
-    .venv/bin/python benchmarks/bench_chart.py [--modules 100000] [--layers 60] [--repeat 5]
+    .venv/bin/python benchmarks/bench_chart.py [--modules 100000] [--layers 60] [--repeat 5] [--ranks 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import gzip
 import random
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
+
 from rca_lsp.report.chart import _Stats, _Strings, _Thresholds
 from rca_lsp.report.chart_schema import (
     CHART_VERSION,
+    TARGET_KINDS,
     CalibrationLine,
     ChartCall,
     ChartData,
     ChartModules,
+    ChartRank,
     LayerSpan,
     Marker,
     OneSidedOp,
+    RankCopies,
+    SharedCopies,
     TargetSeries,
 )
 from rca_lsp.report.html import render_html
@@ -101,12 +113,49 @@ def synthetic_chart(modules: int, layers: int, seed: int = 0) -> ChartData:
         for i, s in enumerate(spans)
     ]
     marker, before = (Marker(i, key_of(strings, m.train_key[i]), "", None) for i in (fault, fault - 1))
-    call = ChartCall(0, "forward.0", "", m, spans, marker, before, ops, [])
+    call = ChartCall(0, "forward.0", "", m, spans, marker, before, ops, [], [])
     calibration = {"float32": CalibrationLine(FLOOR, TOLERANCE, 1e-4, False)}
     return ChartData(
         CHART_VERSION, "mapping_key.json", "train", "rollout", "mapping_key.json", "bench", "synthetic",
-        calibration, [call], 0, None, strings.table(), stats.table(), thresholds.values,
+        calibration, [call], 0, [], strings.table(), stats.table(), thresholds.values,
     )  # fmt: skip
+
+
+def with_ranks(chart: ChartData, ranks: int, seed: int = 0) -> ChartData:
+    """The chart with the views of `ranks` tensor-parallel train ranks (see the module doc)."""
+    rng = random.Random(seed)
+    call = chart.calls[0]
+    modules = call.modules
+    count = len(modules.label)
+    sharded = list(range(0, count, 3))
+    call.shared = [SharedCopies("train", sharded, *([None] * len(sharded) for _ in TARGET_KINDS))]  # type: ignore[arg-type]
+    chart.ranks = [ChartRank("train", rank, f"tp={rank}", "rollout merged") for rank in range(ranks)]
+    call.ranks = []
+    for rank in range(ranks):
+        changed = sorted(rng.sample(range(count), max(1, count // 1000)))
+        values = [[float(f"{rng.uniform(1e-7, 1e-1):.4g}") for _ in changed] for _ in TARGET_KINDS]
+        call.ranks.append(RankCopies(rank, [0, count], changed, *values, changed[:1]))
+    return chart
+
+
+def dense_ranks(chart: ChartData) -> list[dict[str, object]]:
+    """The same rank views as the chart carried them before: every rank's error of every module and kind."""
+    call = chart.calls[0]
+    dense = []
+    for copies in call.ranks:
+        series = {kind: list(getattr(call.modules, kind).error) for kind in TARGET_KINDS}
+        for overlay in (*call.shared, copies):
+            for at, index in enumerate(overlay.changed):
+                for kind in TARGET_KINDS:
+                    series[kind][index] = getattr(overlay, kind)[at]
+        dense.append({"rank": copies.rank, **series, "mismatch": copies.mismatch})
+    return dense
+
+
+def packed_size(document: object) -> tuple[int, int]:
+    """JSON bytes, and bytes in the page (gzip'd, base64) as report/html.py packs a block."""
+    raw = msgspec.json.encode(document)
+    return len(raw), len(base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)))
 
 
 def key_of(strings: _Strings, key: list[int]) -> str:
@@ -120,6 +169,7 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=60)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--chromium", default="/usr/bin/chromium")
+    parser.add_argument("--ranks", type=int, default=0, help="add the views of N tensor-parallel train ranks")
     args = parser.parse_args()
     if shutil.which("node") is None or not (REPO / "editors" / "vscode" / "node_modules" / "playwright-core").is_dir():
         print("bench_chart: needs node and editors/vscode/node_modules (npm ci in editors/vscode)", file=sys.stderr)
@@ -127,7 +177,19 @@ def main() -> int:
     out = HERE / "data" / "chart"
     out.mkdir(parents=True, exist_ok=True)
     page = out / f"chart_{args.modules}.html"
-    page.write_text(render_html(synthetic_chart(args.modules, args.layers)), encoding="utf-8")
+    chart = synthetic_chart(args.modules, args.layers)
+    if args.ranks:
+        page = out / f"chart_{args.modules}_ranks{args.ranks}.html"
+        chart = with_ranks(chart, args.ranks)
+        call = chart.calls[0]
+        sparse = packed_size({"ranks": chart.ranks, "copies": call.ranks, "shared": call.shared})
+        dense = packed_size(dense_ranks(chart))
+        print(
+            f"rank views of {args.ranks} ranks: {sparse[0] / 2**10:.0f} KiB of JSON, {sparse[1] / 2**10:.0f} KiB in "
+            f"the page; as dense per-rank arrays (before): {dense[0] / 2**20:.1f} MiB of JSON, "
+            f"{dense[1] / 2**20:.2f} MiB in the page"
+        )
+    page.write_text(render_html(chart), encoding="utf-8")
     print(f"{args.modules} modules over {args.layers} layers: {page} ({page.stat().st_size / 2**20:.1f} MiB)")
     command = ["node", str(HERE / "chart_render.mjs"), str(page), str(args.repeat), args.chromium]
     return subprocess.run(command, check=False).returncode

@@ -7,18 +7,21 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
+import msgspec
 import orjson
 import pytest
 from conftest import FIXTURES, rollout_options, variants
 
+from rca_lsp.compare.module import compare_module
+from rca_lsp.compare.rankview import holders
+from rca_lsp.compare.residual import branch_facts
 from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.diagnose.run import analyze_paths
-from rca_lsp.dumps.dump import load_dump_file
-from rca_lsp.dumps.ranks.slots import slot_stats
+from rca_lsp.dumps.dump import Dump, load_dump_file
 from rca_lsp.model.keys import is_activation_like
 from rca_lsp.model.stats import relative_error
 from rca_lsp.report.chart import chart_data
-from rca_lsp.report.chart_schema import TARGET_KINDS, ChartCall, ChartData, encode_chart, key_text
+from rca_lsp.report.chart_schema import CHART_VERSION, TARGET_KINDS, ChartCall, ChartData, encode_chart, key_text
 from rca_lsp.report.root_cause import root_cause_report
 
 
@@ -107,7 +110,7 @@ def test_points_are_the_records_in_execution_order_judged_as_the_analysis_judged
 def test_the_chart_is_json_with_the_calibrated_noise_floor(variant: str) -> None:
     analysis, chart = analysed(variant)
     decoded = orjson.loads(encode_chart(chart))  # strict JSON: orjson refuses NaN/Infinity literals
-    assert decoded["run_id"] == "run-1" and decoded["version"] == 1
+    assert decoded["run_id"] == "run-1" and decoded["version"] == CHART_VERSION
     assert len(decoded["calls"]) == len(chart.calls)
     floors = {
         dtype: c["noise_floor"] for dtype, c in root_cause_report(analysis)["calibration"].items() if not c["fallback"]
@@ -157,78 +160,185 @@ def test_a_decoding_rollout_is_one_call_noting_the_joined_decode_steps() -> None
     assert len(chart.calls) == 1 and "decode steps" in chart.calls[0].note
 
 
+def rank_view(chart: ChartData, call: ChartCall, rank: int) -> dict[str, list[float | None]]:
+    """A rank's errors as the chart's reader expands them (editors/vscode/chart/src/ranks.ts): nothing where it
+    holds no copy; its side's shared errors (the merged ones, but where SharedCopies say otherwise) where it holds
+    one; its own where RankCopies say so."""
+    count = len(call.modules.label)
+    series: dict[str, list[float | None]] = {kind: [None] * count for kind in TARGET_KINDS}
+    (copies,) = [c for c in call.ranks if c.rank == rank]
+    held = {i for at in range(0, len(copies.held), 2) for i in range(copies.held[at], copies.held[at + 1])}
+    for kind in TARGET_KINDS:
+        for index in held:
+            series[kind][index] = number(getattr(call.modules, kind).error[index])
+    overlays = [s for s in call.shared if s.side == chart.ranks[rank].side] + [copies]
+    for overlay in overlays:
+        for at, index in enumerate(overlay.changed):
+            if index in held:
+                for kind in TARGET_KINDS:
+                    series[kind][index] = number(getattr(overlay, kind)[at])
+    return series
+
+
+def view_of(chart: ChartData, side: str, rank: int) -> int:
+    return next(i for i, r in enumerate(chart.ranks) if (r.side, r.rank) == (side, rank))
+
+
 def test_each_train_rank_s_copy_shows_where_a_desynced_replica_parts() -> None:
     analysis, chart = analysed("tp2_sp_replica_desync")
-    assert chart.rank_side == "train"
+    assert [(r.side, r.rank, r.coordinates, r.against) for r in chart.ranks] == [
+        ("train", 0, "tp=0", "rollout merged"),
+        ("train", 1, "tp=1", "rollout merged"),
+    ]
     call = chart.calls[chart.default_call]
     (disagreement,) = root_cause_report(analysis)["disagreements"]
     index = [key_text(chart, k) for k in call.modules.train_key].index(disagreement["key"])
     assert call.first_divergence is not None and call.first_divergence.index == index
-    by_rank = {series.rank: series for series in call.ranks}
-    assert sorted(by_rank) == [0, 1]
     reference, (member,) = disagreement["reference"], disagreement["members"]
+    by_rank = {chart.ranks[c.rank].rank: c for c in call.ranks}
     assert by_rank[reference].mismatch == [] and by_rank[member].mismatch[0] == index
-    assert number(by_rank[member].parameters[index]) == pytest.approx(disagreement["rel_err"], rel=2e-3)
-    assert number(by_rank[reference].parameters[index]) == 0.0
+    member_view = rank_view(chart, call, view_of(chart, "train", member))
+    reference_view = rank_view(chart, call, view_of(chart, "train", reference))
+    assert member_view["parameters"][index] == pytest.approx(disagreement["rel_err"], rel=2e-3)
+    assert reference_view["parameters"][index] == 0.0
     # a sharded slot is not a whole tensor: no per-rank error for it
     sharded = analysis.train.parallel.merges  # type: ignore[union-attr]
     keys = [key_text(chart, k) for k in call.modules.train_key]
     qkv = next(i for i, k in enumerate(keys) if "linear_qkv" in k)
-    assert "output sharded" in sharded[keys[qkv]] and by_rank[0].output[qkv] is None
+    assert "output sharded" in sharded[keys[qkv]] and reference_view["output"][qkv] is None
+    assert call.modules.output.error[qkv] is not None
 
 
-RANK_FIXTURES = [v for v in variants() if v.startswith(("tp2_", "moe_ep2", "vllm_tp")) and "pp2" not in v]
+RANK_FIXTURES = [v for v in variants() if v.startswith(("tp2_", "moe_ep2", "vllm_tp", "pp2_"))]
 
 
 @pytest.mark.parametrize("variant", RANK_FIXTURES)
-def test_each_rank_series_is_that_rank_file_s_own_copy_against_the_rollout(variant: str) -> None:
-    """Oracle: every merged rank file loaded whole, its copy of each 1:1 module's replicated slots compared with the
-    rollout's (the chart takes keys whose copies the merge saw equal from the merged entry)."""
+def test_each_rank_view_is_that_rank_file_s_own_copy_against_the_other_side(variant: str) -> None:
+    """Oracle: every merged rank file loaded whole; each record's keys read from the files holding them (renamed as
+    the logical dump names them), compared as the record is with the other side: the same rank's copies when both
+    sides are laid out alike, else its merged entries on the slots held whole. The chart reads only the keys whose
+    copies differ and shares the merged comparison elsewhere."""
     analysis, chart = analysed(variant)
-    info = analysis.train.parallel
-    if info is None or analysis.train.joined_steps is not None:
-        assert chart.rank_side is None
-        return
-    merged = sorted(info.peers) if info.peers else list(range(len(info.files)))
-    files = {index: load_dump_file(Path(info.files[index])).entries for index in merged}
-    rollout = analysis.rollout.entries
-    for call in chart.calls:
-        assert [series.rank for series in call.ranks] == [info.ranks[i] for i in merged]
-        records = analysis.calls[call.call_index].records
-        for index, record in enumerate(records):
-            comparison = record.comparison
-            single = len(comparison.train_keys) == 1 and len(comparison.rollout_keys) == 1
-            how = info.merges.get(comparison.train_key, "")
-            holder, original = info.origins.get(comparison.train_key, (None, comparison.train_key))
-            for file, series in zip(merged, call.ranks):
-                mine = files[file].get(original) if holder in (None, file) else None
-                if not single or mine is None:
-                    assert (series.output[index], series.input[index], series.parameters[index]) == (None,) * 3
+    sides = {"train": analysis.train, "rollout": analysis.rollout}
+    whole: dict[str, dict[str, dict]] = {}
+    for dump in sides.values():
+        for file in dump.parallel.files if dump.parallel is not None else ():
+            whole[file] = load_dump_file(Path(file)).entries
+
+    def parts(dump: Dump, keys: tuple[str, ...], rank: int) -> list | None:
+        info = dump.parallel
+        assert info is not None
+        found = []
+        for key in keys:
+            peers, original = holders(info, key)
+            files = [p for p in peers if info.ranks[p] == rank]
+            if not files or original not in whole[info.files[files[0]]]:
+                return None
+            logical = dump.entries[key]
+            entry = whole[info.files[files[0]]][original]
+            found.append(
+                msgspec.structs.replace(
+                    entry, key=key, path=logical.path, call_index=logical.call_index, position=logical.position
+                )
+            )
+        return found
+
+    tolerances = analysis.judge.tolerances
+    for at, view in enumerate(chart.ranks):
+        side = "train" if view.side in ("train", "both") else "rollout"
+        other = "rollout" if side == "train" else "train"
+        for call in chart.calls:
+            series = rank_view(chart, call, at)
+            for index, record in enumerate(analysis.calls[call.call_index].records):
+                comparison = record.comparison
+                keys = {"train": comparison.train_keys, "rollout": comparison.rollout_keys}
+                mine = parts(sides[side], keys[side], view.rank)
+                theirs = (
+                    parts(sides[other], keys[other], view.rank)
+                    if view.side == "both"
+                    else [sides[other].entries[k] for k in keys[other]]
+                )
+                if mine is None or theirs is None:
+                    assert [series[kind][index] for kind in TARGET_KINDS] == [None] * 3, (variant, view, index)
                     continue
-                theirs = rollout[comparison.rollout_key]
-                for kind, column in zip(
-                    ("output", "input", "parameters"), (series.output, series.input, series.parameters)
-                ):
-                    slots = (
-                        [kind]
-                        if kind != "parameters"
-                        else [f"parameters.{n}" for n in mine.parameters.keys() & theirs.parameters.keys()]
-                    )
+                pair = (mine, theirs) if side == "train" else (theirs, mine)
+                specs = compare_module(
+                    *pair, tolerances, branch_facts(analysis.train, analysis.rollout, keys["train"], keys["rollout"])
+                ).target_specs()
+                if view.side != "both":
+                    how = "; ".join(sides[side].parallel.merges.get(k, "") for k in keys[side])  # type: ignore[union-attr]
+                    specs = [s for s in specs if holds_whole(how, s.target)]
+                for kind, letter in zip(TARGET_KINDS, "oip"):
                     errors = [
                         e
-                        for slot in slots
-                        if f"{slot} sharded" not in how
-                        and (e := relative_error(slot_stats(mine, slot), slot_stats(theirs, slot))) is not None
+                        for s in specs
+                        if s.target[0] == letter and (e := relative_error(s.train, s.rollout)) is not None
                     ]
                     expected = max(errors) if errors else None
-                    assert number(column[index]) == (
+                    assert series[kind][index] == (
                         None if expected is None else pytest.approx(expected, rel=1e-3, abs=1e-12)
-                    ), (variant, call.label, comparison.train_key, file, kind)
+                    ), (variant, view, call.label, comparison.train_key, kind)
 
 
-def test_pipeline_stages_have_no_rank_series() -> None:
-    _, chart = analysed("pp2_in_module_diff")
-    assert chart.rank_side is None and all(call.ranks == [] for call in chart.calls)
+def holds_whole(how: str, target: str) -> bool:
+    """The slot of a target is held whole by each rank: neither sharded nor a partial result."""
+    slot = "output" if target.startswith("output") else "input" if target.startswith("input_args") else target
+    if slot in ("input", "output") and ("partial results" in how or "activations left out" in how):
+        return False
+    return f"{slot} sharded" not in how
+
+
+def test_pipeline_stages_hold_their_own_modules() -> None:
+    analysis, chart = analysed("pp2_in_module_diff")
+    assert [(r.side, r.rank, r.coordinates) for r in chart.ranks] == [("train", 0, "pp=0"), ("train", 1, "pp=1")]
+    call = chart.calls[0]
+    layers = call.modules.layer
+    held = {chart.ranks[c.rank].rank: c.held for c in call.ranks}
+    first = [i for i, layer in enumerate(layers) if layer in (0, 1) or i == 0]
+    assert held[0] == [0, max(first) + 1] and held[1] == [max(first) + 1, len(layers)]
+    # the first divergence (layer 3) is the second stage's: its view shows it, the first stage's holds no copy
+    marker = call.first_divergence
+    assert marker is not None and layers[marker.index] == 3
+    assert rank_view(chart, call, 1)["output"][marker.index] == number(call.modules.output.error[marker.index])
+    assert rank_view(chart, call, 0)["output"][marker.index] is None
+
+
+def test_a_tensor_parallel_rollout_s_ranks_are_views_against_the_train_side() -> None:
+    _, chart = analysed("vllm_tp2_kv_replica_desync")
+    assert [(r.side, r.rank, r.coordinates, r.against) for r in chart.ranks] == [
+        ("rollout", 0, "tp=0", "train merged"),
+        ("rollout", 1, "tp=1", "train merged"),
+    ]
+
+
+def test_a_decode_only_fault_on_one_engine_rank_parts_rank_by_rank() -> None:
+    """Megatron TP=2 against vLLM TP=2 dumped one step per engine step: rank 1's decode steps use a desynced shard;
+    the views pair train rank r with rollout rank r (shards against shards), and rank 1 parts where the report
+    names it."""
+    analysis, chart = analysed("vllm_tp2_decode_steps_rank_desync")
+    assert [(r.side, r.rank, r.against) for r in chart.ranks] == [
+        ("both", 0, "rollout rank 0"),
+        ("both", 1, "rollout rank 1"),
+    ]
+    named = root_cause_report(analysis)["first_divergence"]
+    assert [v.split(":")[0] for v in named["rank_by_rank"]] == ["rank 1"]
+    call = chart.calls[chart.default_call]
+    marker = call.first_divergence
+    assert marker is not None and marker.train_key == named["train_key"]
+    by_rank = {chart.ranks[c.rank].rank: c for c in call.ranks}
+    assert by_rank[1].mismatch[0] == marker.index and marker.index not in by_rank[0].mismatch
+    one, zero = (rank_view(chart, call, view_of(chart, "both", r))["output"][marker.index] for r in (1, 0))
+    assert one is not None and zero is not None and one > 100 * zero
+
+
+def test_ranks_are_named_by_their_coordinates_in_the_layout() -> None:
+    _, chart = analysed("tp2_pp2_dp2_healthy")
+    assert [(r.rank, r.coordinates) for r in chart.ranks] == [
+        (0, "tp=0, pp=0, dp=0"),
+        (1, "tp=1, pp=0, dp=0"),
+        (4, "tp=0, pp=1, dp=0"),
+        (5, "tp=1, pp=1, dp=0"),
+    ]
 
 
 def test_non_finite_statistics_and_errors_are_spelt_as_strings(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from conftest import FIXTURES
 from rca_lsp.base.errors import InputError
 from rca_lsp.dumps.dump import Dump, load_dump_file
 from rca_lsp.dumps.forkload import load_files_forked
+from rca_lsp.dumps.rankfile import read_raw_entries
 from rca_lsp.dumps.rankload import load_rank_files
 
 LAYER = "Module.model.layers.{}.mlp.down_proj.Linear.forward.0"
@@ -82,3 +84,16 @@ def test_a_broken_rank_file_reports_as_it_would_alone(tmp_path: Path, broken: st
     with pytest.raises(InputError) as alone:
         load_dump_file(bad)
     assert str(raised.value) == str(alone.value) and str(bad) in str(raised.value)
+
+
+@pytest.mark.parametrize("variant", ["tp2_replica_desync", "vllm_tp2_decode_steps_rank_desync"])
+def test_many_entries_read_on_demand_are_the_file_s_entries(variant: str) -> None:
+    """read_raw_entries reads up to the next key found (and the whole window when that cuts an entry): every key
+    of a real rank file, in dump order and out of it, is the entry the file holds."""
+    path = next((FIXTURES / variant).glob("*/step*/rank1/dump.json"))
+    data = json.loads(path.read_text())["data"]
+    keys = list(data)
+    assert read_raw_entries(path, keys) == data
+    some = keys[::-3]  # out of dump order, with entries between those read
+    assert read_raw_entries(path, some) == {key: data[key] for key in some}
+    assert read_raw_entries(path, ["Module.not.a.key.forward.0"]) == {"Module.not.a.key.forward.0": None}

@@ -8,6 +8,7 @@ import os
 import stat
 from pathlib import Path
 
+import msgspec
 import pytest
 from conftest import FIXTURES
 
@@ -112,3 +113,85 @@ def test_a_run_without_the_chart_leaves_no_chart_of_an_earlier_run(tmp_path: Pat
     assert "output_5_root_cause_report.html" not in json.dumps(manifest)
     markdown = (tmp_path / "output_5_root_cause_report.md").read_text()
     assert "Not drawn in this run (`--no-chart`)" in markdown and "](output_5_root_cause_report.png)" not in markdown
+
+
+def png_size(image: bytes) -> tuple[int, int]:
+    """Width and height from the PNG's IHDR chunk."""
+    assert image.startswith(b"\x89PNG\r\n\x1a\n") and image[12:16] == b"IHDR"
+    return int.from_bytes(image[16:20], "big"), int.from_bytes(image[20:24], "big")
+
+
+def rollouts_call_by_call(tmp_path: Path) -> Path:
+    """Two real decoding HF rollouts compared call by call (engine against engine): decode_healthy's (fp32 KV cache)
+    as the reference, decode_kv_bf16's (bf16 KV cache: the prefill attends over fresh fp32 keys, the decode calls
+    read the rounded cache) against it; every module's call N paired with its call N."""
+    explicit = json.loads((FIXTURES / "decode_kv_bf16" / "mapping_key_explicit.json").read_text())
+    keys = [k for v in explicit.values() for k in (v if isinstance(v, list) else [v])]
+    mapping = tmp_path / "mapping_key.json"
+    mapping.write_text(json.dumps({key: key for key in keys}))
+    return mapping
+
+
+@pytest.mark.skipif(not report_png.matplotlib_available(), reason="the chart extra (matplotlib) is not installed")
+def test_a_decode_only_fault_s_call_is_in_the_image_beside_the_clean_prefill(tmp_path: Path) -> None:
+    mapping = rollouts_call_by_call(tmp_path)
+    analysis = analyze_paths(FIXTURES / "decode_healthy" / "rollout", FIXTURES / "decode_kv_bf16" / "rollout", mapping)
+    chart = chart_data(analysis)
+    named = root_cause_report(analysis)["first_divergence"]
+    assert named["call_index"] == 1  # the first decode call: the prefill agrees exactly
+    panels = report_png.image_panels(chart)
+    assert [chart.calls[p.call].call_index for p in panels] == [0, 1]
+    reference, diverging = (chart.calls[p.call] for p in panels)
+    assert reference.first_divergence is None and "reference" in panels[0].title
+    assert diverging.first_divergence is not None and diverging.first_divergence.train_key == named["train_key"]
+    assert panels[1].title == "call forward.1: first divergence: self_attn.o_proj (layer 0)"
+    two = report_png.render_png(chart)
+    assert two is not None
+    # one panel per call: the same width, a panel's height more than the single-call image of the same analysis
+    one = report_png.render_png(msgspec.structs.replace(chart, calls=[diverging], default_call=0))
+    assert one is not None
+    (width, height), (width_one, height_one) = png_size(two), png_size(one)
+    assert width == width_one and height - height_one == pytest.approx(report_png._PANEL_HEIGHT * 110, abs=2)
+    write_outputs(analysis, tmp_path / "o")
+    markdown = (tmp_path / "o" / MD).read_text()
+    assert f"The image shows {panels[0].title}; {panels[1].title}." in markdown
+
+
+@pytest.mark.parametrize("variant", ["decode_missing_activation", "decode_kv_bf16"])
+def test_a_rollout_s_decode_steps_joined_into_a_call_are_named_in_its_panel(variant: str) -> None:
+    folder = FIXTURES / variant
+    analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
+    chart = chart_data(analysis)
+    (panel,) = report_png.image_panels(chart)  # the train recomputes the sequence in one call
+    call = chart.calls[panel.call]
+    named = root_cause_report(analysis)["first_divergence"]
+    assert call.first_divergence is not None and call.first_divergence.train_key == named["train_key"]
+    label = chart.strings[call.modules.label[call.first_divergence.index]]
+    assert panel.title == (
+        f"call forward.0 (rollout: 5 calls: prefill of 12 tokens + 4 decode steps): first divergence: {label} (layer 0)"
+    )
+
+
+def test_micro_batches_show_the_clean_one_beside_the_diverging_one() -> None:
+    folder = FIXTURES / "microbatch_fault"
+    chart = chart_data(analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json"))
+    panels = report_png.image_panels(chart)
+    assert [chart.calls[p.call].label for p in panels] == ["forward.0", "forward.1"]
+    assert panels[1].call == chart.default_call and "first divergence" in panels[1].title
+
+
+@pytest.mark.skipif(not report_png.matplotlib_available(), reason="the chart extra (matplotlib) is not installed")
+def test_keys_with_dollar_signs_and_markup_are_drawn_and_named_as_they_are(tmp_path: Path, analysis) -> None:
+    """matplotlib reads `$...$` as mathematics (an odd `$` fails the drawing); the caption is Markdown text."""
+    chart = chart_data(analysis)
+    call = chart.calls[chart.default_call]
+    assert call.first_divergence is not None
+    label = call.modules.label[call.first_divergence.index]
+    chart.strings[label] = "odd $x_1 *module* `$"
+    assert report_png.render_png(chart) is not None
+    caption = report_png.image_caption(chart)
+    assert "odd $x_1 *module* `$" in caption
+    from rca_lsp.report.markdown import render_markdown
+
+    markdown = render_markdown(analysis, None, PNG, True, None, caption)
+    assert "odd \\$x_1 \\*module\\* \\`\\$" in markdown

@@ -8,7 +8,7 @@ and combines the logical dump's (calls, module), never by a second join here."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import msgspec
 
@@ -17,7 +17,7 @@ from rca_lsp.compare.module import compare_module
 from rca_lsp.compare.residual import branch_facts
 from rca_lsp.compare.statistics import quick_verdict
 from rca_lsp.dumps.dump import Dump, ModuleEntry, ParallelInfo, raw_entry
-from rca_lsp.dumps.rankfile import read_raw_entry
+from rca_lsp.dumps.rankfile import read_raw_entries, read_raw_entry
 from rca_lsp.dumps.ranks.slots import slot_stats
 from rca_lsp.model.tolerance import Tolerances
 
@@ -38,7 +38,7 @@ def rank_copies(dump: Dump, key: str) -> list[RankCopy]:
     cached = dump.rank_entry_cache.get(key)
     if cached is not None:
         return cached  # type: ignore[no-any-return]
-    peers, original = _holders(info, key)
+    peers, original = holders(info, key)
     found = []
     for peer in peers:
         entry = _read_entry(Path(info.files[peer]), original)
@@ -48,7 +48,32 @@ def rank_copies(dump: Dump, key: str) -> list[RankCopy]:
     return found
 
 
-def _holders(info: ParallelInfo, key: str) -> tuple[Sequence[int], str]:
+def read_rank_copies(dump: Dump, keys: Iterable[str]) -> None:
+    """`rank_copies` of many keys at once, each rank file read in one pass (its wanted keys in the order given,
+    dump order for one pass): what a chart of every record needs. The copies land in the dump's cache, where
+    rank_copies and rank_parts find them."""
+    info = dump.parallel
+    if info is None:
+        return
+    todo = [key for key in dict.fromkeys(keys) if key not in dump.rank_entry_cache]
+    wanted: dict[int, list[str]] = {}
+    for key in todo:
+        peers, original = holders(info, key)
+        for peer in peers:
+            wanted.setdefault(peer, []).append(original)
+    read = {peer: read_raw_entries(Path(info.files[peer]), names) for peer, names in wanted.items()}
+    for key in todo:
+        peers, original = holders(info, key)
+        found = []
+        for peer in peers:
+            value = read[peer].get(original)
+            entry = raw_entry(original, value) if value is not None else None
+            if entry is not None:
+                found.append(RankCopy(info.ranks[peer], info.files[peer], entry))
+        dump.rank_entry_cache[key] = found
+
+
+def holders(info: ParallelInfo, key: str) -> tuple[Sequence[int], str]:
     """The file indexes whose copies of a logical key were merged, and the key's name in those files."""
     index, original = info.origins.get(key, (0, key))
     return info.peers.get(index, range(len(info.files))), original
@@ -59,7 +84,7 @@ def held_by(dump: Dump, key: str) -> dict[str, Any] | None:
     (a later pipeline stage's local layer name); None for a dump that was not merged from ranks."""
     if dump.parallel is None:
         return None
-    peers, original = _holders(dump.parallel, key)
+    peers, original = holders(dump.parallel, key)
     return {"ranks": [dump.parallel.ranks[i] for i in peers], "key": original}
 
 

@@ -3,6 +3,7 @@ beyond the logical dump (e.g. every positional input of a module, or each rank's
 
 from __future__ import annotations
 
+import bisect
 import json
 import mmap
 from pathlib import Path
@@ -24,12 +25,22 @@ def read_raw_entries(path: Path, keys: Sequence[str]) -> dict[str, dict[str, Any
     found: dict[str, dict[str, Any] | None] = dict.fromkeys(keys)
     try:
         with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            starts: dict[str, int] = {}
             position = 0
-            for key in keys:
+            for key in found:
                 start = _find(data, quoted_key(key), position)
                 if start >= 0:
-                    position = start
-                    found[key] = _entry(data[start : start + _WINDOW].decode("utf-8", errors="replace"), key)
+                    position = starts[key] = start
+            ordered = sorted(starts.values())
+            for key, start in starts.items():
+                # an entry ends before the next key found starts: read up to there (many keys read cost about the
+                # file, not a window each), and the whole window when that does not hold the entry
+                after = bisect.bisect_right(ordered, start)
+                end = ordered[after] if after < len(ordered) else len(data)
+                for stop in dict.fromkeys((min(end, start + _WINDOW), start + _WINDOW)):
+                    found[key] = _entry(data[start:stop].decode("utf-8", errors="replace"), key)
+                    if found[key] is not None:
+                        break
     except (OSError, ValueError):
         pass
     return found

@@ -19,7 +19,7 @@ from rca_lsp.report.chart import chart_data
 from rca_lsp.report.chart_schema import ChartData
 from rca_lsp.report.html import render_html
 from rca_lsp.report.markdown import CHART_HTML, CHART_PNG, render_markdown
-from rca_lsp.report.png import render_png
+from rca_lsp.report.png import image_caption, render_png
 
 REPORT_JSON = "output_5_root_cause_report.json"
 REPORT_MD = "output_5_root_cause_report.md"
@@ -28,7 +28,8 @@ ANSWER_NAMES = (REPORT_JSON, CHART_HTML, CHART_PNG, REPORT_MD)
 
 def write_answer(analysis: Analysis, out_dir: Path, report: dict[str, Any], chart: bool) -> list[Path]:
     """The report (`report`: root_cause_report with the run id) as JSON and Markdown. The Markdown links the PNG
-    that write_chart is expected to draw; write_chart rewrites it if the image does not come."""
+    that write_chart is expected to draw; write_chart rewrites it once the image is drawn (naming the calls its
+    panels show) or if the image does not come."""
     write_atomically(out_dir / REPORT_JSON, orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
     _write_markdown(analysis, out_dir, report, _image_expected(analysis, chart), chart)
     return [out_dir / REPORT_JSON, out_dir / REPORT_MD]
@@ -48,8 +49,9 @@ def write_chart(
     with BackgroundWork(draw) if fork else nullcontext() as drawing:
         write_atomically(out_dir / CHART_HTML, render_html(data).encode())
         image = drawing.result() if drawing is not None else draw()
-    if bool(image) != _image_expected(analysis, chart):  # the Markdown linked an image that did not come, or not
-        _write_markdown(analysis, out_dir, report, bool(image), chart)
+    # the Markdown again: it says which calls the image's panels show, or it linked an image that did not come
+    if image or _image_expected(analysis, chart):
+        _write_markdown(analysis, out_dir, report, bool(image), chart, image_caption(data) if image else "")
     return [out_dir / CHART_HTML, *image]
 
 
@@ -58,8 +60,10 @@ def _image_expected(analysis: Analysis, chart: bool) -> bool:
     return chart and bool(analysis.records) and importlib.util.find_spec("matplotlib") is not None
 
 
-def _write_markdown(analysis: Analysis, out_dir: Path, report: dict[str, Any], image: bool, chart: bool) -> None:
-    markdown = render_markdown(analysis, report["run_id"], CHART_PNG if image else None, chart, report)
+def _write_markdown(
+    analysis: Analysis, out_dir: Path, report: dict[str, Any], image: bool, chart: bool, caption: str = ""
+) -> None:
+    markdown = render_markdown(analysis, report["run_id"], CHART_PNG if image else None, chart, report, caption)
     write_atomically(out_dir / REPORT_MD, markdown.encode())
 
 

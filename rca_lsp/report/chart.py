@@ -7,19 +7,15 @@ import bisect
 import math
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from rca_lsp.compare.module import ModuleComparison, TargetSpec
 from rca_lsp.compare.records import ModuleRecord
-from rca_lsp.compare.statistics import quick_verdict
 from rca_lsp.diagnose.rootcause import Suspect
-from rca_lsp.dumps.dump import ModuleEntry, ParallelInfo, raw_entry
-from rca_lsp.dumps.rankfile import read_raw_entries
-from rca_lsp.dumps.ranks.slots import slot_stats
-from rca_lsp.dumps.sources import signature
 from rca_lsp.model.keys import is_activation_like, layer_index, parse_module_key
 from rca_lsp.model.stats import TensorStats, relative_error
 from rca_lsp.model.tolerance import Tolerances, normalise_dtype
+from rca_lsp.report.chart_ranks import rank_views
 from rca_lsp.report.chart_schema import (
     CHART_VERSION,
     TARGET_KINDS,
@@ -32,7 +28,6 @@ from rca_lsp.report.chart_schema import (
     Marker,
     Number,
     OneSidedOp,
-    RankSeries,
     Stats,
     TargetSeries,
     TargetStats,
@@ -336,151 +331,6 @@ def _one_sided(
     return found
 
 
-RankResult = tuple[float | None, float | None, float | None, bool]  # output, input, parameters error; differs
-_RANK_RESULTS: dict[tuple[object, ...], "RankResults"] = {}  # of the last rank files
-
-
-RankResults = dict[tuple[str, str], list[RankResult | None]]  # per key pair, per rank file
-
-
-def _rank_results(
-    analysis: Analysis,
-    pairs: set[tuple[str, str]],
-    compare: Callable[[TensorStats | None, TensorStats | None], float | None] = relative_error,
-) -> tuple[list[int], RankResults]:
-    """Each merged rank's copy of each (train key, rollout key) pair against the rollout, computed for the pairs not
-    yet known for these rank files (a chart after an edit computes only new pairs). The ranks are those whose copies
-    were merged (other data-parallel groups ran other data). Where the merge saw every rank's copy of the
-    replicated slots equal (all keys but ParallelInfo.varied), each rank's result is the merged entry's, computed
-    once; only the varied keys' copies are read from the rank files. Not for pipeline stages (a stage names its
-    layers by local index: one key means other modules on other stages) nor joined steps (a step's copies are
-    calls, not ranks). The ranks ([] when there are none to show) and the results."""
-    train = analysis.train
-    info = train.parallel
-    if info is None or ", pp=1," not in info.layout or train.joined_steps is not None:
-        return [], {}
-    merged = sorted(info.peers) if info.peers else list(range(len(info.files)))
-    identity = (
-        tuple((file, signature(Path(file))) for file in info.files),
-        analysis.rollout.path,
-        analysis.judge.tolerances.key(),
-    )
-    known = _RANK_RESULTS.get(identity)
-    if known is None:
-        _RANK_RESULTS.clear()
-        known = _RANK_RESULTS[identity] = {}
-    missing = [pair for pair in pairs if pair not in known]
-    tolerances, rollout_entries = analysis.judge.tolerances, analysis.rollout.entries
-    varied = sorted({k for k, _ in missing if k in info.varied}, key=lambda k: train.entries[k].position)
-    copies = _varied_copies(info, merged, varied)
-    slot_of = {file: slot for slot, file in enumerate(merged)}
-    for train_key, rollout_key in missing:
-        theirs, how = rollout_entries[rollout_key], info.merges.get(train_key, "")
-        index, original = info.origins.get(train_key, (None, train_key))
-        # an expert held by one rank is in that rank's file only
-        holders = merged if index is None else [index] if index in slot_of else []
-        results: list[RankResult | None] = [None] * len(merged)
-        if train_key in info.varied:
-            for file in holders:
-                mine = copies[file].get(original)
-                if mine is not None:
-                    results[slot_of[file]] = _compare_rank(mine, theirs, how, tolerances)
-        elif holders:
-            result = _compare_rank(train.entries[train_key], theirs, how, tolerances, compare, verdicts=False)
-            for file in holders:
-                results[slot_of[file]] = result
-        known[(train_key, rollout_key)] = results
-    return [info.ranks[file] for file in merged], known
-
-
-def _varied_copies(info: ParallelInfo, files: list[int], keys: list[str]) -> dict[int, dict[str, ModuleEntry]]:
-    """The rank files' (indexes into info.files) own copies of some logical keys (under their names there, in dump
-    order: one pass over each file); a copy a file lacks or that does not read is left out."""
-    if not keys:
-        return {}
-    names = [info.origins.get(key, (0, key))[1] for key in keys]
-    found: dict[int, dict[str, ModuleEntry]] = {}
-    for file in files:
-        raw = read_raw_entries(Path(info.files[file]), names)
-        found[file] = {k: entry for k, v in raw.items() if v is not None and (entry := raw_entry(k, v)) is not None}
-    return found
-
-
-def _replicated(how: str, slot: str) -> bool:
-    return f"{slot} sharded" not in how
-
-
-def _single(record: ModuleRecord) -> tuple[str, str] | None:
-    """The key pair of a 1:1 record (groups of several keys are not one copy per rank)."""
-    comparison = record.comparison
-    if len(comparison.train_keys) == 1 and len(comparison.rollout_keys) == 1:
-        return comparison.train_key, comparison.rollout_key
-    return None
-
-
-def _rank_series(records: Sequence[ModuleRecord], ranks: list[int], known: RankResults) -> list[RankSeries]:
-    if not ranks:
-        return []
-    found = [RankSeries(rank, [], [], [], []) for rank in ranks]
-    holders: dict[int, int] = {}  # module index -> how many ranks hold it
-    rounded: dict[int, tuple[Number | None, Number | None, Number | None]] = {}  # results live in `known`
-    for index, record in enumerate(records):
-        pair = _single(record)
-        results = known[pair] if pair is not None else [None] * len(ranks)
-        for series, result in zip(found, results):
-            if result is None:
-                series.output.append(None)
-                series.input.append(None)
-                series.parameters.append(None)
-                continue
-            shown = rounded.get(id(result))
-            if shown is None:  # the ranks of a key the merge saw equal share one result: rounded once
-                shown = rounded[id(result)] = (_error(result[0]), _error(result[1]), _error(result[2]))
-            series.output.append(shown[0])
-            series.input.append(shown[1])
-            series.parameters.append(shown[2])
-            holders[index] = holders.get(index, 0) + 1
-            if result[3]:
-                series.mismatch.append(index)
-    # where a rank parts from the others: a difference every rank holding the module shares (what follows a
-    # divergence) says nothing about the ranks
-    differing: dict[int, int] = {}
-    for series in found:
-        for index in series.mismatch:
-            differing[index] = differing.get(index, 0) + 1
-    for series in found:
-        series.mismatch = [i for i in series.mismatch if differing[i] < holders[i]]
-    return found
-
-
-def _compare_rank(
-    mine: ModuleEntry,
-    theirs: ModuleEntry,
-    how: str,
-    tolerances: Tolerances,
-    compare: Callable[[TensorStats | None, TensorStats | None], float | None] = relative_error,
-    verdicts: bool = True,
-) -> RankResult:
-    """One rank's replicated slots against the other side's: the largest error per kind, and (with `verdicts`)
-    whether one differs beyond the tolerance. A result every rank shares needs no verdicts: it cannot show a rank
-    parting from the others."""
-    errors: list[float | None] = [None, None, None]  # output, input, parameters
-    differs = False
-    slots = [(0, "output"), (1, "input")] + [
-        (2, f"parameters.{name}") for name in sorted(mine.parameters.keys() & theirs.parameters.keys())
-    ]
-    for kind, slot in slots:
-        if how and not _replicated(how, slot):
-            continue
-        a, b = slot_stats(mine, slot), slot_stats(theirs, slot)
-        error, known = compare(a, b), errors[kind]
-        if error is not None and (known is None or error > known):
-            errors[kind] = error
-        if verdicts and not differs:
-            differs = quick_verdict(a, b, tolerances)[0] == "mismatch"
-    return errors[0], errors[1], errors[2], differs
-
-
 def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
     """The chart of an analysis: every call's mapped modules, markers and one-sided ops (see the module doc)."""
     first = analysis.suspects[0] if analysis.suspects and analysis.suspects[0].credible_origin else None
@@ -512,14 +362,20 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
                 boundary,
                 _one_sided(analysis, call, records, origin),
                 [],
+                [],
             )
         )
-    # after the modules: a rank's copy the merge saw equal is compared as the merged entry was, already
-    pairs = {pair for r in analysis.records if (pair := _single(r)) is not None}
-    ranks, known = _rank_results(analysis, pairs, errors)
-    for chart_call in calls:
-        chart_call.ranks = _rank_series(analysis.calls[chart_call.call_index].records, ranks, known)
     calls.sort(key=lambda c: c.call_index)
+    # after the modules: a rank's copy the merge saw equal shares the comparison's errors, measured already
+    views = rank_views(
+        analysis,
+        [analysis.calls[c.call_index].records for c in calls],
+        [list(zip(c.modules.output.error, c.modules.input.error, c.modules.parameters.error)) for c in calls],
+        errors,
+        _error,
+    )
+    for chart_call, copies, shared in zip(calls, views.copies, views.shared):
+        chart_call.ranks, chart_call.shared = copies, shared
     default = next((i for i, c in enumerate(calls) if first is not None and c.call_index == first.record.call_index), 0)
     return ChartData(
         CHART_VERSION,
@@ -535,7 +391,7 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
         },
         calls,
         default,
-        "train" if ranks else None,
+        views.ranks,
         strings.table(),
         stats.table(),
         thresholds.values,

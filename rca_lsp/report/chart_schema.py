@@ -24,16 +24,19 @@ sequence is one call) the chart has:
   and its last aligned boundary, as module indexes;
 - `one_sided`: unmatched activation-like modules (an op one side runs and the other does not), placed between
   the modules they ran between; `explains` marks those the first divergence's evidence names;
-- `ranks`: for a train side merged from several rank files (tensor/expert/data parallel, not pipeline stages),
-  each rank's own copy compared with the rollout (only slots replicated on that side: a shard is not the whole
-  tensor), so a rank that holds a different copy shows where it parts.
+- `ranks` and `shared`: the rank views of a side merged from several rank files (report/chart_ranks.py): each
+  merged rank's own copy against the other side, sparse: the modules the rank holds (`held`, pipeline stages hold
+  their own), where its errors are not its side's shared ones (`changed`), where it parts from the other ranks
+  (`mismatch`); what every rank of a side shows unless it differs is the merged series but where `shared` says
+  otherwise (a sharded slot left out). `ChartData.ranks` says which rank each view is, its coordinates in the
+  layout and what it is compared with.
 """
 
 from __future__ import annotations
 
 import msgspec
 
-CHART_VERSION = 1
+CHART_VERSION = 2
 
 
 TARGET_KINDS = ("output", "input", "parameters")
@@ -107,15 +110,37 @@ class OneSidedOp(msgspec.Struct):
     explains: bool  # named by the first divergence's evidence (between its aligned boundary and it)
 
 
-class RankSeries(msgspec.Struct):
-    """One train rank's copy against the rollout, per module of the call (null where the slot was sharded on that
-    side, or the rank does not hold the module)."""
+class ChartRank(msgspec.Struct):
+    """A rank the chart can show the own copies of."""
 
-    rank: int
+    side: str  # train | rollout | both (a train rank against the same rollout rank: both laid out alike)
+    rank: int  # its rank<R> folder
+    coordinates: str  # its place in the layout, e.g. "tp=1, pp=0" (dimensions of size > 1; "" when unknown)
+    against: str  # what its copies are compared with: "rollout merged", "train merged", "rollout rank 1"
+
+
+class RankCopies(msgspec.Struct):
+    """One rank's copies in a call, sparse: `changed` are module indexes, the error columns one element each."""
+
+    rank: int  # index into ChartData.ranks
+    held: list[int]  # the modules it holds a copy of, as flattened [start, end) index ranges
+    changed: list[int]  # where its errors are its own, not its side's shared ones (SharedCopies)
     output: list[Number | None]
     input: list[Number | None]
     parameters: list[Number | None]
-    mismatch: list[int]  # where this rank parts from the others: its copy of a replicated slot differs beyond the
+    mismatch: list[int]  # where it parts from the others: a slot of its copy differs beyond the tolerance while
+    # another rank's does not
+
+
+class SharedCopies(msgspec.Struct):
+    """What every rank of a side holding a module shows there unless its RankCopies say otherwise: the module's
+    merged errors, but at `changed` (the error columns one element each), e.g. without a sharded slot."""
+
+    side: str  # train | rollout | both
+    changed: list[int]
+    output: list[Number | None]
+    input: list[Number | None]
+    parameters: list[Number | None]
 
 
 class ChartCall(msgspec.Struct):
@@ -127,7 +152,8 @@ class ChartCall(msgspec.Struct):
     first_divergence: Marker | None
     boundary: Marker | None
     one_sided: list[OneSidedOp]
-    ranks: list[RankSeries]
+    ranks: list[RankCopies]
+    shared: list[SharedCopies]
 
 
 class CalibrationLine(msgspec.Struct):
@@ -148,7 +174,7 @@ class ChartData(msgspec.Struct):
     calibration: dict[str, CalibrationLine]  # per dtype
     calls: list[ChartCall]
     default_call: int  # index into calls: the call of the first divergence (else 0)
-    rank_side: str | None  # "train" when the train side was merged from several ranks (see ChartCall.ranks)
+    ranks: list[ChartRank]  # the rank views (ChartCall.ranks index it)
     strings: list[str]  # what the string columns index
     stats: list[Stats]  # what the statistics columns index
     thresholds: list[float]  # what the tolerance and noise floor columns index (a few distinct values)

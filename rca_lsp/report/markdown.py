@@ -276,7 +276,7 @@ CHART_HTML = "output_5_root_cause_report.html"
 CHART_PNG = "output_5_root_cause_report.png"
 
 
-def _chart(chart_image: str | None, drawn: bool) -> list[str]:
+def _chart(chart_image: str | None, drawn: bool, caption: str) -> list[str]:
     if not drawn:
         return ["Not drawn in this run (`--no-chart`); run the analysis without it for the chart and its image."]
     interactive = f"[{CHART_HTML}]({CHART_HTML}) (hover for each module's statistics, zoom, calls and ranks)"
@@ -287,9 +287,11 @@ def _chart(chart_image: str | None, drawn: bool) -> list[str]:
             "",
             f"The interactive chart: {interactive}.",
         ]
+    shown = f"The image shows {md_text(caption)}." if caption else ""
     return [
         f"![Relative error of each mapped module along execution order]({chart_image})",
         "",
+        *([shown, ""] if shown else []),
         f"Interactive: {interactive}.",
     ]
 
@@ -300,10 +302,12 @@ def render_markdown(
     chart_image: str | None = None,
     chart: bool = True,
     report: dict[str, Any] | None = None,
+    chart_caption: str = "",
 ) -> str:
     """The report; `run_id`: the run writing it, named in the Context (see manifest); `chart_image`: the file name
     of the chart's image next to the report (None: it could not be drawn, the report says how to get it); `chart`:
-    whether the run drew the chart at all; `report`: the analysis's root_cause_report when the caller has it."""
+    whether the run drew the chart at all; `report`: the analysis's root_cause_report when the caller has it;
+    `chart_caption`: which calls the image's panels show (png.image_caption)."""
     if report is None:
         report = root_cause_report(analysis)
     sections = [
@@ -318,7 +322,7 @@ def render_markdown(
         ),
         *([("Calibration, ranks and calls", provenance)] if (provenance := _provenance(analysis, report)) else []),
         ("Final judgement", _judgement(analysis, report)),
-        *([("Divergence chart", _chart(chart_image, chart))] if analysis.records else []),
+        *([("Divergence chart", _chart(chart_image, chart, chart_caption))] if analysis.records else []),
         ("Evidence chain", _evidence_chain(analysis)),
         ("Key suspects", _suspect_table(analysis.suspects)),
         ("Excluded candidates", _excluded(analysis)),

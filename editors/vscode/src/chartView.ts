@@ -44,8 +44,11 @@ body { background: var(--vscode-editor-background); color: var(--vscode-editor-f
 (function () {
   const vscode = acquireVsCodeApi();
   const status = document.getElementById('rca-status');
+  // the call and rank view chosen survive the page being rebuilt (the panel hidden and shown again): webview state
   const chart = RcaChart.mount(document.getElementById('rca-chart'), null, {
     onSelect: (trainKey) => vscode.postMessage({ type: 'reveal', trainKey }),
+    state: vscode.getState() || {},
+    onState: (state) => vscode.setState(state),
   });
   window.addEventListener('message', (event) => {
     const message = event.data;

@@ -8,7 +8,7 @@
  */
 import uplotCss from 'uplot/dist/uPlot.min.css';
 import chartCss from './chart.css';
-import { ChartHandle, mount as mountChart, MountOptions } from './render';
+import { ChartHandle, ChartState, mount as mountChart, MountOptions } from './render';
 import { ChartData, ChartModules, Kind, KINDS, TargetSeries } from './types';
 
 const nonce = (document.currentScript as HTMLScriptElement | null)?.nonce ?? '';
@@ -62,6 +62,26 @@ function merge(data: ChartData, details: Details): void {
   });
 }
 
+export function stateFromHash(hash: string): ChartState {
+  const found = new URLSearchParams(hash.replace(/^#/, ''));
+  const call = found.get('call');
+  return {
+    call: call !== null && /^\d+$/.test(call) ? Number(call) : undefined,
+    rank: found.get('rank') ?? undefined,
+  };
+}
+
+export function hashOf(state: ChartState): string {
+  const found = new URLSearchParams();
+  if (state.call !== undefined) {
+    found.set('call', String(state.call));
+  }
+  if (state.rank) {
+    found.set('rank', state.rank);
+  }
+  return `#${found.toString()}`;
+}
+
 /** The HTML report: draws the chart from the first data block, then reads the second (keys, verdicts, statistics). */
 export async function mountFromPage(): Promise<ChartHandle | undefined> {
   const source = document.getElementById('rca-chart-data');
@@ -78,6 +98,9 @@ export async function mountFromPage(): Promise<ChartHandle | undefined> {
         selected.textContent = `selected mapping entry: ${key}`;
       }
     },
+    // the call and rank view chosen survive a reload of the page: kept in its address (#call=1&rank=train:3)
+    state: stateFromHash(location.hash),
+    onState: (state) => history.replaceState(null, '', hashOf(state)),
   });
   merge(data, await unpack<Details>(more.textContent || ''));
   chart.detailsLoaded();

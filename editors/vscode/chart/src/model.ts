@@ -2,7 +2,10 @@
  * What the chart plots, as plain arrays (no DOM): the error series of one view (a call, optionally one rank), in
  * full detail or aggregated into buckets that never cross a layer (the worst module of each bucket stands for it).
  */
-import { ChartCall, ChartData, Kind, KINDS, Num, Stats, TargetStats } from './types';
+import { errorsFor, severity, toNumber } from './ranks';
+import { ChartCall, ChartData, Kind, KINDS, Stats, TargetStats } from './types';
+
+export { toNumber };
 
 /** One call's modules with the string columns read through the chart's string table. */
 export class Modules {
@@ -63,13 +66,6 @@ export const LOWEST = 1e-10;
 export const DETAIL_LIMIT = 4000;
 export const BUCKETS = 1200;
 
-export function toNumber(value: Num | null | undefined): number | null {
-  if (value === null || value === undefined) {
-    return null;
-  }
-  return typeof value === 'number' ? value : Number(value);
-}
-
 /** A value as the log axis shows it: exact agreement at the floor, a non-finite error at the top. */
 export function plotted(value: number | null, top: number): number | null {
   if (value === null || Number.isNaN(value)) {
@@ -92,25 +88,9 @@ export interface View {
   top: number;
 }
 
-const parsed = new WeakMap<object, Record<Kind, (number | null)[]>>();
-
-/** The raw errors of a call (or of one rank's copy in it), read once per call and rank. */
-export function rawErrors(call: ChartCall, rank: number | null): Record<Kind, (number | null)[]> {
-  const holder = rank === null ? call.modules : call.ranks.find((r) => r.rank === rank);
-  const known = holder && parsed.get(holder);
-  if (known) {
-    return known;
-  }
-  const source = rank === null ? undefined : call.ranks.find((r) => r.rank === rank);
-  const out = {} as Record<Kind, (number | null)[]>;
-  for (const kind of KINDS) {
-    const values = source ? source[kind] : call.modules[kind].error;
-    out[kind] = values.map(toNumber);
-  }
-  if (holder) {
-    parsed.set(holder, out);
-  }
-  return out;
+/** The raw errors a selection shows in a call (ranks.ts: merged, one rank's copies, the worst rank). */
+export function rawErrors(data: ChartData, call: ChartCall, selection: string): Record<Kind, (number | null)[]> {
+  return errorsFor(data, call, selection).errors;
 }
 
 /** The top of the axis: a decade above the largest finite error (non-finite errors are drawn there). */
@@ -141,8 +121,8 @@ export function buckets(call: ChartCall, from: number, to: number, count = BUCKE
 }
 
 /** The view of modules [from, to): every module when few are in view, else one point per bucket. */
-export function view(data: ChartData, call: ChartCall, rank: number | null, from = 0, to = call.modules.label.length): View {
-  const errors = rawErrors(call, rank);
+export function view(data: ChartData, call: ChartCall, selection: string, from = 0, to = call.modules.label.length): View {
+  const errors = rawErrors(data, call, selection);
   const top = axisTop(errors);
   const n = call.modules.label.length;
   from = Math.max(0, Math.floor(from));
@@ -194,10 +174,6 @@ export function view(data: ChartData, call: ChartCall, rank: number | null, from
     push(worst, picked);
   }
   return result;
-}
-
-function severity(v: number): number {
-  return Number.isNaN(v) || !Number.isFinite(v) ? Infinity : v;
 }
 
 /** Axis ticks for modules [from, to): each module when few are in view, else layer starts thinned to `room`. */

@@ -3,14 +3,26 @@
  * the controls (call, rank), the markers, the hover card and clicks.
  */
 import uPlot from 'uplot';
+import { AXIS_FONT, axisSize, elide, LABEL_ANGLE, LABEL_MAX_PX, LABEL_SPACING, rightPadding, spaced } from './axis';
 import { axisTop, DETAIL_LIMIT, LOWEST, Modules, rawErrors, ticks, toNumber, view, View } from './model';
+import { available, errorsFor, firstParting, MERGED, rankIndex, rankName, selectionOf, WORST } from './ranks';
 import { ChartCall, ChartData, Kind, KINDS } from './types';
+
+/** What the reader chose: the call (its call_index) and the rank view ('' merged, 'worst', '<side>:<rank>'). */
+export interface ChartState {
+  call?: number;
+  rank?: string;
+}
 
 export interface MountOptions {
   /** A point (or a marker) was clicked: the module's mapping entry. */
   onSelect?: (trainKey: string, call: ChartCall, index: number) => void;
   /** Height of the plot in CSS pixels (default: fills the container's height, at least 320). */
   height?: number;
+  /** The choice to open on (kept by the host across reloads of the page), where the data has it. */
+  state?: ChartState;
+  /** The reader chose another call or rank view: what the host keeps for the next load. */
+  onState?: (state: ChartState) => void;
 }
 
 export interface ChartHandle {
@@ -64,6 +76,25 @@ function palette(): Record<string, string> {
   };
 }
 
+let measuring: CanvasRenderingContext2D | null | undefined;
+const measured = new Map<string, number>();
+
+/** The width of `text` in the axis font (CSS px), measured once per text. */
+function measureText(text: string): number {
+  let width = measured.get(text);
+  if (width === undefined) {
+    if (measuring === undefined) {
+      measuring = document.createElement('canvas').getContext('2d');
+      if (measuring) {
+        measuring.font = AXIS_FONT;
+      }
+    }
+    width = measuring ? measuring.measureText(text).width : text.length * 7;
+    measured.set(text, width);
+  }
+  return width;
+}
+
 function format(value: number | string | null | undefined): string {
   const v = toNumber(value ?? null);
   if (v === null) {
@@ -83,7 +114,8 @@ class Chart implements ChartHandle {
   private data!: ChartData;
   private call!: ChartCall;
   private mods!: Modules;
-  private rank: number | null = null;
+  private selection: string = MERGED;
+  private wanted: ChartState;
   private plot: uPlot | undefined;
   private current!: View;
   private window: [number, number] = [0, 0];
@@ -94,12 +126,14 @@ class Chart implements ChartHandle {
   private readonly card: HTMLDivElement;
   private readonly observers: { disconnect(): void }[] = [];
   private started = 0;
+  private tickCache: { id: string; at: number[]; labels: string[] } | undefined;
   renderMs: number | undefined;
 
   constructor(
     private readonly root: HTMLElement,
     private readonly options: MountOptions,
   ) {
+    this.wanted = { ...options.state };
     root.classList.add('rca-chart');
     this.header = el('div', 'rca-header', undefined, root);
     this.controls = el('div', 'rca-controls', undefined, this.header);
@@ -126,13 +160,14 @@ class Chart implements ChartHandle {
     this.started = performance.now();
     this.renderMs = undefined;
     this.root.dataset.updates = String(Number(this.root.dataset.updates ?? 0) + 1);
-    const previous = this.data ? this.call?.call_index : undefined;
+    // the reader's choice is kept across new data (an analysis after a save) where the data still has it
+    const count = this.call?.modules.label.length;
+    const shown = this.wanted.call ?? (this.data ? this.call?.call_index : undefined);
     this.data = data;
-    const same = data.calls.find((c) => c.call_index === previous);
+    const same = data.calls.find((c) => c.call_index === shown);
     this.setCall(same ?? data.calls[data.default_call] ?? data.calls[0]);
-    if (this.rank !== null && !this.call?.ranks.some((r) => r.rank === this.rank)) {
-      this.rank = null;
-    }
+    this.selection = this.call && available(data, this.call, this.wanted.rank ?? MERGED) ? (this.wanted.rank ?? MERGED) : MERGED;
+    this.root.dataset.rank = this.selection;
     this.renderControls();
     this.renderSummary();
     if (!this.call || this.call.modules.label.length === 0) {
@@ -142,8 +177,16 @@ class Chart implements ChartHandle {
       this.root.dataset.rendered = 'empty';
       return;
     }
-    this.window = [-0.5, this.call.modules.label.length - 0.5];
+    if (count !== this.call.modules.label.length) {
+      this.window = [-0.5, this.call.modules.label.length - 0.5];
+    }
     this.build();
+  }
+
+  /** The reader chose: remember it (also for the host) and redraw. */
+  private choose(state: ChartState): void {
+    this.wanted = { ...this.wanted, ...state };
+    this.options.onState?.({ ...this.wanted });
   }
 
   private setCall(call: ChartCall | undefined): void {
@@ -172,27 +215,48 @@ class Chart implements ChartHandle {
       }
       select.addEventListener('change', () => {
         this.setCall(data.calls.find((c) => String(c.call_index) === select.value) ?? this.call);
-        this.rank = null;
+        if (!available(data, this.call, this.selection)) {
+          this.selection = MERGED;
+        }
+        this.root.dataset.rank = this.selection;
+        this.choose({ call: this.call.call_index, rank: this.selection });
         this.window = [-0.5, this.call.modules.label.length - 0.5];
         this.renderControls();
         this.renderSummary();
         this.build();
       });
     }
-    if (this.call && this.call.ranks.length > 0) {
-      const label = el('label', undefined, `${data.rank_side ?? 'train'} rank `, this.controls);
+    if (this.call && this.call.ranks.some((r) => r.held.length > 0)) {
+      const label = el('label', undefined, 'rank ', this.controls);
       const select = el('select', 'rca-rank', undefined, label);
-      const merged = el('option', undefined, 'all ranks merged', select);
-      merged.value = '';
-      for (const r of this.call.ranks) {
-        const option = el('option', undefined, `rank ${r.rank}${r.mismatch.length ? ` (differs at ${r.mismatch.length})` : ''}`, select);
-        option.value = String(r.rank);
-        option.selected = r.rank === this.rank;
+      const option = (parent: HTMLElement, value: string, text: string): void => {
+        const item = el('option', undefined, text, parent);
+        item.value = value;
+        item.selected = value === this.selection;
+      };
+      option(select, MERGED, 'all ranks merged');
+      option(select, WORST, 'worst rank of each module');
+      for (const side of ['train', 'rollout', 'both'] as const) {
+        const copies = this.call.ranks.filter((r) => data.ranks[r.rank].side === side && r.held.length > 0);
+        if (copies.length === 0) {
+          continue;
+        }
+        const against = data.ranks[copies[0].rank].against;
+        const group = el('optgroup', undefined, undefined, select);
+        group.label = side === 'both' ? `train rank against ${against.replace(/ \d+$/, '')} (rank by rank)` : `${side} ranks, against the ${against}`;
+        for (const copy of copies) {
+          const rank = data.ranks[copy.rank];
+          option(group, selectionOf(rank), `${rankName(rank)}${copy.mismatch.length ? ` · parts from the others at ${copy.mismatch.length}` : ''}`);
+        }
       }
       select.addEventListener('change', () => {
-        this.rank = select.value === '' ? null : Number(select.value);
+        this.selection = select.value;
+        this.root.dataset.rank = this.selection;
+        this.choose({ call: this.call.call_index, rank: this.selection });
+        shown.textContent = this.viewText();
         this.build();
       });
+      const shown = el('span', 'rca-view', this.viewText(), this.controls);
     }
   }
 
@@ -235,6 +299,7 @@ class Chart implements ChartHandle {
   private build(): void {
     const call = this.call;
     const colours = palette();
+    this.tickCache = undefined;
     this.plot?.destroy();
     this.plotBox.textContent = '';
     this.current = this.viewFor(this.window);
@@ -264,18 +329,21 @@ class Chart implements ChartHandle {
         { ...line(colours.tolerance, 1, false, [6, 3]), label: 'tolerance', value: (_u, v) => format(v) },
       ],
       bands: [{ series: [5, 4], fill: colours.band }],
+      // the right padding leaves room for the rightmost labels (see axis.ts); the others are uPlot's
+      padding: [null, (u) => this.rightPadding(u), null, null],
       axes: [
         {
           stroke: colours.fg,
+          font: AXIS_FONT,
           grid: { stroke: colours.grid, width: 1 },
           ticks: { stroke: colours.grid, width: 1 },
-          splits: (u) => ticks(call, this.mods.labels, u.scales.x.min ?? 0, u.scales.x.max ?? n, Math.floor(u.bbox.width / devicePixelRatio / 70)).at,
+          splits: (u) => this.xTicks(u).at,
           values: (u, splits) => {
-            const { at, labels } = ticks(call, this.mods.labels, u.scales.x.min ?? 0, u.scales.x.max ?? n, Math.floor(u.bbox.width / devicePixelRatio / 70));
+            const { at, labels } = this.xTicks(u);
             return splits.map((s) => labels[at.indexOf(s)] ?? '');
           },
-          rotate: -30,
-          size: 70,
+          rotate: -LABEL_ANGLE,
+          size: (_u, values) => axisSize(values ?? [], measureText),
         },
         {
           stroke: colours.fg,
@@ -319,14 +387,52 @@ class Chart implements ChartHandle {
     });
   }
 
+  /** The plot's left edge (CSS px): the y axis and its label; it does not depend on the right padding. */
+  private plotLeft(u: uPlot): number {
+    return u.bbox.width > 0 ? u.bbox.left / devicePixelRatio : 90;
+  }
+
+  /** The x ticks of the current range and width, their labels elided to fit (computed once per layout). */
+  private xTicks(u: uPlot): { at: number[]; labels: string[] } {
+    const n = this.call.modules.label.length;
+    const min = u.scales.x.min ?? -0.5;
+    const max = u.scales.x.max ?? n - 0.5;
+    // the room along the axis from the full width less the y axis: the same in every layout pass whatever the
+    // right padding, so the labels the padding is made for are the labels drawn
+    const room = Math.floor((u.width - this.plotLeft(u)) / LABEL_SPACING);
+    const id = `${min}|${max}|${room}`;
+    if (this.tickCache?.id !== id) {
+      const found = ticks(this.call, this.mods.labels, min, max, room);
+      const apart = spaced(found.at, min, max, u.width - this.plotLeft(u));
+      this.tickCache = {
+        id,
+        at: apart.map((i) => found.at[i]),
+        labels: apart.map((i) => elide(found.labels[i], LABEL_MAX_PX, measureText)),
+      };
+    }
+    return this.tickCache;
+  }
+
+  private rightPadding(u: uPlot): number {
+    const minimum = 16;
+    const min = u.scales.x.min;
+    const max = u.scales.x.max;
+    if (min === undefined || max === undefined || min === null || max === null || !(max > min)) {
+      return minimum;
+    }
+    const { at, labels } = this.xTicks(u);
+    const placed = at.map((value, i) => ({ fraction: (value - min) / (max - min), text: labels[i] }));
+    return rightPadding(placed, u.width, this.plotLeft(u), minimum, measureText);
+  }
+
   private viewFor([from, to]: [number, number]): View {
-    return view(this.data, this.call, this.rank, from + 0.5, to + 0.5);
+    return view(this.data, this.call, this.selection, from + 0.5, to + 0.5);
   }
 
   private bottom(): number {
     let low = Infinity;
     let exact = false;
-    const errors = rawErrors(this.call, this.rank);
+    const errors = rawErrors(this.data, this.call, this.selection);
     for (const kind of KINDS) {
       for (const v of errors[kind]) {
         if (v !== null && v > LOWEST && v < low) {
@@ -355,6 +461,20 @@ class Chart implements ChartHandle {
       return '–';
     }
     return v <= LOWEST ? '≤1e-10' : v >= this.current.top ? 'non-finite' : format(v);
+  }
+
+  /** What the plot shows of the ranks: the merged tensors, or the rank view chosen. */
+  private viewText(): string {
+    if (this.selection === WORST) {
+      return 'each module: the rank whose own copy differs most from the other side (hover: which rank)';
+    }
+    const at = rankIndex(this.data, this.selection);
+    if (at === undefined) {
+      return 'the ranks merged';
+    }
+    const rank = this.data.ranks[at];
+    const how = rank.side === 'both' ? 'every slot, shard against shard' : 'the slots it holds whole';
+    return `${rankName(rank)}'s own copy against the ${rank.against} (${how}; nothing where it holds no copy)`;
   }
 
   private onZoom(u: uPlot): void {
@@ -388,9 +508,9 @@ class Chart implements ChartHandle {
       ctx.stroke();
       ctx.restore();
     };
-    const rank = this.rank === null ? undefined : call.ranks.find((r) => r.rank === this.rank);
-    if (rank && rank.mismatch.length) {
-      vertical(rank.mismatch[0], colours.rank, [2, 2]);
+    const parting = firstParting(this.data, call, this.selection);
+    if (parting) {
+      vertical(parting.index, colours.rank, [2, 2]);
     }
     if (call.boundary) {
       vertical(call.boundary.index, colours.boundary, [6, 4]);
@@ -421,7 +541,7 @@ class Chart implements ChartHandle {
     ctx.fillStyle = colours.muted;
     ctx.font = `${11 * devicePixelRatio}px sans-serif`;
     ctx.textAlign = 'right';
-    ctx.fillText(`${this.current.aggregated ? 'zoomed out: worst module per stretch of a layer' : 'every module'}${rank ? ` · rank ${rank.rank}'s own copy vs rollout` : ''}`, left + width - 4, top + 14 * devicePixelRatio);
+    ctx.fillText(this.current.aggregated ? 'zoomed out: worst module per stretch of a layer' : 'every module', left + width - 4, top + 14 * devicePixelRatio);
     ctx.restore();
     this.placeMarkers(u);
     if (this.renderMs === undefined) {
@@ -443,7 +563,12 @@ class Chart implements ChartHandle {
         return;
       }
       const marker = el('div', `rca-marker rca-marker-${kind}`, text, u.over);
-      marker.style.left = `${u.valToPos(position, 'x')}px`;
+      // centred on its module, but kept inside the plot near either edge (never cut by the page)
+      const width = marker.offsetWidth;
+      const room = u.over.clientWidth;
+      const x = u.valToPos(position, 'x');
+      marker.style.left = `${Math.max(0, Math.min(x - width / 2, room - width))}px`;
+      marker.dataset.x = String(x); // where its module is (CSS px from the plot's left edge): the label may be shifted
       marker.dataset.trainKey = key;
       marker.dataset.index = String(index);
       marker.title = key;
@@ -456,11 +581,15 @@ class Chart implements ChartHandle {
       const b = call.boundary;
       add(b.index, 'boundary', `aligned: ${this.mods.labels[b.index]}`, b.train_key, b.index);
     }
-    const rank = this.rank === null ? undefined : call.ranks.find((r) => r.rank === this.rank);
-    if (rank && rank.mismatch.length) {
-      const first = rank.mismatch[0];
+    const parting = firstParting(this.data, call, this.selection);
+    if (parting) {
+      const first = parting.index;
       const key = this.hasDetails() ? this.mods.trainKey(first) : '';
-      add(first, 'rank', `rank ${rank.rank} differs: ${this.mods.labels[first]}`, key, first);
+      add(first, 'rank', `${rankName(parting.rank)} parts: ${this.mods.labels[first]}`, key, first);
+      const marker = u.over.querySelector<HTMLElement>('.rca-marker-rank');
+      if (marker) {
+        marker.dataset.rank = selectionOf(parting.rank);
+      }
     }
     for (const op of call.one_sided) {
       if (op.explains) {
@@ -510,10 +639,12 @@ class Chart implements ChartHandle {
     if (call.boundary?.index === index) {
       el('div', 'rca-card-flag', 'last aligned boundary', card);
     }
-    const rank = this.rank === null ? undefined : call.ranks.find((r) => r.rank === this.rank);
+    const shown = this.selection === MERGED ? undefined : errorsFor(this.data, call, this.selection);
+    const chosen = rankIndex(this.data, this.selection);
     const verdicts = el('table', 'rca-card-table', undefined, card);
     const head = el('tr', undefined, undefined, verdicts);
-    for (const h of ['', 'worst target', rank ? `rel. err (rank ${rank.rank})` : 'rel. err', 'tolerance', 'verdict']) {
+    const column = this.selection === WORST ? 'worst rank' : chosen !== undefined ? rankName(this.data.ranks[chosen]) : '';
+    for (const h of ['', 'worst target', 'rel. err', ...(shown ? [column] : []), 'tolerance', 'verdict']) {
       el('th', undefined, h, head);
     }
     for (const kind of KINDS) {
@@ -525,7 +656,12 @@ class Chart implements ChartHandle {
       const row = el('tr', undefined, undefined, verdicts);
       el('td', 'rca-card-kind', KIND_LABEL[kind], row);
       el('td', undefined, mods.text(s.target[index]) ?? '–', row);
-      el('td', 'rca-num', format(rank ? rank[kind][index] : s.error[index]), row);
+      el('td', 'rca-num', format(s.error[index]), row);
+      if (shown) {
+        const whose = shown.of?.[kind][index];
+        const value = format(shown.errors[kind][index]);
+        el('td', 'rca-num', whose !== undefined && whose >= 0 ? `${value} (${rankName(this.data.ranks[whose])})` : value, row);
+      }
       el('td', 'rca-num', format(mods.threshold(s.tolerance[index])), row);
       el('td', `rca-verdict-${consistency}`, consistency, row);
     }

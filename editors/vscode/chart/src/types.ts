@@ -56,12 +56,40 @@ export interface OneSidedOp {
   explains: boolean;
 }
 
-export interface RankSeries {
+/** A rank the chart can show the own copies of (ChartData.ranks). */
+export interface ChartRank {
+  /** train | rollout | both (train rank r against rollout rank r: both sides laid out alike) */
+  side: 'train' | 'rollout' | 'both';
   rank: number;
+  /** e.g. "tp=1, pp=0": its place in the layout ("" when unknown) */
+  coordinates: string;
+  /** what its copies are compared with: "rollout merged", "rollout rank 1" */
+  against: string;
+}
+
+/** One rank's copies in a call, sparse (see rca_lsp/report/chart_schema.py). */
+export interface RankCopies {
+  /** index into ChartData.ranks */
+  rank: number;
+  /** flattened [start, end) module index ranges it holds a copy of */
+  held: number[];
+  /** where its errors are its own (the error columns one element each) */
+  changed: number[];
   output: (Num | null)[];
   input: (Num | null)[];
   parameters: (Num | null)[];
+  /** where it parts from the other ranks */
   mismatch: number[];
+}
+
+/** What every rank of a side shows where it holds a module and its RankCopies do not say otherwise: the merged
+ * errors but at `changed`. */
+export interface SharedCopies {
+  side: 'train' | 'rollout' | 'both';
+  changed: number[];
+  output: (Num | null)[];
+  input: (Num | null)[];
+  parameters: (Num | null)[];
 }
 
 export interface ChartCall {
@@ -73,7 +101,8 @@ export interface ChartCall {
   first_divergence: Marker | null;
   boundary: Marker | null;
   one_sided: OneSidedOp[];
-  ranks: RankSeries[];
+  ranks: RankCopies[];
+  shared: SharedCopies[];
 }
 
 export interface ChartData {
@@ -87,7 +116,7 @@ export interface ChartData {
   calibration: Record<string, { noise_floor: number; threshold: number; fixed_tolerance: number; fallback: boolean }>;
   calls: ChartCall[];
   default_call: number;
-  rank_side: string | null;
+  ranks: ChartRank[];
   strings: string[];
   stats: Stats[];
   thresholds: number[];

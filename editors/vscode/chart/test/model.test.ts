@@ -1,52 +1,7 @@
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import { buckets, DETAIL_LIMIT, LOWEST, plotted, rawErrors, ticks, toNumber, view } from '../src/model';
-import { ChartCall, ChartData, LayerSpan } from '../src/types';
-
-/** A call of `n` modules in `layers` equal layers; output errors from `error(i)`. */
-function chart(n: number, layers: number, error: (i: number) => number | string | null): { data: ChartData; call: ChartCall } {
-  const per = Math.ceil(n / layers);
-  const spans: LayerSpan[] = [];
-  for (let l = 0; l * per < n; l++) {
-    spans.push({ label: `layer ${l}`, layer: l, start: l * per, end: Math.min(n, (l + 1) * per) });
-  }
-  const series = (f: (i: number) => number | string | null) => ({
-    error: Array.from({ length: n }, (_, i) => f(i)),
-    tolerance: Array.from({ length: n }, () => 0),
-    consistency: Array.from({ length: n }, () => 0),
-    target: Array.from({ length: n }, () => 0),
-  });
-  const call: ChartCall = {
-    call_index: 0,
-    label: 'forward.0',
-    note: '',
-    modules: {
-      train_key: Array.from({ length: n }, () => [0, 0, 0]),
-      rollout_key: Array.from({ length: n }, () => [0, 0, 0]),
-      label: Array.from({ length: n }, () => 0),
-      layer: Array.from({ length: n }, (_, i) => Math.floor(i / per)),
-      bucket: Array.from({ length: n }, () => 0),
-      suspect: Array.from({ length: n }, () => null),
-      noise_floor: Array.from({ length: n }, () => 1),
-      output: series(error),
-      input: series(() => null),
-      parameters: series(() => 0),
-      output_train: Array.from({ length: n }, () => null),
-      output_rollout: Array.from({ length: n }, () => null),
-      details: {},
-    },
-    layers: spans,
-    first_divergence: null,
-    boundary: null,
-    one_sided: [],
-    ranks: [],
-  };
-  const data: ChartData = {
-    version: 1, title: '', train_path: '', rollout_path: '', mapping_path: '', run_id: null, top_hypothesis: '',
-    calibration: {}, calls: [call], default_call: 0, rank_side: null, strings: [''], stats: [], thresholds: [9.5e-7, 1.2e-7],
-  };
-  return { data, call };
-}
+import { chart } from './chart';
 
 test('non-finite errors arrive as strings and are drawn at the top, exact agreement on the floor', () => {
   assert.equal(toNumber('Infinity'), Infinity);
@@ -62,7 +17,7 @@ test('zoomed out, every point is the worst module of a stretch that stays within
   const n = 100_000;
   const fault = 61_234;
   const { data, call } = chart(n, 60, (i) => (i === fault ? 0.5 : i > fault ? 1e-2 : 1e-7 * ((i % 7) + 1)));
-  const all = view(data, call, null);
+  const all = view(data, call, '');
   assert.ok(all.aggregated && all.x.length <= 1300 && all.x.length >= 60, `${all.x.length} points`);
   assert.ok(all.x.includes(fault), 'the divergence is the worst of its stretch, so it is drawn');
   for (const [start, end] of buckets(call, 0, n)) {
@@ -70,7 +25,7 @@ test('zoomed out, every point is the worst module of a stretch that stays within
     assert.equal(call.modules.layer[end - 1], layer, `stretch ${start}..${end} crosses a layer`);
   }
   // each point is its stretch's worst output error
-  const errors = rawErrors(call, null).output;
+  const errors = rawErrors(data, call, '').output;
   for (const [start, end] of buckets(call, 0, n)) {
     const worst = Math.max(...(errors.slice(start, end) as number[]));
     const at = all.x.find((x) => x >= start && x < end);
@@ -82,7 +37,7 @@ test('zoomed out, every point is the worst module of a stretch that stays within
 
 test('zoomed in to a few thousand modules, every module is drawn', () => {
   const { data, call } = chart(100_000, 60, () => 1e-7);
-  const window = view(data, call, null, 50_000, 50_000 + DETAIL_LIMIT);
+  const window = view(data, call, '', 50_000, 50_000 + DETAIL_LIMIT);
   assert.equal(window.aggregated, false);
   assert.equal(window.x.length, 100_000);
   assert.deepEqual(window.x.slice(50_000, 50_003), [50_000, 50_001, 50_002]);

@@ -21,7 +21,10 @@
 //                             exists (skipped otherwise; RCA_LSP_E2E_REQUIRE_SERVER=1 turns the skip into a
 //                             failure). Asserts the missing-op warning in the Problems panel, the hover on that
 //                             entry, a quick fix for a misspelt train key, the status bar, the report preview and
-//                             the suggested mapping.
+//                             the suggested mapping; the divergence chart (marker, reveal, refresh after a save) and,
+//                             on a copy of fixtures/vllm_tp2_decode_steps_rank_desync in ranks/ (Megatron TP=2
+//                             against vLLM TP=2 dumped one step per engine step), the rank view the report names,
+//                             kept across a save and the panel hidden and shown, and no text cut at the chart's edge.
 //
 // Environment: RCA_LSP_PYTHON (default <repo>/.venv/bin/python), CODE_SERVER (binary; default: installed by
 // scripts/install-e2e.sh into CS_DIR), CHROMIUM (default /usr/bin/chromium), RCA_LSP_E2E_FIXTURE
@@ -35,6 +38,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+import { clippedTexts, recordCanvasTexts } from '../chartText.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const extRoot = path.resolve(here, '..', '..');
@@ -740,7 +744,45 @@ const CHART_STEPS = [
   'the first-divergence marker sits at the module the report names',
   'clicking the point reveals its mapping entry',
   'the chart updates after a save',
+  "the rank view of a TP engine's decode steps parts where the report names the rank",
+  'the rank view chosen survives a save and the panel being hidden and shown',
+  'no text of the chart is cut at its edge',
 ];
+// A second pair in the real server's workspace: TP ranks on both sides, the rollout's decode steps dumped one
+// msprobe step each (its rca-lsp.toml joins them), under its own mapping file name (chart tabs are named by it).
+const RANK_FIXTURE = 'vllm_tp2_decode_steps_rank_desync';
+const RANK_MAPPING = 'mapping_key_ranks.json';
+
+/** Copies the rank pair into <ws>/ranks with its mapping file renamed (and its rca-lsp.toml saying so). */
+function addRankPair(ws) {
+  const source = path.join(repoRoot, 'fixtures', RANK_FIXTURE);
+  if (!fs.existsSync(source)) {
+    return;
+  }
+  const target = path.join(ws, 'ranks');
+  fs.cpSync(source, target, { recursive: true });
+  fs.renameSync(path.join(target, 'mapping_key.json'), path.join(target, RANK_MAPPING));
+  const config = path.join(target, 'rca-lsp.toml');
+  fs.writeFileSync(config, fs.readFileSync(config, 'utf8').replace(/^mapping_key = .*$/m, `mapping_key = "${RANK_MAPPING}"`));
+}
+
+/** The rank view output_5_root_cause_report.json names (rank by rank) at the first divergence, from a CLI run. */
+function reportedRankView(base) {
+  const fixture = path.join(repoRoot, 'fixtures', RANK_FIXTURE);
+  const out = path.join(base, 'rank-report');
+  execFileSync(serverPython, ['-m', 'rca_lsp', 'analyze', '--train', path.join(fixture, 'train'), '--rollout',
+    path.join(fixture, 'rollout'), '--mapping-key', path.join(fixture, 'mapping_key.json'), '--rollout-step', 'all',
+    '--out-dir', out], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const first = JSON.parse(fs.readFileSync(path.join(out, 'output_5_root_cause_report.json'), 'utf8')).first_divergence;
+  const ranks = (first?.rank_by_rank ?? []).map((v) => /^rank (\d+):/.exec(v)?.[1]).filter(Boolean);
+  assert(ranks.length === 1, `the report names ${ranks.length} ranks rank by rank: ${JSON.stringify(first?.rank_by_rank)}`);
+  return { key: first.train_key, view: `both:${ranks[0]}` };
+}
+
+/** The chart webview shown (hidden panels' frames are not), inside code-server's two iframes. */
+function visibleChartFrame(page) {
+  return page.locator('iframe.webview.ready').filter({ visible: true }).contentFrame().frameLocator('iframe#active-frame');
+}
 
 /** The train key output_5_root_cause_report.json names as first divergence, from a CLI run on the fixture. */
 function reportedFirstDivergence(fixture, base) {
@@ -812,6 +854,7 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
   } else {
     fs.cpSync(fixture, ws, { recursive: true });
     fs.rmSync(path.join(ws, 'rca_out'), { recursive: true, force: true });
+    addRankPair(ws);
   }
   const mappingPath = path.join(ws, 'mapping_key.json');
   const mappingText = fs.readFileSync(mappingPath, 'utf8');
@@ -1082,12 +1125,12 @@ async function chartSteps(sc, page, base, fixture, ws, mappingPath) {
     await page.locator('.editor-group-container').first().locator('.monaco-editor .view-lines').first().click();
     await gotoLine(page, 1, 1);
     assert(/^Ln 1, Col 1/.test(await editorSelection(page)), `cursor not on line 1: ${await editorSelection(page)}`);
-    const box = await marker.boundingBox();
     const over = await frame.locator('.u-over').boundingBox();
-    await page.mouse.move(box.x + box.width / 2, over.y + over.height / 2);
+    const x = over.x + Number(await marker.getAttribute('data-x')); // the marker's module
+    await page.mouse.move(x, over.y + over.height / 2);
     await frame.locator('.rca-card:not([hidden])').waitFor({ state: 'visible', timeout: 5000 });
     await shot(page, 'server-10-chart-hover');
-    await page.mouse.click(box.x + box.width / 2, over.y + over.height / 2);
+    await page.mouse.click(x, over.y + over.height / 2);
     const selection = await poll('the entry selected in the mapping editor', async () => {
       const text = await editorSelection(page);
       return text.startsWith(`Ln ${keyLine},`) ? text : undefined;
@@ -1104,6 +1147,65 @@ async function chartSteps(sc, page, base, fixture, ws, mappingPath) {
     await poll('a new chart after the save', async () => Number(await frame.locator('#rca-chart').getAttribute('data-updates')) > before, 60000);
     assert((await frame.locator('.rca-marker-divergence').getAttribute('data-train-key')) === expected, 'the marker moved after a save that changed nothing');
     fs.writeFileSync(mappingPath, mappingText); // leave the workspace as it was
+  });
+
+  const ranksMapping = path.join(ws, 'ranks', RANK_MAPPING);
+  const ranksText = fs.existsSync(ranksMapping) ? fs.readFileSync(ranksMapping, 'utf8') : '';
+  let wanted;
+  await sc.step(CHART_STEPS[4], async () => {
+    assert(ranksText, `no copy of fixtures/${RANK_FIXTURE} in the workspace`);
+    wanted = reportedRankView(base);
+    await page.context().addInitScript(recordCanvasTexts); // for the next step's pages: the chart's canvas texts
+    await page.locator('.explorer-folders-view .monaco-list-row', { has: page.locator('.label-name', { hasText: /^ranks$/ }) }).first().click();
+    await openFromExplorer(page, RANK_MAPPING);
+    await page.locator('.editor-actions a.action-label[aria-label^="Show Divergence Chart"]').first().click();
+    const tab = page.locator('.tabs-container .tab', { hasText: /Divergence: mapping_key_ranks\.json/ }).first();
+    await tab.waitFor({ state: 'visible', timeout: 15000 });
+    const frame = visibleChartFrame(page);
+    await frame.locator('#rca-chart[data-rendered]').waitFor({ state: 'attached', timeout: 90000 });
+    const options = await frame.locator('select.rca-rank option').evaluateAll((os) => os.map((o) => o.value));
+    assert(options.includes(wanted.view) && options.includes('worst'), `rank views: ${options.join(', ')}`);
+    await frame.locator('select.rca-rank').selectOption(wanted.view);
+    await frame.locator(`#rca-chart[data-rank="${wanted.view}"]`).waitFor({ state: 'attached', timeout: 5000 });
+    const marker = frame.locator('.rca-marker-rank');
+    await marker.waitFor({ state: 'attached', timeout: 5000 });
+    assert((await marker.getAttribute('data-train-key')) === wanted.key, `the ${wanted.view} marker is at ${await marker.getAttribute('data-train-key')}; the report names ${wanted.key}`);
+    await page.waitForTimeout(300);
+    await shot(page, 'server-12-chart-rank');
+  }, { critical: true });
+
+  await sc.step(CHART_STEPS[5], async () => {
+    const frame = visibleChartFrame(page);
+    const before = Number(await frame.locator('#rca-chart').getAttribute('data-updates'));
+    await page.locator('.editor-group-container').first().locator('.monaco-editor .view-lines').first().click();
+    await gotoLine(page, 1, 2);
+    await page.keyboard.type(' ');
+    await page.keyboard.press('Control+S');
+    await poll('a new chart after the save', async () => Number(await frame.locator('#rca-chart').getAttribute('data-updates')) > before, 90000);
+    assert((await frame.locator('select.rca-rank').inputValue()) === wanted.view, `after the save the view is ${await frame.locator('select.rca-rank').inputValue()}`);
+    assert((await frame.locator('.rca-marker-rank').getAttribute('data-train-key')) === wanted.key, 'the rank marker moved after a save that changed nothing');
+    // hidden (the other chart's tab) and shown again: the page is rebuilt and opens on the view chosen
+    await page.locator('.tabs-container .tab', { hasText: /Divergence: mapping_key\.json/ }).first().click();
+    await page.waitForTimeout(1000);
+    await page.locator('.tabs-container .tab', { hasText: /Divergence: mapping_key_ranks\.json/ }).first().click();
+    const shown = visibleChartFrame(page);
+    await shown.locator(`#rca-chart[data-rank="${wanted.view}"][data-rendered]`).waitFor({ state: 'attached', timeout: 60000 });
+    assert((await shown.locator('select.rca-rank').inputValue()) === wanted.view, `shown again, the view is ${await shown.locator('select.rca-rank').inputValue()}`);
+    await shot(page, 'server-13-chart-rank-kept');
+    fs.writeFileSync(ranksMapping, ranksText); // leave the workspace as it was
+  });
+
+  await sc.step(CHART_STEPS[6], async () => {
+    const frame = visibleChartFrame(page);
+    const texts = await frame.locator('#rca-chart').evaluate(() => globalThis.rcaTexts ?? []);
+    assert(texts.length > 0, 'no canvas text recorded in the chart webview');
+    const cut = clippedTexts(texts);
+    assert(cut.length === 0, `texts cut at the canvas edge: ${cut.slice(0, 5).join('; ')}`);
+    const root = await frame.locator('#rca-chart').boundingBox();
+    for (const marker of await frame.locator('.rca-marker').all()) {
+      const box = await marker.boundingBox();
+      assert(box.x >= root.x - 1 && box.x + box.width <= root.x + root.width + 1, `marker "${await marker.innerText()}" outside the chart`);
+    }
   });
 }
 
