@@ -61,7 +61,9 @@ def test_a_hover_shows_a_hostile_key_as_text(tmp_path: Path) -> None:
 def test_diagnostics_and_cli_warnings_escape_keys(tmp_path: Path) -> None:
     folder, analysis, _ = hostile_analysis(tmp_path, BIDI)
     positions = Positions(analysis.mapping, PositionCodec())
-    messages = [d.message for d in issue_diagnostics(analysis.issues, positions, lambda code, default: default, KindCap(500))]
+    messages = [
+        d.message for d in issue_diagnostics(analysis.issues, positions, lambda code, default: default, KindCap(500))
+    ]
     assert any("\\u202eevil" in message for message in messages)
     assert not any(c in message for message in messages for c in CONTROLS)
     result = subprocess.run(
