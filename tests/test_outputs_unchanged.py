@@ -53,7 +53,9 @@ def _digests(variant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> d
         for path in sorted(out_dir.iterdir()):
             if path.name in LEFT_OUT or (style == "msprobe" and "value_compare" not in path.name):
                 continue
-            found[f"{style}/{path.name}"] = hashlib.sha256(_normalised(path.name, path.read_bytes(), folder)).hexdigest()
+            found[f"{style}/{path.name}"] = hashlib.sha256(
+                _normalised(path.name, path.read_bytes(), folder)
+            ).hexdigest()
     return found
 
 

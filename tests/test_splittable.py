@@ -11,7 +11,7 @@ from conftest import FIXTURES, rollout_options, variants
 
 from rca_lsp.diagnose.run import analyze_paths
 from rca_lsp.report import outputs
-from rca_lsp.report.splittable import write_split
+from rca_lsp.report.tables.splittable import write_split
 
 COLUMNS = ("key", "value", "parts")
 ROWS = [(f"Module.m{i}.Linear.forward.0", i / 7 if i % 3 else None, (i, 1, 2) if i % 4 else None) for i in range(23)]
