@@ -9,12 +9,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from rca_lsp.compare.module import ModuleComparison, TargetSpec
+from rca_lsp.compare.module import ModuleComparison, SpecTuple
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.diagnose.rootcause import Suspect
 from rca_lsp.model.keys import is_activation_like, layer_index, parse_module_key
 from rca_lsp.model.stats import TensorStats, relative_error
-from rca_lsp.model.tolerance import Tolerances, normalise_dtype
+from rca_lsp.model.tolerance import normalise_dtype
 from rca_lsp.report.chart_ranks import rank_views
 from rca_lsp.report.chart_schema import (
     CHART_VERSION,
@@ -101,9 +101,8 @@ class _Thresholds:
 
 
 class _Errors:
-    """relative_error of two statistics, each pair of objects once: the modules' series and the ranks' (a rank's
-    copy the merge saw equal is the merged entry's) compare the same ones. The objects are held, so their ids are
-    not reused meanwhile."""
+    """relative_error of two statistics, each pair of objects once (the rank views' copies repeat: a weight in every
+    call). The objects are held, so their ids are not reused meanwhile."""
 
     def __init__(self) -> None:
         self.known: dict[tuple[int, int], tuple[TensorStats | None, TensorStats | None, float | None]] = {}
@@ -113,10 +112,6 @@ class _Errors:
         if found is None:
             found = self.known[(id(train), id(rollout))] = (train, rollout, relative_error(train, rollout))
         return found[2]
-
-    def add(self, train: TensorStats | None, rollout: TensorStats | None, error: float) -> None:
-        """An error measured elsewhere (the comparison's output error)."""
-        self.known.setdefault((id(train), id(rollout)), (train, rollout, error))
 
 
 def _shape(shape: tuple[int, ...] | None) -> str:
@@ -173,31 +168,6 @@ class _Stats:
         return list(self.index)
 
 
-_KIND_SLOT = {"o": 0, "i": 1, "p": 2}  # a target's kind by its first letter: output.0, input_args.0, parameters.*
-Worst = tuple[float | None, float | None, TargetSpec]  # error, tolerance, target
-
-
-def _worst_targets(
-    specs: list[TargetSpec], tolerances: Tolerances, output_error: float | None, errors: _Errors
-) -> list[Worst | None]:
-    """Per kind (output, input, parameters) the target with the largest error (the first when none has one).
-    `output_error`: the comparison's (measured for the calibration already; None when infinite or missing)."""
-    worst: list[Worst | None] = [None, None, None]
-    for spec in specs:
-        slot = _KIND_SLOT[spec.target[0]]
-        train, rollout = spec.train, spec.rollout
-        if slot == 0 and output_error is not None:
-            error: float | None = output_error
-            errors.add(train, rollout, output_error)
-        else:
-            error = errors(train, rollout)
-        current = worst[slot]
-        if current is None or (error is not None and (current[0] is None or error > current[0])):
-            dtypes = (train.dtype if train else None, rollout.dtype if rollout else None)
-            worst[slot] = (error, tolerances.for_dtypes(*dtypes), spec)
-    return worst
-
-
 def _series() -> TargetSeries:
     return TargetSeries([], [], [], [])
 
@@ -235,6 +205,24 @@ def _layers(modules: ChartModules, strings: list[str]) -> list[LayerSpan]:
     return spans
 
 
+class _Targets:
+    """The analysis's target table as the chart reads it: per record (by identity) its targets, and the worst
+    target of each kind (output, input, parameters) by relative error."""
+
+    def __init__(self, analysis: Analysis) -> None:
+        table = analysis.targets
+        self.specs = table.specs
+        self.starts = table.starts.tolist()
+        self.errors = [None if e != e else e for e in table.relative_error.tolist()]  # NaN: no error
+        self.worst = table.worst_by_kind().tolist()
+        self.position = {id(record): index for index, record in enumerate(analysis.records)}
+
+    def of(self, record: ModuleRecord) -> tuple[list[SpecTuple], list[int]]:
+        """The record's targets and its worst target of each kind (-1: none of that kind)."""
+        at = self.position[id(record)]
+        return self.specs[self.starts[at] : self.starts[at + 1]], self.worst[at]
+
+
 def _modules(
     records: Sequence[ModuleRecord],
     analysis: Analysis,
@@ -243,7 +231,7 @@ def _modules(
     strings: _Strings,
     stats: _Stats,
     thresholds: _Thresholds,
-    errors: _Errors,
+    targets: _Targets,
 ) -> ChartModules:
     tolerances = analysis.judge.tolerances
     floors = {d: (None if c.fallback else thresholds(c.floor)) for d, c in analysis.calibration.by_dtype.items()}
@@ -252,6 +240,7 @@ def _modules(
         [], [], [], [], [], [], [], series["output"], series["input"], series["parameters"], [], [], {}
     )
     columns = (series["output"], series["input"], series["parameters"])
+    specs, errors = targets.specs, targets.errors
     for index, record in enumerate(records):
         comparison = record.comparison
         label = _label(comparison.train_key)
@@ -263,23 +252,24 @@ def _modules(
         suspect = suspects.get(id(record))
         modules.suspect.append(strings(suspect.classification) if suspect is not None else None)
         modules.noise_floor.append(floors.get(normalise_dtype(comparison.output_dtype) or ""))
-        specs = comparison.target_specs()
-        worst = _worst_targets(specs, tolerances, comparison.output_error, errors)
-        for found, column, consistency in zip(worst, columns, _consistencies(comparison)):
-            if found is None:
+        own, worst = targets.of(record)
+        for at, column, consistency in zip(worst, columns, _consistencies(comparison)):
+            if at < 0:
                 column.error.append(None)
                 column.tolerance.append(None)
                 column.target.append(None)
             else:
-                column.error.append(_error(found[0]))
-                column.tolerance.append(thresholds(found[1]))
-                column.target.append(strings(found[2].target))
+                target, _, _, train, rollout, _ = specs[at]
+                dtypes = (train.dtype if train else None, rollout.dtype if rollout else None)
+                column.error.append(_error(errors[at]))
+                column.tolerance.append(thresholds(tolerances.for_dtypes(*dtypes)))
+                column.target.append(strings(target))
             column.consistency.append(strings(consistency))
-        output = worst[0][2] if worst[0] is not None else None
-        modules.output_train.append(stats(output.train) if output is not None else None)
-        modules.output_rollout.append(stats(output.rollout) if output is not None else None)
+        output = specs[worst[0]] if worst[0] >= 0 else None
+        modules.output_train.append(stats(output[3]) if output is not None else None)
+        modules.output_rollout.append(stats(output[4]) if output is not None else None)
         if index in marked:
-            modules.details[index] = [TargetStats(strings(s.target), stats(s.train), stats(s.rollout)) for s in specs]
+            modules.details[index] = [TargetStats(strings(s[0]), stats(s[3]), stats(s[4])) for s in own]
     return modules
 
 
@@ -338,6 +328,7 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
     stats = _Stats(strings)
     thresholds = _Thresholds()
     errors = _Errors()
+    targets = _Targets(analysis)
     calls = []
     for call, evidence in analysis.calls.items():
         records = evidence.records
@@ -349,7 +340,7 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
         boundary = _marker(records, origin.boundary if origin else None, None)
         if boundary is not None:
             marked.add(boundary.index)
-        modules = _modules(records, analysis, suspects, marked, strings, stats, thresholds, errors)
+        modules = _modules(records, analysis, suspects, marked, strings, stats, thresholds, targets)
         note = next((r.comparison.calls_note for r in records if r.comparison.calls_note), "")
         calls.append(
             ChartCall(
@@ -366,7 +357,6 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
             )
         )
     calls.sort(key=lambda c: c.call_index)
-    # after the modules: a rank's copy the merge saw equal shares the comparison's errors, measured already
     views = rank_views(
         analysis,
         [analysis.calls[c.call_index].records for c in calls],
