@@ -12,7 +12,7 @@ itself: they are few, and their wording is its own. tests/test_target_table.py c
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -24,17 +24,31 @@ from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances
 
 KINDS = ("output", "input", "parameters")  # a target's kind, by the first letter of its name
 _KIND_OF = {"o": 0, "i": 1, "p": 2}
-_NO_STATS = (None, None, None, None)
+_ABSENT = (None, None, None, None, None, None)
+_NAN = float("nan")
 _NORM = STAT_NAMES.index("Norm")
 _DTYPE_MATCH = ("match", "mismatch", "unknown")  # statistics.dtype_pair's verdicts
 _MISMATCH = _DTYPE_MATCH.index("mismatch")
 
 
-def _values(side: list[TensorStats | None]) -> np.ndarray:
-    """(n, 4) Max, Min, Mean, Norm; NaN where a side or a statistic is missing, or is NaN (rows holding a NaN are
-    not judged by the arrays, so the two never need telling apart)."""
-    rows = [(s.max, s.min, s.mean, s.norm) if s is not None else _NO_STATS for s in side]
-    return np.array(rows, dtype=np.float64).reshape(len(side), 4)
+class _Side(NamedTuple):
+    """One side's statistics of every target, read in one pass over the objects (each pass over 10^6 objects
+    scattered in memory costs more than the reading)."""
+
+    values: np.ndarray  # (n, 4) Max, Min, Mean, Norm; NaN where the side or a statistic is missing, or NaN
+    numels: np.ndarray  # NaN where the shape is unknown (or the side missing)
+    dtypes: tuple[str | None, ...]
+
+
+def _side(stats: list[TensorStats | None]) -> _Side:
+    rows = [(s.max, s.min, s.mean, s.norm, s.numel, s.dtype) if s is not None else _ABSENT for s in stats]
+    if not rows:
+        return _Side(np.zeros((0, 4)), np.zeros(0), ())
+    columns = list(zip(*rows))
+    values = np.array(columns[:4], dtype=np.float64).T
+    # float() first: numpy converts Python ints one by one, several times slower
+    numels = np.array([_NAN if n is None else float(n) for n in columns[4]], dtype=np.float64)
+    return _Side(values, numels, columns[5])
 
 
 class TargetTable:
@@ -46,10 +60,8 @@ class TargetTable:
         self.starts = np.array(starts, dtype=np.int64)  # record i's targets: specs[starts[i]:starts[i + 1]]
         self.record = np.repeat(np.arange(len(starts) - 1, dtype=np.int64), np.diff(self.starts))
         self.kind = np.array([_KIND_OF[s[0][0]] for s in specs], dtype=np.int8)
-        train = [s[3] for s in specs]
-        rollout = [s[4] for s in specs]
-        self.train_values = _values(train)
-        self.rollout_values = _values(rollout)
+        train, rollout = _side([s[3] for s in specs]), _side([s[4] for s in specs])
+        self.train_values, self.rollout_values = train.values, rollout.values
         shared = len({id(t) for t in tolerances}) <= 1
         self._tolerances = tolerances[0] if shared and tolerances else None
         self._per_record_tolerances = None if shared else list(tolerances)
@@ -62,32 +74,31 @@ class TargetTable:
         assert self._per_record_tolerances is not None
         return self._per_record_tolerances[int(self.record[index])]
 
-    def _simple_rows(self, train: list[TensorStats | None], rollout: list[TensorStats | None]) -> np.ndarray:
+    def _simple_rows(self, train: _Side, rollout: _Side) -> np.ndarray:
         """Targets judged by the arrays: both sides observable, of the same form (both integer or both floating),
         every statistic known and finite, a tolerance >= 0."""
-        count = len(train)
-        finite = np.isfinite(self.train_values).all(axis=1) & np.isfinite(self.rollout_values).all(axis=1)
-        simple = np.zeros(count, dtype=bool)
-        tolerance = np.zeros(count, dtype=np.float64)
-        match = np.zeros(count, dtype=np.int8)  # index into _DTYPE_MATCH
-        numel_t = np.zeros(count, dtype=np.float64)
-        numel_r = np.zeros(count, dtype=np.float64)
-        for index in np.flatnonzero(finite).tolist():
-            t, r = train[index], rollout[index]
-            if t is None or r is None or not t.observable or not r.observable:
-                continue
-            dtype_match, same_form = dtype_pair(t.dtype, r.dtype)
-            tol = self.tolerances_of(index).for_dtypes(t.dtype, r.dtype)
-            if not same_form or not tol >= 0.0:
-                continue
-            simple[index] = True
-            tolerance[index] = tol
-            match[index] = _DTYPE_MATCH.index(dtype_match)
-            numel_t[index] = t.numel or 0
-            numel_r[index] = r.numel or 0
-        self.tolerance = tolerance
-        self._dtype_match = match
-        self._numels = numel_t, numel_r
+        count = len(self.specs)
+        # every statistic finite: both sides present (a missing one is NaN) and observable unless empty (numel 0;
+        # an unknown numel counts as not empty)
+        finite = np.isfinite(train.values).all(axis=1) & np.isfinite(rollout.values).all(axis=1)
+        rows = np.flatnonzero(finite & (train.numels != 0) & (rollout.numels != 0))
+        at = rows.tolist()
+        dtypes = [(train.dtypes[i], rollout.dtypes[i]) for i in at]
+        verdicts = {pair: dtype_pair(*pair) for pair in set(dtypes)}
+        codes = {pair: _DTYPE_MATCH.index(verdict[0]) for pair, verdict in verdicts.items()}
+        self._dtype_match = np.zeros(count, dtype=np.int8)  # index into _DTYPE_MATCH
+        self._dtype_match[rows] = [codes[pair] for pair in dtypes]
+        same_form = np.array([verdicts[pair][1] for pair in dtypes], dtype=np.bool_)
+        tolerance = np.full(count, np.nan)
+        if self._tolerances is not None:
+            by_pair = {pair: self._tolerances.for_dtypes(*pair) for pair in verdicts}
+            tolerance[rows] = [by_pair[pair] for pair in dtypes]
+        else:
+            tolerance[rows] = [self.tolerances_of(i).for_dtypes(*pair) for i, pair in zip(at, dtypes)]
+        simple = np.zeros(count, dtype=np.bool_)
+        simple[rows] = same_form & (tolerance[rows] >= 0.0)
+        self._numels = np.nan_to_num(train.numels), np.nan_to_num(rollout.numels)  # unknown: 0, as tensor_scale
+        self.tolerance = np.where(simple, tolerance, 0.0)
         return simple
 
     @cached_property
