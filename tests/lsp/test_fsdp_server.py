@@ -14,6 +14,7 @@ from pytest_lsp import LanguageClient
 from test_server import client, copy_variant, line_of, open_document, wait_for
 
 from rca_lsp.model.keys import unwrapped_key
+from rca_lsp.report.mdtext import md_text
 
 __all__ = ["client"]  # the pytest-lsp client fixture, shared with test_server
 
@@ -125,3 +126,37 @@ async def test_completion_sees_through_wrapper_names(client: LanguageClient) -> 
         )
     )
     assert [item.label for item in items.items] == [wrapped]
+
+
+async def hover_text(client: LanguageClient, uri: str, line: int) -> str:
+    hover = await client.text_document_hover_async(
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=5)
+        )
+    )
+    assert hover is not None
+    return hover.contents.value
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_hovers_say_which_data_parallel_rank_was_compared(client: LanguageClient) -> None:
+    mapping = copy_variant(client, "fsdp2_weight_desync_rank1")
+    uri = open_document(client, mapping)
+    diagnostics = await wait_for(client, uri, lambda ds: bool(by_code(ds, "parameter-sync")))
+    (told,) = by_code(diagnostics, "train-data-group")
+    line = told.message.removeprefix("rca-lsp: ")
+    assert line.startswith("train rank 1 analysed")
+    (found,) = by_code(diagnostics, "parameter-sync")
+    healthy = line_of(mapping, "Module.model.layers.0.input_layernorm.Qwen2RMSNorm.forward.0")
+    for entry in (found.range.start.line, healthy):  # the finding's entry and an aligned one
+        assert f"Train data-parallel group: {md_text(line)}" in await hover_text(client, uri, entry)
+
+    single = copy_variant(client, "tp2_healthy")  # one data-parallel group: nothing to say
+    uri = open_document(client, single)
+    await wait_for(
+        client,
+        uri,
+        lambda ds: any(getattr(s, "uri", None) == uri and s.state == "analysed" for s in client.statuses),  # type: ignore[attr-defined]
+    )
+    first = line_of(single, next(iter(json.loads(single.read_text()))))
+    assert "data-parallel group" not in await hover_text(client, uri, first)
