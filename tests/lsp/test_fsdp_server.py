@@ -23,9 +23,16 @@ def by_code(diagnostics: list[types.Diagnostic], code: str) -> list[types.Diagno
     return [d for d in diagnostics if d.code == code]
 
 
+def origins(diagnostics: list[types.Diagnostic], code: str) -> list[types.Diagnostic]:
+    """The findings of a code shown as warnings or errors (the credible origins; what follows is a hint)."""
+    shown = (types.DiagnosticSeverity.Warning, types.DiagnosticSeverity.Error)
+    return [d for d in by_code(diagnostics, code) if d.severity in shown]
+
+
 @pytest.mark.asyncio(loop_scope="function")
-async def test_the_rank_that_read_the_rollouts_data_is_named_and_clean(client: LanguageClient) -> None:
-    uri = open_document(client, copy_variant(client, "fsdp1_healthy_rank1"))
+@pytest.mark.parametrize("variant", ["fsdp1_healthy_rank1", "fsdp2_vllm_healthy_rank1"])
+async def test_the_rank_that_read_the_rollouts_data_is_named_and_clean(client: LanguageClient, variant: str) -> None:
+    uri = open_document(client, copy_variant(client, variant))
     diagnostics = await wait_for(client, uri, lambda ds: bool(by_code(ds, "train-data-group")))
     (told,) = by_code(diagnostics, "train-data-group")
     assert told.severity == types.DiagnosticSeverity.Information and told.range.start.line == 0
@@ -36,23 +43,28 @@ async def test_the_rank_that_read_the_rollouts_data_is_named_and_clean(client: L
     assert findings == []
 
 
+FAULTS_ON_RANK_1 = [("fsdp2_weight_desync_rank1", "parameter-sync"), ("fsdp1_vllm_norm_eps_rank1", "in-module-diff")]
+
+
 @pytest.mark.asyncio(loop_scope="function")
-async def test_a_fault_on_the_second_ranks_data_is_found(client: LanguageClient) -> None:
-    mapping = copy_variant(client, "fsdp2_weight_desync_rank1")
+@pytest.mark.parametrize(("variant", "code"), FAULTS_ON_RANK_1)
+async def test_a_fault_on_the_second_ranks_data_is_found(client: LanguageClient, variant: str, code: str) -> None:
+    mapping = copy_variant(client, variant)
     uri = open_document(client, mapping)
-    diagnostics = await wait_for(client, uri, lambda ds: bool(by_code(ds, "parameter-sync")))
-    (found,) = by_code(diagnostics, "parameter-sync")
-    assert found.range.start.line == line_of(mapping, expected("fsdp2_weight_desync_rank1")["root_cause"]["train_key"])
+    diagnostics = await wait_for(client, uri, lambda ds: bool(origins(ds, code)))
+    (found,) = origins(diagnostics, code)
+    assert found.range.start.line == line_of(mapping, expected(variant)["root_cause"]["train_key"])
     assert "train rank 1 analysed" in by_code(diagnostics, "train-data-group")[0].message
 
 
 @pytest.mark.asyncio(loop_scope="function")
-async def test_other_data_is_one_finding_at_the_embedding(client: LanguageClient) -> None:
-    mapping = copy_variant(client, "fsdp2_other_data")
+@pytest.mark.parametrize("variant", ["fsdp2_other_data", "fsdp1_vllm_other_data"])
+async def test_other_data_is_one_finding_at_the_embedding(client: LanguageClient, variant: str) -> None:
+    mapping = copy_variant(client, variant)
     uri = open_document(client, mapping)
     diagnostics = await wait_for(client, uri, lambda ds: bool(by_code(ds, "input-data")))
     (found,) = by_code(diagnostics, "input-data")
-    assert found.range.start.line == line_of(mapping, expected("fsdp2_other_data")["root_cause"]["train_key"])
+    assert found.range.start.line == line_of(mapping, expected(variant)["root_cause"]["train_key"])
     assert "fed different data" in found.message
     assert [d for d in diagnostics if d.code not in ("input-data", "train-data-group")] == []
 
@@ -139,16 +151,19 @@ async def hover_text(client: LanguageClient, uri: str, line: int) -> str:
 
 
 @pytest.mark.asyncio(loop_scope="function")
-async def test_hovers_say_which_data_parallel_rank_was_compared(client: LanguageClient) -> None:
-    mapping = copy_variant(client, "fsdp2_weight_desync_rank1")
+@pytest.mark.parametrize(("variant", "code"), FAULTS_ON_RANK_1)
+async def test_hovers_say_which_data_parallel_rank_was_compared(
+    client: LanguageClient, variant: str, code: str
+) -> None:
+    mapping = copy_variant(client, variant)
     uri = open_document(client, mapping)
-    diagnostics = await wait_for(client, uri, lambda ds: bool(by_code(ds, "parameter-sync")))
+    diagnostics = await wait_for(client, uri, lambda ds: bool(origins(ds, code)))
     (told,) = by_code(diagnostics, "train-data-group")
     line = told.message.removeprefix("rca-lsp: ")
     assert line.startswith("train rank 1 analysed")
-    (found,) = by_code(diagnostics, "parameter-sync")
-    healthy = line_of(mapping, "Module.model.layers.0.input_layernorm.Qwen2RMSNorm.forward.0")
-    for entry in (found.range.start.line, healthy):  # the finding's entry and an aligned one
+    (found,) = origins(diagnostics, code)
+    first = line_of(mapping, next(iter(json.loads(mapping.read_text()))))  # the embedding's entry: aligned
+    for entry in (found.range.start.line, first):
         assert f"Train data-parallel group: {md_text(line)}" in await hover_text(client, uri, entry)
 
     single = copy_variant(client, "tp2_healthy")  # one data-parallel group: nothing to say
