@@ -72,6 +72,8 @@ def test_existing_entries_leave_the_rest_unchanged(variant: str) -> None:
         "tp2_sp_healthy",
         "moe_ep2_healthy",
         "moe_ep2_own_data_healthy",
+        "fsdp1_vllm_healthy_rank1",  # HF names against vLLM's: act_fn is SiLU on one side, SiLU(gate) * up on the other
+        "fsdp2_vllm_healthy_rank0",
     ],
 )
 def test_the_suggested_mapping_of_a_clean_pair_analyses_clean(variant: str, tmp_path: Path) -> None:
