@@ -65,6 +65,8 @@ def test_the_rank_that_read_the_rollouts_data_is_compared_and_named(variant: str
     else:
         assert not choice.matched and choice.rank == analysed
         assert f"analysed the closest, rank {choice.rank}" in choice.describe()
+    for key in analysis.train.keys:  # go-to-definition, tensor files, the report's holders: the analysed rank's file
+        assert Path(analysis.train.file_key(key)[0]).parent.name == f"rank{choice.rank}"
     report = root_cause_report(analysis)
     assert report["train_data_group"]["rank"] == choice.rank
     assert report["train_data_group"]["why"] == choice.describe()

@@ -55,6 +55,11 @@ async def test_a_fault_on_the_second_ranks_data_is_found(client: LanguageClient,
     (found,) = origins(diagnostics, code)
     assert found.range.start.line == line_of(mapping, expected(variant)["root_cause"]["train_key"])
     assert "train rank 1 analysed" in by_code(diagnostics, "train-data-group")[0].message
+    location = await client.text_document_definition_async(
+        types.DefinitionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=found.range.start)
+    )
+    target = location if isinstance(location, types.Location) else location[0]
+    assert target.uri.endswith("/train/step0/rank1/dump.json")  # the record compared, not rank 0's
 
 
 @pytest.mark.asyncio(loop_scope="function")
