@@ -147,16 +147,12 @@ class _Stats:
 
     def _add_stats(self, stats: TensorStats) -> int:
         strings = self.strings
-        return self.add(
-            (
-                strings(stats.dtype or ""),
-                strings(_shape(stats.shape)),
-                _rounded(stats.max, 5),
-                _rounded(stats.min, 5),
-                _rounded(stats.mean, 5),
-                _rounded(stats.norm, 5),
-            )
-        )
+        values = (stats.max, stats.min, stats.mean, stats.norm)
+        if all(v is not None and v and math.isfinite(v) for v in values):  # the common case, without 4 calls
+            rounded: tuple[Number | None, ...] = tuple([float(f"{v:.5g}") for v in values])  # type: ignore[str-format]
+        else:
+            rounded = tuple([_rounded(v, 5) for v in values])
+        return self.add((strings(stats.dtype or ""), strings(_shape(stats.shape)), *rounded))  # type: ignore[arg-type]
 
     def add(self, entry: Stats) -> int:
         found = self.index.get(entry)
@@ -172,12 +168,21 @@ def _series() -> TargetSeries:
     return TargetSeries([], [], [], [])
 
 
-def _label(key: str) -> str:
-    """A module's short label (the path below its layer), the same in every call."""
-    return _call_free_label(key.rpartition(".")[0]) or key
+class _Labels:
+    """Each module's short label (the path below its layer), the same in every call: by key head, once per chart
+    (a bounded cache thrashed: the heads of 10^5 modules cycle in order, call after call)."""
+
+    def __init__(self) -> None:
+        self.by_head: dict[str, str] = {}
+
+    def __call__(self, key: str) -> str:
+        head = key.rpartition(".")[0]
+        found = self.by_head.get(head)
+        if found is None:
+            found = self.by_head[head] = _call_free_label(head)
+        return found or key
 
 
-@lru_cache(maxsize=1 << 16)
 def _call_free_label(head: str) -> str:
     """'' for what is not a module key."""
     key = head + ".0"
@@ -232,6 +237,7 @@ def _modules(
     stats: _Stats,
     thresholds: _Thresholds,
     targets: _Targets,
+    labels: _Labels,
 ) -> ChartModules:
     tolerances = analysis.judge.tolerances
     floors = {d: (None if c.fallback else thresholds(c.floor)) for d, c in analysis.calibration.by_dtype.items()}
@@ -239,37 +245,47 @@ def _modules(
     modules = ChartModules(
         [], [], [], [], [], [], [], series["output"], series["input"], series["parameters"], [], [], {}
     )
-    columns = (series["output"], series["input"], series["parameters"])
+    columns = [
+        (column.error.append, column.tolerance.append, column.target.append, column.consistency.append)
+        for column in (series["output"], series["input"], series["parameters"])
+    ]
     specs, errors = targets.specs, targets.errors
+    key_of, text = strings.key, strings.__call__
+    add_train_key, add_rollout_key = modules.train_key.append, modules.rollout_key.append
+    add_label, add_layer, add_bucket = modules.label.append, modules.layer.append, modules.bucket.append
+    add_suspect, add_floor = modules.suspect.append, modules.noise_floor.append
+    add_output_train, add_output_rollout = modules.output_train.append, modules.output_rollout.append
     for index, record in enumerate(records):
         comparison = record.comparison
-        label = _label(comparison.train_key)
-        modules.train_key.append(strings.key(comparison.train_key, label))
-        modules.rollout_key.append([i for k in comparison.rollout_keys for i in strings.key(k, _label(k))])
-        modules.label.append(strings(label))
-        modules.layer.append(record.layer_index)
-        modules.bucket.append(strings(comparison.module_bucket))
+        label = labels(comparison.train_key)
+        add_train_key(key_of(comparison.train_key, label))
+        add_rollout_key([i for k in comparison.rollout_keys for i in key_of(k, labels(k))])
+        add_label(text(label))
+        add_layer(record.layer_index)
+        add_bucket(text(comparison.module_bucket))
         suspect = suspects.get(id(record))
-        modules.suspect.append(strings(suspect.classification) if suspect is not None else None)
-        modules.noise_floor.append(floors.get(normalise_dtype(comparison.output_dtype) or ""))
+        add_suspect(text(suspect.classification) if suspect is not None else None)
+        add_floor(floors.get(normalise_dtype(comparison.output_dtype) or ""))
         own, worst = targets.of(record)
-        for at, column, consistency in zip(worst, columns, _consistencies(comparison)):
+        for at, (add_error, add_tolerance, add_target, add_consistency), consistency in zip(
+            worst, columns, _consistencies(comparison)
+        ):
             if at < 0:
-                column.error.append(None)
-                column.tolerance.append(None)
-                column.target.append(None)
+                add_error(None)
+                add_tolerance(None)
+                add_target(None)
             else:
                 target, _, _, train, rollout, _ = specs[at]
                 dtypes = (train.dtype if train else None, rollout.dtype if rollout else None)
-                column.error.append(_error(errors[at]))
-                column.tolerance.append(thresholds(tolerances.for_dtypes(*dtypes)))
-                column.target.append(strings(target))
-            column.consistency.append(strings(consistency))
+                add_error(_error(errors[at]))
+                add_tolerance(thresholds(tolerances.for_dtypes(*dtypes)))
+                add_target(text(target))
+            add_consistency(text(consistency))
         output = specs[worst[0]] if worst[0] >= 0 else None
-        modules.output_train.append(stats(output[3]) if output is not None else None)
-        modules.output_rollout.append(stats(output[4]) if output is not None else None)
+        add_output_train(stats(output[3]) if output is not None else None)
+        add_output_rollout(stats(output[4]) if output is not None else None)
         if index in marked:
-            modules.details[index] = [TargetStats(strings(s[0]), stats(s[3]), stats(s[4])) for s in own]
+            modules.details[index] = [TargetStats(text(s[0]), stats(s[3]), stats(s[4])) for s in own]
     return modules
 
 
@@ -329,6 +345,7 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
     thresholds = _Thresholds()
     errors = _Errors()
     targets = _Targets(analysis)
+    labels = _Labels()
     calls = []
     for call, evidence in analysis.calls.items():
         records = evidence.records
@@ -340,7 +357,7 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
         boundary = _marker(records, origin.boundary if origin else None, None)
         if boundary is not None:
             marked.add(boundary.index)
-        modules = _modules(records, analysis, suspects, marked, strings, stats, thresholds, targets)
+        modules = _modules(records, analysis, suspects, marked, strings, stats, thresholds, targets, labels)
         note = next((r.comparison.calls_note for r in records if r.comparison.calls_note), "")
         calls.append(
             ChartCall(
