@@ -10,6 +10,7 @@ from rca_lsp.base.errors import InputError
 from rca_lsp.compare.rankview import rank_parts
 from rca_lsp.compare.records import Comparator
 from rca_lsp.diagnose.analysis import Analysis, analyze
+from rca_lsp.diagnose.rootcause import Suspect
 from rca_lsp.diagnose.run import with_data_group
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.dumps.forkload import BackgroundDump
@@ -36,6 +37,8 @@ class Engine:
         self._lock = threading.Lock()
         self.matchers = MatcherCache()
         self._best_of: tuple[object, dict[str, Candidate | None]] = (None, {})
+        # dump keys the findings of the last analysis point at, by suspect (an edit keeps most suspects)
+        self._related: dict[int, tuple[Suspect, tuple[list[str], list[str]]]] = {}
 
     def needs_loading(self, pair: Pair) -> bool:
         return not (self.dumps.is_current(pair.train) and self.dumps.is_current(pair.rollout))
@@ -121,7 +124,13 @@ class Engine:
     def prefetch_locations(self, analysis: Analysis) -> None:
         """Dump lines of the modules findings point at, found in one pass per dump, off the event loop."""
         # one read of each dump file for every module the findings point at, not one per finding
-        related = [related_dump_keys(s) for s in analysis.suspects[:MAX_FINDINGS_LOCATED]]
+        earlier, self._related = self._related, {}
+        for suspect in analysis.suspects[:MAX_FINDINGS_LOCATED]:
+            kept = earlier.get(id(suspect))
+            self._related[id(suspect)] = (
+                kept if kept is not None and kept[0] is suspect else (suspect, related_dump_keys(suspect))
+            )
+        related = [keys for _, keys in self._related.values()]
         analysis.train.prefetch_lines(k for train, _ in related for k in train)
         analysis.rollout.prefetch_lines(k for _, rollout in related for k in rollout)
         for suspect in [s for s in analysis.suspects if s.credible_origin][:MAX_ORIGINS_PER_RANK_READ]:

@@ -111,6 +111,7 @@ class Pipeline:
         doc.pair = pair
         parsed = await run.step(parse_mapping, str(doc.path), text, doc.latest_parse())
         laps.lap("parse")
+        replaced: list[object] = [doc.parsed, doc.analysis, doc.last_good]  # freed after the publish (release)
         doc.parsed, doc.problems = parsed, []
         doc.remember(parsed)
         if doc.unsaved_view is not None and doc.unsaved_view.text == text:
@@ -140,6 +141,15 @@ class Pipeline:
         self.publish(doc, version)
         laps.lap("publish")
         log.info("analysed %s (version %s): %s", doc.path.name, version, laps)
+        self.release(replaced)
+
+    def release(self, replaced: list[object]) -> None:
+        """Free what a run replaced (the previous parse and analysis: containers of 10^5 items each, milliseconds to
+        free) in a worker thread, once the run has published: not on the loop, not before the publish."""
+        try:
+            self.server.executor.submit(replaced.clear)
+        except RuntimeError:  # shutting down
+            pass
 
     async def _pair(self, run: Run) -> Pair | Unpaired:
         """The document's dumps, found off the loop (a pair's glob, its step and rank folders are listed); a failure
@@ -249,11 +259,8 @@ class Pipeline:
     # --- publishing ---------------------------------------------------------------------------------------------
     def publish(self, doc: MappingDocument, version: int | None) -> None:
         positions = Positions(doc.parsed, self.server.workspace.position_codec) if doc.parsed is not None else None
-        self.server.text_document_publish_diagnostics(
-            types.PublishDiagnosticsParams(
-                uri=doc.uri, diagnostics=document_diagnostics(doc, self.server.settings, positions), version=version
-            )
-        )
+        diagnostics = document_diagnostics(doc, self.server.settings, positions)
+        self.server.rca_protocol.publish_diagnostics(doc.uri, version, diagnostics)
 
     def clear(self, doc: MappingDocument) -> None:
-        self.server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=[]))
+        self.server.rca_protocol.publish_diagnostics(doc.uri, None, [])
