@@ -141,13 +141,22 @@ class RootCauseAnalysis:
         inside: list[str] = []
         placed: dict[str, int] = {}
         for call, call_end in calls.items():
-            call_start = starts.get(call, self._call_start(dump, call_end))
+            call_start = max(starts.get(call, self._call_start(dump, call_end)), call_end - MAX_SCAN)
             found_between, found_inside = collect_between(
-                dump, unmatched, max(call_start, call_end - MAX_SCAN), call_end, boundary_paths, suspect_paths, placed
+                dump, unmatched, call_start, call_end, boundary_paths, suspect_paths, placed
             )
             between += found_between
             inside += found_inside
+            self._widen(side, call_start + 1)  # a call the boundary is not in is scanned from its own start
         return between, inside
+
+    def _widen(self, side: str, low: int) -> None:
+        """The window a suspect's lists scanned on one side reaches down to `low` (what an edit must look at)."""
+        (train_low, train_high), (rollout_low, rollout_high) = self._windows
+        if side == "train":
+            self._windows = ((min(train_low, low), train_high), (rollout_low, rollout_high))
+        else:
+            self._windows = ((train_low, train_high), (min(rollout_low, low), rollout_high))
 
     def suspect(self, call: CallIndex, index: int) -> tuple[Suspect, Basis]:
         """The suspect of the record at `index` of its call, and what it was derived from."""
