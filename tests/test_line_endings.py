@@ -17,9 +17,9 @@ from lsprotocol import types
 from pygls.workspace import PositionCodec
 
 from rca_lsp.base.jsonload import text_position
-from rca_lsp.base.lines import split_lines
+from rca_lsp.base.lines import line_ends, split_lines
 from rca_lsp.diagnose.run import analyze_paths
-from rca_lsp.mapping.model import LineIndex
+from rca_lsp.mapping.model import LineIndex, line_starts
 from rca_lsp.mapping.parse import parse_mapping
 from rca_lsp.server.positions import OpenText, Positions
 
@@ -164,3 +164,10 @@ def test_incremental_changes_land_where_the_client_means(text: str, changes: lis
         assert [opened.lines.offset(line, 0) for line in range(8)] == [
             LineIndex(expected).offset(line, 0) for line in range(8)
         ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["a", "\n", "\r", "\r\n", "\u2028", "\x0c", "\x85", "é", "😋", "\ud800"]), max_size=40))
+def test_line_starts_as_an_array_are_where_lsp_lines_start(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    assert line_starts(text).tolist() == [0, *line_ends(text)]

@@ -199,6 +199,11 @@ class ForkedBytes:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         self._channel.close_writing()
 
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (None once it is done with)."""
+        return self._pid
+
     def result(self) -> bytes | None:
         try:
             assert self._pid is not None

@@ -123,7 +123,25 @@ class MappingEdit:
 _TOKENS = itertools.count()
 
 
-FEW_LOOKUPS = 8  # positions found by counting before the line index is built (an error in a huge file needs one)
+# positions found by counting before the line index is built (an error in a huge file needs one): each count reads
+# the text three times, about what building the index costs
+FEW_LOOKUPS = 2
+
+
+def line_starts(text: str) -> np.ndarray:
+    """Where each line starts (0 first), lines ending at `\r\n`, `\r` or `\n` (base.lines), found in the text's code
+    points as an array: ~10 ms for 10 MB, where a regex match per line takes ~100 ms."""
+    if not text:
+        return np.zeros(1, dtype=np.int64)
+    if text.isascii():
+        codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    else:  # one code point per item, so that offsets are character offsets
+        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    line_feed, carriage_return = codes == 10, codes == 13
+    ends = line_feed.copy()
+    ends[:-1] |= carriage_return[:-1] & ~line_feed[1:]  # a \r ends a line unless a \n follows (then that one does)
+    ends[-1] |= carriage_return[-1]
+    return np.concatenate([np.zeros(1, dtype=np.int64), np.flatnonzero(ends) + 1])
 
 
 class LineIndex:
@@ -139,7 +157,7 @@ class LineIndex:
     @property
     def _starts(self) -> np.ndarray:
         if self._built is None:
-            self._built = np.fromiter(itertools.chain((0,), line_ends(self._text)), dtype=np.int64)
+            self._built = line_starts(self._text)
         return self._built
 
     def after_edit(self, text: str, start: int, old_end: int, new_end: int) -> LineIndex:

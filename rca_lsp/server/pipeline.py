@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from pathlib import Path
 from typing import Callable, TypeVar
 
 from lsprotocol import types
@@ -109,6 +110,12 @@ class Pipeline:
         text, version = current
         pair = await self._pair(run)
         doc.pair = pair
+        gone: list[Path] = []
+        if isinstance(pair, Pair):
+            await run.step(self.server.watcher.watch, pair.roots())  # off the loop: watchdog lists the folders
+            layout, gone = await run.step(dump_layout, None if doc.accept_layout else doc.good_layout, pair)
+            if not gone:  # dumps not loaded yet: the rollout one loads in a child while the mapping is parsed
+                await run.step(self.server.engine.start_loading, pair)
         parsed = await run.step(parse_mapping, str(doc.path), text, doc.latest_parse())
         laps.lap("parse")
         replaced: list[object] = [doc.parsed, doc.analysis, doc.last_good]  # freed after the publish (release)
@@ -123,8 +130,6 @@ class Pipeline:
                 self._dump_problem(doc, parsed, pair.problem)
             self.publish(doc, version)
             return
-        await run.step(self.server.watcher.watch, pair.roots())  # off the loop: watchdog lists the folders
-        layout, gone = await run.step(dump_layout, None if doc.accept_layout else doc.good_layout, pair)
         try:
             if gone:  # never a merge of the ranks that are left: the last good analysis stays
                 raise vanished_error(gone)
