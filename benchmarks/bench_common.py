@@ -25,7 +25,14 @@ class DataSet:
 
 
 LARGE = DataSet("large")  # make_synthetic.py's defaults: 60 layers, 256 experts, 4 calls
-TP8 = DataSet("tp8", ("--tp", "8", "--experts", "64"), train_ranks=8)
+
+
+def tensor_parallel_set(ranks: int) -> DataSet:
+    """`--tp <ranks> --experts 64`: the train side as that many tensor-parallel rank dumps."""
+    return DataSet(f"tp{ranks}", ("--tp", str(ranks), "--experts", "64"), train_ranks=ranks)
+
+
+TP8 = tensor_parallel_set(8)
 DECODE = DataSet("decode", ("--decode-steps", "256", "--layers", "24", "--experts", "64"))
 DEFAULT_DATA_DIR = LARGE.default_dir
 

@@ -21,6 +21,9 @@ from bench_common import BENCH_DIR, benchmark_parser
 
 from rca_lsp.diagnose.run import analyze_paths
 from rca_lsp.report import outputs
+from rca_lsp.report.tables.cells import csv_table
+from rca_lsp.report.tables.values import compare_columns, styled, target_rows
+from rca_lsp.report.tables.writer import CHUNK, encode_chunk
 
 TABLES = BENCH_DIR / "data" / "tables"
 
@@ -48,23 +51,23 @@ def main() -> None:
     _ensure(args.data_dir)
     data = args.data_dir
     analysis = analyze_paths(data / "train", data / "rollout", data / "mapping_key.json")
-    compare = list(outputs._target_rows(analysis.records))
+    compare = target_rows(analysis.targets, analysis.records, 0, len(analysis.targets.specs), False)
     tables: dict[str, tuple[Sequence[str], Sequence[int], list[Sequence[Any]]]] = {
         "output_1": (outputs.MAPPING_COLUMNS, (1,), outputs._mapping_rows(analysis)),
-        "output_3 rca": (*outputs._compare_columns("rca"), compare),
-        "output_3 msprobe": (*outputs._compare_columns("msprobe"), list(outputs._styled(compare, "msprobe"))),
+        "output_3 rca": (*compare_columns("rca", False), compare),
+        "output_3 msprobe": (*compare_columns("msprobe", False), list(styled(compare, "msprobe"))),
         "output_4": (outputs.MODULE_COLUMNS, (2, 3), [outputs._module_row(r) for r in analysis.records]),
     }
     print(f"{'table':<18} {'rows':>7} {'cpu ms':>9} {'csv MiB':>8}")
     for name, (columns, list_columns, rows) in tables.items():
-        chunks = [rows[start : start + outputs.CHUNK] for start in range(0, len(rows), outputs.CHUNK)]
+        chunks = [rows[start : start + CHUNK] for start in range(0, len(rows), CHUNK)]
         milliseconds = _median_ms(
-            lambda: [outputs.encode_chunk(i, c, columns, list_columns) for i, c in enumerate(chunks)], args.repeat
+            lambda: [encode_chunk(i, c, columns, list_columns) for i, c in enumerate(chunks)], args.repeat
         )
-        size = sum(len(outputs.encode_chunk(i, c, columns, list_columns)[1]) for i, c in enumerate(chunks)) / 2**20
+        size = sum(len(encode_chunk(i, c, columns, list_columns)[1]) for i, c in enumerate(chunks)) / 2**20
         print(f"{name:<18} {len(rows):>7} {milliseconds:>9.1f} {size:>8.1f}")
     matched = [(r.train_key, r.rollout_keys) for r in analysis.rows if r.rollout_keys]
-    milliseconds = _median_ms(lambda: outputs.csv_table(("train_key", "rollout_keys"), matched, (1,)), args.repeat)
+    milliseconds = _median_ms(lambda: csv_table(("train_key", "rollout_keys"), matched, (1,)), args.repeat)
     print(f"{'output_2 csv':<18} {len(matched):>7} {milliseconds:>9.1f}")
 
 

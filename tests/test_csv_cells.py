@@ -21,8 +21,8 @@ from conftest import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rca_lsp.report.cells import csv_table, marked_non_finite
 from rca_lsp.report.outputs import encode_chunk
+from rca_lsp.report.tables.cells import csv_table, marked_non_finite
 
 _NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)%?", re.IGNORECASE)
 
@@ -193,7 +193,7 @@ def test_no_text_cell_starts_a_formula_and_numbers_stay_numbers(tmp_path: Path, 
 def test_plain_tables_take_the_fast_path() -> None:
     """The checks above must not send ordinary tables (keys, reasons with commas, placeholders, numbers) to the csv
     module, ~4x slower on output_3."""
-    from rca_lsp.report.cells import _csv_through_json
+    from rca_lsp.report.tables.cells import _csv_through_json
 
     rows = [
         ["Module.a.Linear.forward.0", "Max, Min differ", "-", -0.5, None, 3, True],

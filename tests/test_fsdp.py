@@ -21,6 +21,7 @@ from rca_lsp.report.root_cause import root_cause_report
 
 FSDP = [v for v in variants() if "data_parallel" in expected(v)]
 OTHER_DATA = [v for v in FSDP if expected(v)["data_parallel"]["rollout_data"] == "other"]
+VLLM = [v for v in FSDP if expected(v)["data_parallel"].get("rollout_engine") == "vllm"]
 
 
 def analyse(variant: str, train_rank: int | None = None):
@@ -39,6 +40,13 @@ def test_the_fsdp_fixtures_are_there() -> None:
     assert {expected(v)["data_parallel"]["rollout_data"] for v in FSDP} == {"rank0", "rank1", "other"}
     faulty = {(expected(v)["data_parallel"]["rollout_data"], expected(v)["clean"]) for v in FSDP}
     assert {("rank0", False), ("rank1", False)} <= faulty  # a fault with the rollout on either rank's data
+    for strategy in ("fsdp1", "fsdp2"):  # a real vLLM rollout of either rank's data, a fault on rank 1's, other data
+        cases = {
+            (expected(v)["data_parallel"]["rollout_data"], expected(v)["clean"])
+            for v in VLLM
+            if expected(v)["data_parallel"]["strategy"] == strategy
+        }
+        assert {("rank0", True), ("rank1", True), ("rank1", False), ("other", False)} <= cases, strategy
 
 
 @pytest.mark.parametrize("variant", FSDP)
@@ -57,10 +65,35 @@ def test_the_rank_that_read_the_rollouts_data_is_compared_and_named(variant: str
     else:
         assert not choice.matched and choice.rank == analysed
         assert f"analysed the closest, rank {choice.rank}" in choice.describe()
+    for key in analysis.train.keys:  # go-to-definition, tensor files, the report's holders: the analysed rank's file
+        assert Path(analysis.train.file_key(key)[0]).parent.name == f"rank{choice.rank}"
     report = root_cause_report(analysis)
     assert report["train_data_group"]["rank"] == choice.rank
     assert report["train_data_group"]["why"] == choice.describe()
     assert md_text(choice.describe()) in render_markdown(analysis, report=report)
+
+
+@pytest.mark.parametrize("variant", VLLM)
+def test_a_vllm_rollouts_flat_batch_is_matched_to_the_rank_that_read_it(variant: str) -> None:
+    """vLLM runs a rank's two sequences as one prefill of 16 tokens (`[16]` ids, no batch dimension) where the FSDP
+    rank read `[2, 8]`: the same ids, so the same number of elements and statistics."""
+    choice = analyse(variant).comparator.data_choice
+    assert choice is not None and choice.rollout_input.shape == (16,)
+    assert {group.stats.shape for group in choice.groups} == {(2, 8)}
+    assert choice.matching == expected(variant)["data_parallel"]["matching_ranks"]
+
+
+@pytest.mark.parametrize("variant", [v for v in VLLM if not expected(v)["clean"]])
+def test_the_cli_diagnoses_a_vllm_rollout_of_an_fsdp_rank(variant: str, tmp_path: Path, capsys) -> None:
+    truth = expected(variant)
+    cause, rank = truth["root_cause"], truth["data_parallel"]["analysed_rank"]
+    assert main(list(analyze_args(FIXTURES / variant, tmp_path))) == 0
+    out = capsys.readouterr().out
+    told = f"train rank {rank} analysed" if rank is not None else "the two sides were fed different data"
+    assert f"- train data-parallel group: {told}" in out
+    assert f"{cause['classification']}: {cause['train_key']}" in out
+    report = json.loads((tmp_path / "output_5_root_cause_report.json").read_text())
+    assert report["root_cause_suspects"][0]["classification"] == cause["classification"]
 
 
 @pytest.mark.parametrize("variant", OTHER_DATA)

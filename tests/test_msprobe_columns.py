@@ -11,8 +11,8 @@ import pytest
 from conftest import FIXTURES
 
 from rca_lsp.cli.main import main
-from rca_lsp.report.columns import MSPROBE_COLUMNS, msprobe_rows
-from rca_lsp.report.outputs import TARGET_COLUMNS
+from rca_lsp.report.tables.columns import MSPROBE_COLUMNS, msprobe_rows
+from rca_lsp.report.tables.values import TARGET_COLUMNS
 
 # CompareConst.SUMMARY_COMPARE_RESULT_HEADER of msprobe (python/msprobe/core/common/const.py)
 MSPROBE_SUMMARY_HEADER = [

@@ -7,8 +7,8 @@ import io
 import math
 from pathlib import Path
 
-from rca_lsp.report.cells import csv_reference, csv_table
 from rca_lsp.report.outputs import write_atomically, write_table
+from rca_lsp.report.tables.cells import csv_reference, csv_table
 
 COLUMNS = ("key", "value", "flag", "reason", "parts")
 ROWS = [
@@ -116,7 +116,7 @@ def test_non_finite_statistics_are_told_apart_from_missing_ones(tmp_path: Path) 
 
 
 def test_non_finite_cells_through_the_csv_module() -> None:
-    from rca_lsp.report.cells import marked_non_finite
+    from rca_lsp.report.tables.cells import marked_non_finite
 
     rows = [
         ('a "quoted" key', marked_non_finite(math.nan), marked_non_finite(math.inf), marked_non_finite(-math.inf), None)

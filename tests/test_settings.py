@@ -49,7 +49,7 @@ def test_not_an_object() -> None:
 
 
 def test_the_rules_file_names_the_column_styles_the_outputs_write() -> None:
-    from rca_lsp.report.columns import COLUMN_STYLES
+    from rca_lsp.report.tables.columns import COLUMN_STYLES
 
     assert RULES["columnStyles"] == list(COLUMN_STYLES)
 

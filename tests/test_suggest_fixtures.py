@@ -65,7 +65,16 @@ def test_existing_entries_leave_the_rest_unchanged(variant: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "variant", ["decode_healthy", "microbatch_healthy", "tp2_sp_healthy", "moe_ep2_healthy", "moe_ep2_own_data_healthy"]
+    "variant",
+    [
+        "decode_healthy",
+        "microbatch_healthy",
+        "tp2_sp_healthy",
+        "moe_ep2_healthy",
+        "moe_ep2_own_data_healthy",
+        "fsdp1_vllm_healthy_rank1",  # HF names against vLLM's: act_fn is SiLU on one side, SiLU(gate) * up on the other
+        "fsdp2_vllm_healthy_rank0",
+    ],
 )
 def test_the_suggested_mapping_of_a_clean_pair_analyses_clean(variant: str, tmp_path: Path) -> None:
     from rca_lsp.cli.suggest import write_mapping
@@ -80,3 +89,16 @@ def test_the_suggested_mapping_of_a_clean_pair_analyses_clean(variant: str, tmp_
         folder / "train", folder / "rollout", tmp_path / "mapping_key.json", rollout_options=rollout_options(variant)
     )
     assert analysis.issues == [] and analysis.suspects == [] and len(analysis.records) >= len(result.mapping) // 2
+
+
+def test_a_partly_written_n_to_1_group_is_completed() -> None:
+    """An HF train model against vLLM, which fuses q/k/v into qkv_proj on load: a mapping that pairs q_proj with
+    qkv_proj already gets k_proj and v_proj paired with it too (the written part is kept, not a rival claim)."""
+    variant = "fsdp2_vllm_healthy_rank1"
+    reference = orjson.loads((FIXTURES / variant / "mapping_key.json").read_bytes())
+    parts = [k for k in reference if ".layers.0.self_attn." in k and k.split(".")[-4] in ("q_proj", "k_proj", "v_proj")]
+    qkv = reference[parts[0]]
+    assert len(parts) == 3 and {reference[k] for k in parts} == {qkv} and qkv.endswith("QKVParallelLinear.forward.0")
+    result = suggest_mapping(*sides(variant), existing={parts[0]: qkv})
+    assert [result.mapping.get(k) for k in parts] == [qkv] * 3
+    assert {s.train_key for s in result.suggestions if s.accepted} >= set(parts[1:])

@@ -20,10 +20,10 @@ from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.diagnose.run import analyze_paths, raise_if_unusable
 from rca_lsp.dumps.stepjoin import steps_joined
 from rca_lsp.model.tolerance import Tolerances, checked_tolerance
-from rca_lsp.report.columns import COLUMN_STYLES
 from rca_lsp.report.markdown import NOTHING_COMPARED
 from rca_lsp.report.outputs import write_outputs
 from rca_lsp.report.root_cause import confidence_text
+from rca_lsp.report.tables.columns import COLUMN_STYLES
 
 DEMO_DIR = Path(__file__).resolve().parents[1] / "demo"  # package data beside the stages: rca_lsp/demo
 

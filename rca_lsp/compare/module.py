@@ -15,10 +15,8 @@ from rca_lsp.compare.elementwise import MISMATCH, SlotEvidence
 from rca_lsp.compare.residual import BranchFacts, GroupConsistency, branch_reading, stream_reading
 from rca_lsp.compare.statistics import (
     NONFINITE_BOTH,
-    Assessment,
     Consistency,
     TargetComparison,
-    assess,
     compare_target,
     quick_verdict,
 )
@@ -419,6 +417,11 @@ class ModuleComparison:
         return True
 
     @property
+    def tolerances(self) -> Tolerances:
+        """What the detailed comparisons (output_3, hover) judge by."""
+        return self._tol
+
+    @property
     def output_dtype(self) -> str | None:
         stats = self._output_train or self._output_rollout
         return stats.dtype if stats is not None else None
@@ -493,9 +496,10 @@ class ModuleComparison:
 
     def target_specs(self) -> list[TargetSpec]:
         """What is compared: output (combined over parts), each part's input, each common parameter."""
-        return [TargetSpec._make(spec) for spec in self._spec_tuples()]
+        return [TargetSpec._make(spec) for spec in self.spec_tuples()]
 
-    def _spec_tuples(self) -> list[SpecTuple]:
+    def spec_tuples(self) -> list[SpecTuple]:
+        """target_specs as plain tuples (output_3 and the chart read 10^6 of them)."""
         train_id, rollout_id = _join([t.key for t in self._train]), _join([r.key for r in self._rollout])
         aggregated = self.aggregated
         reading = self._reading
@@ -532,22 +536,12 @@ class ModuleComparison:
         ]
         return specs
 
-    def target_count(self) -> int:
-        """len(self.target_specs()), without building them."""
-        inputs = 0 if self._fused_experts else (len(_pairwise(self._train, self._rollout)) or 1)
-        return 1 + inputs + len(self._parameter_names)
-
-    def assessed_targets(self) -> list[tuple[SpecTuple, Assessment]]:
-        """Each target (as target_specs gives it, a plain tuple) with its assessment: output_3 streams these."""
-        tol = self._tol
-        return [(spec, assess(spec[0], spec[3], spec[4], tol)) for spec in self._spec_tuples()]
-
     def compare_targets(self) -> list[TargetComparison]:
         """Detailed comparisons of every target, not kept (output files stream through these)."""
         tol = self._tol
         return [
             compare_target(target, train_key, rollout_key, train, rollout, tol, aggregated)
-            for target, train_key, rollout_key, train, rollout, aggregated in self._spec_tuples()
+            for target, train_key, rollout_key, train, rollout, aggregated in self.spec_tuples()
         ]
 
     @cached_property

@@ -195,7 +195,7 @@ def assess(target: str, train: TensorStats | None, rollout: TensorStats | None, 
         )
     note = f"; dtype {train.dtype} vs {rollout.dtype}" if dtype_match == "mismatch" else ""
     if tol >= 0.0 and _identical_statistics(train, rollout):  # every error 0.0, every status "ok"
-        return _IDENTICAL_ERRORS, tol, dtype_match, relation, "aligned", "match", _within(target, tol) + note
+        return _IDENTICAL_ERRORS, tol, dtype_match, relation, "aligned", "match", within(target, tol) + note
     scale = comparison_scale(train, rollout, dtype_match)
     max_err, max_status = _stat_cells("Max", train.max, rollout.max, scale, tol)
     min_err, min_status = _stat_cells("Min", train.min, rollout.min, scale, tol)
@@ -203,7 +203,7 @@ def assess(target: str, train: TensorStats | None, rollout: TensorStats | None, 
     norm_err, norm_status = _stat_cells("Norm", train.norm, rollout.norm, scale, tol)
     errors = (max_err, max_status, min_err, min_status, mean_err, mean_status, norm_err, norm_status)
     if max_status == min_status == mean_status == norm_status == "ok":
-        return errors, tol, dtype_match, relation, "aligned", "match", _within(target, tol) + note
+        return errors, tol, dtype_match, relation, "aligned", "match", within(target, tol) + note
     consistency, status, reason = _verdict(target, _stat_comparisons(train, rollout, errors), tol)
     return errors, tol, dtype_match, relation, consistency, status, reason + note
 
@@ -249,11 +249,11 @@ def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float) -> tupl
             f"{target}: only the Mean is known on both sides (it agrees, which alone does not show the tensors agree)",
         )
     both = [s.name for s in compared if s.status == "nonfinite_both"]
-    return "aligned", "match", f"{target}: {', '.join(both)} non-finite on both sides" if both else _within(target, tol)
+    return "aligned", "match", f"{target}: {', '.join(both)} non-finite on both sides" if both else within(target, tol)
 
 
 @lru_cache(maxsize=1024)
-def _within(target: str, tol: float) -> str:
+def within(target: str, tol: float) -> str:
     return f"{target}: within {tol:g}"
 
 

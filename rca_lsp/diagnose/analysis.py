@@ -15,6 +15,7 @@ from operator import attrgetter
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.compare.calibrate import Calibration, ErrorSeries
 from rca_lsp.compare.records import Comparator, ModuleRecord, Owners, build_groups, owners_of, regroup, updated_owners
+from rca_lsp.compare.targettable import TargetTable, target_table
 from rca_lsp.diagnose.between import UnmatchedPositions
 from rca_lsp.diagnose.evidence import ranked_suspects
 from rca_lsp.diagnose.hypothesis import hypothesis
@@ -80,6 +81,12 @@ class Analysis:
     @property
     def top_hypothesis(self) -> str:
         return hypothesis(self.suspects[0] if self.suspects else None)[0]
+
+    @cached_property
+    def targets(self) -> TargetTable:
+        """Every compared target of the records as columns (output_3 and the chart read them; built once, before
+        the processes writing them fork)."""
+        return target_table(self.records)
 
     @cached_property
     def rows(self) -> list[MappingRow]:

@@ -9,12 +9,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from rca_lsp.compare.module import ModuleComparison, TargetSpec
+from rca_lsp.compare.module import ModuleComparison, SpecTuple
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.diagnose.rootcause import Suspect
 from rca_lsp.model.keys import is_activation_like, layer_index, parse_module_key
 from rca_lsp.model.stats import TensorStats, relative_error
-from rca_lsp.model.tolerance import Tolerances, normalise_dtype
+from rca_lsp.model.tolerance import normalise_dtype
 from rca_lsp.report.chart_ranks import rank_views
 from rca_lsp.report.chart_schema import (
     CHART_VERSION,
@@ -101,9 +101,8 @@ class _Thresholds:
 
 
 class _Errors:
-    """relative_error of two statistics, each pair of objects once: the modules' series and the ranks' (a rank's
-    copy the merge saw equal is the merged entry's) compare the same ones. The objects are held, so their ids are
-    not reused meanwhile."""
+    """relative_error of two statistics, each pair of objects once (the rank views' copies repeat: a weight in every
+    call). The objects are held, so their ids are not reused meanwhile."""
 
     def __init__(self) -> None:
         self.known: dict[tuple[int, int], tuple[TensorStats | None, TensorStats | None, float | None]] = {}
@@ -113,10 +112,6 @@ class _Errors:
         if found is None:
             found = self.known[(id(train), id(rollout))] = (train, rollout, relative_error(train, rollout))
         return found[2]
-
-    def add(self, train: TensorStats | None, rollout: TensorStats | None, error: float) -> None:
-        """An error measured elsewhere (the comparison's output error)."""
-        self.known.setdefault((id(train), id(rollout)), (train, rollout, error))
 
 
 def _shape(shape: tuple[int, ...] | None) -> str:
@@ -152,16 +147,12 @@ class _Stats:
 
     def _add_stats(self, stats: TensorStats) -> int:
         strings = self.strings
-        return self.add(
-            (
-                strings(stats.dtype or ""),
-                strings(_shape(stats.shape)),
-                _rounded(stats.max, 5),
-                _rounded(stats.min, 5),
-                _rounded(stats.mean, 5),
-                _rounded(stats.norm, 5),
-            )
-        )
+        values = (stats.max, stats.min, stats.mean, stats.norm)
+        if all(v is not None and v and math.isfinite(v) for v in values):  # the common case, without 4 calls
+            rounded: tuple[Number | None, ...] = tuple([float(f"{v:.5g}") for v in values])  # type: ignore[str-format]
+        else:
+            rounded = tuple([_rounded(v, 5) for v in values])
+        return self.add((strings(stats.dtype or ""), strings(_shape(stats.shape)), *rounded))  # type: ignore[arg-type]
 
     def add(self, entry: Stats) -> int:
         found = self.index.get(entry)
@@ -173,41 +164,25 @@ class _Stats:
         return list(self.index)
 
 
-_KIND_SLOT = {"o": 0, "i": 1, "p": 2}  # a target's kind by its first letter: output.0, input_args.0, parameters.*
-Worst = tuple[float | None, float | None, TargetSpec]  # error, tolerance, target
-
-
-def _worst_targets(
-    specs: list[TargetSpec], tolerances: Tolerances, output_error: float | None, errors: _Errors
-) -> list[Worst | None]:
-    """Per kind (output, input, parameters) the target with the largest error (the first when none has one).
-    `output_error`: the comparison's (measured for the calibration already; None when infinite or missing)."""
-    worst: list[Worst | None] = [None, None, None]
-    for spec in specs:
-        slot = _KIND_SLOT[spec.target[0]]
-        train, rollout = spec.train, spec.rollout
-        if slot == 0 and output_error is not None:
-            error: float | None = output_error
-            errors.add(train, rollout, output_error)
-        else:
-            error = errors(train, rollout)
-        current = worst[slot]
-        if current is None or (error is not None and (current[0] is None or error > current[0])):
-            dtypes = (train.dtype if train else None, rollout.dtype if rollout else None)
-            worst[slot] = (error, tolerances.for_dtypes(*dtypes), spec)
-    return worst
-
-
 def _series() -> TargetSeries:
     return TargetSeries([], [], [], [])
 
 
-def _label(key: str) -> str:
-    """A module's short label (the path below its layer), the same in every call."""
-    return _call_free_label(key.rpartition(".")[0]) or key
+class _Labels:
+    """Each module's short label (the path below its layer), the same in every call: by key head, once per chart
+    (a bounded cache thrashed: the heads of 10^5 modules cycle in order, call after call)."""
+
+    def __init__(self) -> None:
+        self.by_head: dict[str, str] = {}
+
+    def __call__(self, key: str) -> str:
+        head = key.rpartition(".")[0]
+        found = self.by_head.get(head)
+        if found is None:
+            found = self.by_head[head] = _call_free_label(head)
+        return found or key
 
 
-@lru_cache(maxsize=1 << 16)
 def _call_free_label(head: str) -> str:
     """'' for what is not a module key."""
     key = head + ".0"
@@ -235,6 +210,24 @@ def _layers(modules: ChartModules, strings: list[str]) -> list[LayerSpan]:
     return spans
 
 
+class _Targets:
+    """The analysis's target table as the chart reads it: per record (by identity) its targets, and the worst
+    target of each kind (output, input, parameters) by relative error."""
+
+    def __init__(self, analysis: Analysis) -> None:
+        table = analysis.targets
+        self.specs = table.specs
+        self.starts = table.starts.tolist()
+        self.errors = [None if e != e else e for e in table.relative_error.tolist()]  # NaN: no error
+        self.worst = table.worst_by_kind().tolist()
+        self.position = {id(record): index for index, record in enumerate(analysis.records)}
+
+    def of(self, record: ModuleRecord) -> tuple[list[SpecTuple], list[int]]:
+        """The record's targets and its worst target of each kind (-1: none of that kind)."""
+        at = self.position[id(record)]
+        return self.specs[self.starts[at] : self.starts[at + 1]], self.worst[at]
+
+
 def _modules(
     records: Sequence[ModuleRecord],
     analysis: Analysis,
@@ -243,7 +236,8 @@ def _modules(
     strings: _Strings,
     stats: _Stats,
     thresholds: _Thresholds,
-    errors: _Errors,
+    targets: _Targets,
+    labels: _Labels,
 ) -> ChartModules:
     tolerances = analysis.judge.tolerances
     floors = {d: (None if c.fallback else thresholds(c.floor)) for d, c in analysis.calibration.by_dtype.items()}
@@ -251,35 +245,47 @@ def _modules(
     modules = ChartModules(
         [], [], [], [], [], [], [], series["output"], series["input"], series["parameters"], [], [], {}
     )
-    columns = (series["output"], series["input"], series["parameters"])
+    columns = [
+        (column.error.append, column.tolerance.append, column.target.append, column.consistency.append)
+        for column in (series["output"], series["input"], series["parameters"])
+    ]
+    specs, errors = targets.specs, targets.errors
+    key_of, text = strings.key, strings.__call__
+    add_train_key, add_rollout_key = modules.train_key.append, modules.rollout_key.append
+    add_label, add_layer, add_bucket = modules.label.append, modules.layer.append, modules.bucket.append
+    add_suspect, add_floor = modules.suspect.append, modules.noise_floor.append
+    add_output_train, add_output_rollout = modules.output_train.append, modules.output_rollout.append
     for index, record in enumerate(records):
         comparison = record.comparison
-        label = _label(comparison.train_key)
-        modules.train_key.append(strings.key(comparison.train_key, label))
-        modules.rollout_key.append([i for k in comparison.rollout_keys for i in strings.key(k, _label(k))])
-        modules.label.append(strings(label))
-        modules.layer.append(record.layer_index)
-        modules.bucket.append(strings(comparison.module_bucket))
+        label = labels(comparison.train_key)
+        add_train_key(key_of(comparison.train_key, label))
+        add_rollout_key([i for k in comparison.rollout_keys for i in key_of(k, labels(k))])
+        add_label(text(label))
+        add_layer(record.layer_index)
+        add_bucket(text(comparison.module_bucket))
         suspect = suspects.get(id(record))
-        modules.suspect.append(strings(suspect.classification) if suspect is not None else None)
-        modules.noise_floor.append(floors.get(normalise_dtype(comparison.output_dtype) or ""))
-        specs = comparison.target_specs()
-        worst = _worst_targets(specs, tolerances, comparison.output_error, errors)
-        for found, column, consistency in zip(worst, columns, _consistencies(comparison)):
-            if found is None:
-                column.error.append(None)
-                column.tolerance.append(None)
-                column.target.append(None)
+        add_suspect(text(suspect.classification) if suspect is not None else None)
+        add_floor(floors.get(normalise_dtype(comparison.output_dtype) or ""))
+        own, worst = targets.of(record)
+        for at, (add_error, add_tolerance, add_target, add_consistency), consistency in zip(
+            worst, columns, _consistencies(comparison)
+        ):
+            if at < 0:
+                add_error(None)
+                add_tolerance(None)
+                add_target(None)
             else:
-                column.error.append(_error(found[0]))
-                column.tolerance.append(thresholds(found[1]))
-                column.target.append(strings(found[2].target))
-            column.consistency.append(strings(consistency))
-        output = worst[0][2] if worst[0] is not None else None
-        modules.output_train.append(stats(output.train) if output is not None else None)
-        modules.output_rollout.append(stats(output.rollout) if output is not None else None)
+                target, _, _, train, rollout, _ = specs[at]
+                dtypes = (train.dtype if train else None, rollout.dtype if rollout else None)
+                add_error(_error(errors[at]))
+                add_tolerance(thresholds(tolerances.for_dtypes(*dtypes)))
+                add_target(text(target))
+            add_consistency(text(consistency))
+        output = specs[worst[0]] if worst[0] >= 0 else None
+        add_output_train(stats(output[3]) if output is not None else None)
+        add_output_rollout(stats(output[4]) if output is not None else None)
         if index in marked:
-            modules.details[index] = [TargetStats(strings(s.target), stats(s.train), stats(s.rollout)) for s in specs]
+            modules.details[index] = [TargetStats(text(s[0]), stats(s[3]), stats(s[4])) for s in own]
     return modules
 
 
@@ -338,6 +344,8 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
     stats = _Stats(strings)
     thresholds = _Thresholds()
     errors = _Errors()
+    targets = _Targets(analysis)
+    labels = _Labels()
     calls = []
     for call, evidence in analysis.calls.items():
         records = evidence.records
@@ -349,7 +357,7 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
         boundary = _marker(records, origin.boundary if origin else None, None)
         if boundary is not None:
             marked.add(boundary.index)
-        modules = _modules(records, analysis, suspects, marked, strings, stats, thresholds, errors)
+        modules = _modules(records, analysis, suspects, marked, strings, stats, thresholds, targets, labels)
         note = next((r.comparison.calls_note for r in records if r.comparison.calls_note), "")
         calls.append(
             ChartCall(
@@ -366,7 +374,6 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
             )
         )
     calls.sort(key=lambda c: c.call_index)
-    # after the modules: a rank's copy the merge saw equal shares the comparison's errors, measured already
     views = rank_views(
         analysis,
         [analysis.calls[c.call_index].records for c in calls],

@@ -12,7 +12,7 @@ from typing import Any
 
 from rca_lsp.dumps.sources import is_step_number
 from rca_lsp.model.tolerance import Tolerances, checked_tolerance
-from rca_lsp.report.columns import COLUMN_STYLES
+from rca_lsp.report.tables.columns import COLUMN_STYLES
 from rca_lsp.server.codes import DEFAULT_SEVERITY
 
 RULES: dict[str, Any] = json.loads(resources.files("rca_lsp").joinpath("data", "settings_rules.json").read_text())

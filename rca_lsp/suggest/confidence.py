@@ -24,6 +24,7 @@ _OUTPUT_STATS_EQUAL = 0.25
 _INPUT_STATS_EQUAL = 0.1
 _SAME_KIND = 0.05
 _OTHER_KIND = -0.25
+_SCALES_OTHERWISE = -0.25  # output/input element ratios differ: another operation at that name
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,7 @@ def assess(name: NameEvidence, evidence: Evidence) -> Assessment:
         evidence.output_stats,
         evidence.input_stats,
         evidence.same_kind,
+        evidence.scales_alike,
     )
     if evidence.output_shape != "different":
         return assessment
@@ -110,6 +112,7 @@ def _assess(
     output_stats: str,
     input_stats: str,
     same_kind: bool | None,
+    scales_alike: bool | None,
 ) -> Assessment:
     """Name score plus what the dumps add, with the reason (few distinct combinations: shared instances)."""
     score = name.score + _OUTPUT_SHAPE[output_shape] + _INPUT_SHAPE[input_shape] + _WEIGHT_SHAPE[weight_shape]
@@ -130,6 +133,9 @@ def _assess(
         score += _SAME_KIND if same_kind else _OTHER_KIND
         if not same_kind:
             notes.append("module classes of different kinds")
+    if scales_alike is False:
+        score += _SCALES_OTHERWISE
+        notes.append("output elements per input element differ (another operation)")
     return Assessment(round(min(max(score, 0.0), 0.99), 3), "; ".join(notes))
 
 

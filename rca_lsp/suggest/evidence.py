@@ -48,6 +48,7 @@ class Evidence:
     input_stats: StatsRelation
     same_kind: bool | None  # None when a side's kind is unknown
     output_shapes: tuple[tuple[int, ...] | None, tuple[int, ...] | None]  # for the reason text
+    scales_alike: bool | None  # output elements per input element equal on both sides; None when not known
 
 
 def module_view(entry: ModuleEntry, rules: NamingRules) -> ModuleView:
@@ -122,7 +123,21 @@ def compare(train: ModuleView, rollout: ModuleView) -> Evidence:
         input_stats=stats_relation(train.input, rollout.input),
         same_kind=None if train.kind is None or rollout.kind is None else train.kind == rollout.kind,
         output_shapes=output_shapes,
+        scales_alike=scales_alike(train, rollout),
     )
+
+
+def scales_alike(train: ModuleView, rollout: ModuleView) -> bool | None:
+    """Whether both sides turn the same number of input elements into the same number of output elements (the
+    output/input element ratio). The same module does, whatever the batch, padding or layout its inputs have; two
+    modules at the same path that do other things do not (HF's `act_fn`, SiLU of the gate: n -> n; vLLM's
+    `SiluAndMul` there, SiLU(gate) * up: 2n -> n). None when a side's sizes are not known."""
+    sizes = [view.input and view.input.numel for view in (train, rollout)]
+    sizes += [view.output and view.output.numel for view in (train, rollout)]
+    train_in, rollout_in, train_out, rollout_out = sizes
+    if not (train_in and rollout_in and train_out and rollout_out):
+        return None
+    return train_out * rollout_in == rollout_out * train_in
 
 
 def form_conflict(train: ModuleView, rollout: ModuleView) -> str | None:

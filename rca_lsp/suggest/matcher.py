@@ -112,11 +112,11 @@ class Matcher:
                     seen.add(identity)
                     proposals.append(proposal)
         stop_if(should_stop)
-        accepted, rejected = _claim(proposals, claimed_train, claimed_rollout, self.train)
         existing_owners: dict[str, list[str]] = {}
         for train_key, value in existing.items():
             for rollout_key in mapping_keys(value):
                 existing_owners.setdefault(rollout_key, []).append(train_key)
+        accepted, rejected = _claim(proposals, claimed_train, claimed_rollout, self.train, existing_owners)
         experts = fused_expert_proposals(self.train, self.rollout, claimed_train, claimed_rollout, existing_owners)
         for proposal in experts:  # each names its own container and unclaimed experts: no contest between them
             (accepted if proposal.assessment.accepted else rejected).append(proposal)
@@ -136,14 +136,23 @@ class Matcher:
 
 
 def _claim(
-    proposals: list[Proposal], claimed_train: set[str], claimed_rollout: set[str], train: SideIndex
+    proposals: list[Proposal],
+    claimed_train: set[str],
+    claimed_rollout: set[str],
+    train: SideIndex,
+    existing_owners: dict[str, list[str]],
 ) -> tuple[list[Proposal], list[Proposal]]:
-    """Accept confident proposals, strongest first; a module already claimed makes a later proposal lose."""
+    """Accept confident proposals, strongest first; a module already claimed makes a later proposal lose, except
+    by the existing mapping for the proposal itself: an N:1 group the mapping holds some parts of (q_proj -> qkv_proj
+    written, k_proj and v_proj not) is completed, its written parts kept as they are."""
     proposals.sort(key=lambda proposal: (-proposal.confidence, train.entries[proposal.train_keys[0]].position))
     accepted: list[Proposal] = []
     rejected: list[Proposal] = []
     for proposal in proposals:
-        taken = claimed_train.intersection(proposal.train_keys) or claimed_rollout.intersection(proposal.rollout_keys)
+        written = _written_parts(proposal, existing_owners)
+        taken = claimed_train.intersection(proposal.train_keys).difference(written) or (
+            not written and claimed_rollout.intersection(proposal.rollout_keys)
+        )
         if not proposal.assessment.accepted or taken:
             rejected.append(proposal)
             continue
@@ -151,3 +160,12 @@ def _claim(
         claimed_rollout.update(proposal.rollout_keys)
         accepted.append(proposal)
     return accepted, rejected
+
+
+def _written_parts(proposal: Proposal, existing_owners: dict[str, list[str]]) -> set[str]:
+    """The train keys of an N:1 proposal the existing mapping already maps to its rollout module, when that module
+    has no other owner (empty otherwise: the proposal is then judged like any other)."""
+    if len(proposal.train_keys) < 2 or len(proposal.rollout_keys) != 1:
+        return set()
+    owners = set(existing_owners.get(proposal.rollout_keys[0], ()))
+    return owners if owners < set(proposal.train_keys) else set()

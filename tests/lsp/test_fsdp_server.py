@@ -14,6 +14,7 @@ from pytest_lsp import LanguageClient
 from test_server import client, copy_variant, line_of, open_document, wait_for
 
 from rca_lsp.model.keys import unwrapped_key
+from rca_lsp.report.mdtext import md_text
 
 __all__ = ["client"]  # the pytest-lsp client fixture, shared with test_server
 
@@ -22,9 +23,16 @@ def by_code(diagnostics: list[types.Diagnostic], code: str) -> list[types.Diagno
     return [d for d in diagnostics if d.code == code]
 
 
+def origins(diagnostics: list[types.Diagnostic], code: str) -> list[types.Diagnostic]:
+    """The findings of a code shown as warnings or errors (the credible origins; what follows is a hint)."""
+    shown = (types.DiagnosticSeverity.Warning, types.DiagnosticSeverity.Error)
+    return [d for d in by_code(diagnostics, code) if d.severity in shown]
+
+
 @pytest.mark.asyncio(loop_scope="function")
-async def test_the_rank_that_read_the_rollouts_data_is_named_and_clean(client: LanguageClient) -> None:
-    uri = open_document(client, copy_variant(client, "fsdp1_healthy_rank1"))
+@pytest.mark.parametrize("variant", ["fsdp1_healthy_rank1", "fsdp2_vllm_healthy_rank1"])
+async def test_the_rank_that_read_the_rollouts_data_is_named_and_clean(client: LanguageClient, variant: str) -> None:
+    uri = open_document(client, copy_variant(client, variant))
     diagnostics = await wait_for(client, uri, lambda ds: bool(by_code(ds, "train-data-group")))
     (told,) = by_code(diagnostics, "train-data-group")
     assert told.severity == types.DiagnosticSeverity.Information and told.range.start.line == 0
@@ -35,23 +43,33 @@ async def test_the_rank_that_read_the_rollouts_data_is_named_and_clean(client: L
     assert findings == []
 
 
+FAULTS_ON_RANK_1 = [("fsdp2_weight_desync_rank1", "parameter-sync"), ("fsdp1_vllm_norm_eps_rank1", "in-module-diff")]
+
+
 @pytest.mark.asyncio(loop_scope="function")
-async def test_a_fault_on_the_second_ranks_data_is_found(client: LanguageClient) -> None:
-    mapping = copy_variant(client, "fsdp2_weight_desync_rank1")
+@pytest.mark.parametrize(("variant", "code"), FAULTS_ON_RANK_1)
+async def test_a_fault_on_the_second_ranks_data_is_found(client: LanguageClient, variant: str, code: str) -> None:
+    mapping = copy_variant(client, variant)
     uri = open_document(client, mapping)
-    diagnostics = await wait_for(client, uri, lambda ds: bool(by_code(ds, "parameter-sync")))
-    (found,) = by_code(diagnostics, "parameter-sync")
-    assert found.range.start.line == line_of(mapping, expected("fsdp2_weight_desync_rank1")["root_cause"]["train_key"])
+    diagnostics = await wait_for(client, uri, lambda ds: bool(origins(ds, code)))
+    (found,) = origins(diagnostics, code)
+    assert found.range.start.line == line_of(mapping, expected(variant)["root_cause"]["train_key"])
     assert "train rank 1 analysed" in by_code(diagnostics, "train-data-group")[0].message
+    location = await client.text_document_definition_async(
+        types.DefinitionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=found.range.start)
+    )
+    target = location if isinstance(location, types.Location) else location[0]
+    assert target.uri.endswith("/train/step0/rank1/dump.json")  # the record compared, not rank 0's
 
 
 @pytest.mark.asyncio(loop_scope="function")
-async def test_other_data_is_one_finding_at_the_embedding(client: LanguageClient) -> None:
-    mapping = copy_variant(client, "fsdp2_other_data")
+@pytest.mark.parametrize("variant", ["fsdp2_other_data", "fsdp1_vllm_other_data"])
+async def test_other_data_is_one_finding_at_the_embedding(client: LanguageClient, variant: str) -> None:
+    mapping = copy_variant(client, variant)
     uri = open_document(client, mapping)
     diagnostics = await wait_for(client, uri, lambda ds: bool(by_code(ds, "input-data")))
     (found,) = by_code(diagnostics, "input-data")
-    assert found.range.start.line == line_of(mapping, expected("fsdp2_other_data")["root_cause"]["train_key"])
+    assert found.range.start.line == line_of(mapping, expected(variant)["root_cause"]["train_key"])
     assert "fed different data" in found.message
     assert [d for d in diagnostics if d.code not in ("input-data", "train-data-group")] == []
 
@@ -125,3 +143,40 @@ async def test_completion_sees_through_wrapper_names(client: LanguageClient) -> 
         )
     )
     assert [item.label for item in items.items] == [wrapped]
+
+
+async def hover_text(client: LanguageClient, uri: str, line: int) -> str:
+    hover = await client.text_document_hover_async(
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=5)
+        )
+    )
+    assert hover is not None
+    return hover.contents.value
+
+
+@pytest.mark.asyncio(loop_scope="function")
+@pytest.mark.parametrize(("variant", "code"), FAULTS_ON_RANK_1)
+async def test_hovers_say_which_data_parallel_rank_was_compared(
+    client: LanguageClient, variant: str, code: str
+) -> None:
+    mapping = copy_variant(client, variant)
+    uri = open_document(client, mapping)
+    diagnostics = await wait_for(client, uri, lambda ds: bool(origins(ds, code)))
+    (told,) = by_code(diagnostics, "train-data-group")
+    line = told.message.removeprefix("rca-lsp: ")
+    assert line.startswith("train rank 1 analysed")
+    (found,) = origins(diagnostics, code)
+    first = line_of(mapping, next(iter(json.loads(mapping.read_text()))))  # the embedding's entry: aligned
+    for entry in (found.range.start.line, first):
+        assert f"Train data-parallel group: {md_text(line)}" in await hover_text(client, uri, entry)
+
+    single = copy_variant(client, "tp2_healthy")  # one data-parallel group: nothing to say
+    uri = open_document(client, single)
+    await wait_for(
+        client,
+        uri,
+        lambda ds: any(getattr(s, "uri", None) == uri and s.state == "analysed" for s in client.statuses),  # type: ignore[attr-defined]
+    )
+    first = line_of(single, next(iter(json.loads(single.read_text()))))
+    assert "data-parallel group" not in await hover_text(client, uri, first)

@@ -34,6 +34,7 @@ NVIM = shutil.which("nvim")
         ("sglang_param_desync", "parameter-sync"),
         ("fsdp1_norm_eps_rank1", "in-module-diff"),
         ("fsdp2_other_data", "input-data"),
+        ("fsdp2_vllm_norm_eps_rank1", "in-module-diff"),
     ],
 )
 def test_neovim_sees_diagnostics_and_hover(workspace, tmp_path: Path, variant: str, code: str) -> None:

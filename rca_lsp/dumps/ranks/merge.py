@@ -59,6 +59,12 @@ def merge_ranks(dumps: Sequence[Dump], source: DumpSource) -> Dump:
     )
     renumber(keys, entries)
     merger.origins.update(origins)
+    (first, *_), *later_stages = plan.stages
+    if first != 0 and not later_stages:
+        # The analysed data-parallel group is not the first (the rollout read another group's data): its files hold
+        # the merged entries, not file 0 (the default origin). join_stages says so for several stages.
+        for key in keys:
+            merger.origins.setdefault(key, (first, key))
     layout = f"tp={plan.tp}, pp={len(plan.stages)}, ep={plan.ep}, dp={plan.dp}" + (
         " (inferred from the dumps)" if plan.inferred else f" (given: {source.layout})"
     )

@@ -167,6 +167,9 @@ def hover_markdown(analysis: Analysis, train_key: str, rollout_index: int | None
     header = f"### {md_text(_name(record.train_key))} ↔ {rollout_names} (call {record.call_index})"
     lines = [header, "", _verdicts(record), ""]
     notes = provenance_notes(analysis, record)
+    choice = analysis.comparator.data_choice  # set only when the train side has several data-parallel groups
+    if choice is not None:
+        notes.append(f"Train data-parallel group: {md_text(choice.describe())}")
     if notes:
         lines += [f"{note}  " for note in notes] + [""]
     suspect = analysis.suspect_by_train_key.get(train_key)

@@ -1,0 +1,221 @@
+"""Every compared target of an analysis (each record's output, inputs and parameters, as `ModuleComparison`
+lists them) as columns: the statistics of both sides as float64 arrays, and their assessment computed over all
+targets at once.
+
+The outputs (output_3, the chart's series) read 10^6 targets of 10^5 records; assessed one by one in Python that
+was most of their time. Here the common targets, whose four statistics are known and finite on both sides, are
+judged by array expressions: the same formulas as `statistics.assess` (scale, relative error, status against the
+tolerance and WARN_FACTOR), in the same IEEE operations, so every number is the same to the last bit. The others
+(a side missing or unobservable, integer against floating, a missing or non-finite statistic) keep `assess`
+itself: they are few, and their wording is its own. tests/test_target_table.py checks both ways agree."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from rca_lsp.compare.module import SpecTuple
+from rca_lsp.compare.records import ModuleRecord
+from rca_lsp.compare.statistics import STAT_NAMES, Assessment, assess, shape_relation, within
+from rca_lsp.model.stats import TensorStats, dtype_pair
+from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances
+
+KINDS = ("output", "input", "parameters")  # a target's kind, by the first letter of its name
+_KIND_OF = {"o": 0, "i": 1, "p": 2}
+_ABSENT = (None, None, None, None, None, None)
+_NAN = float("nan")
+_NORM = STAT_NAMES.index("Norm")
+_DTYPE_MATCH = ("match", "mismatch", "unknown")  # statistics.dtype_pair's verdicts
+_MISMATCH = _DTYPE_MATCH.index("mismatch")
+
+
+class _Side(NamedTuple):
+    """One side's statistics of every target, read in one pass over the objects (each pass over 10^6 objects
+    scattered in memory costs more than the reading)."""
+
+    values: np.ndarray  # (n, 4) Max, Min, Mean, Norm; NaN where the side or a statistic is missing, or NaN
+    numels: np.ndarray  # NaN where the shape is unknown (or the side missing)
+    dtypes: tuple[str | None, ...]
+
+
+def _side(stats: list[TensorStats | None]) -> _Side:
+    rows = [(s.max, s.min, s.mean, s.norm, s.numel, s.dtype) if s is not None else _ABSENT for s in stats]
+    if not rows:
+        return _Side(np.zeros((0, 4)), np.zeros(0), ())
+    columns = list(zip(*rows))
+    values = np.array(columns[:4], dtype=np.float64).T
+    # float() first: numpy converts Python ints one by one, several times slower
+    numels = np.array([_NAN if n is None else float(n) for n in columns[4]], dtype=np.float64)
+    return _Side(values, numels, columns[5])
+
+
+class TargetTable:
+    """Targets in output order, record by record, each record's under its own tolerances (see target_table)."""
+
+    def __init__(self, specs: list[SpecTuple], starts: Sequence[int], tolerances: Sequence[Tolerances]) -> None:
+        """`starts[i]`: record i's first target, and len(specs) last; `tolerances[i]`: record i's."""
+        self.specs = specs
+        self.starts = np.array(starts, dtype=np.int64)  # record i's targets: specs[starts[i]:starts[i + 1]]
+        self.record = np.repeat(np.arange(len(starts) - 1, dtype=np.int64), np.diff(self.starts))
+        self.kind = np.array([_KIND_OF[s[0][0]] for s in specs], dtype=np.int8)
+        train, rollout = _side([s[3] for s in specs]), _side([s[4] for s in specs])
+        self.train_values, self.rollout_values = train.values, rollout.values
+        shared = len({id(t) for t in tolerances}) <= 1
+        self._tolerances = tolerances[0] if shared and tolerances else None
+        self._per_record_tolerances = None if shared else list(tolerances)
+        self._simple = self._simple_rows(train, rollout)
+
+    def tolerances_of(self, index: int) -> Tolerances:
+        """The tolerances target `index` is judged under."""
+        if self._tolerances is not None:
+            return self._tolerances
+        assert self._per_record_tolerances is not None
+        return self._per_record_tolerances[int(self.record[index])]
+
+    def _simple_rows(self, train: _Side, rollout: _Side) -> np.ndarray:
+        """Targets judged by the arrays: both sides observable, of the same form (both integer or both floating),
+        every statistic known and finite, a tolerance >= 0."""
+        count = len(self.specs)
+        # every statistic finite: both sides present (a missing one is NaN) and observable unless empty (numel 0;
+        # an unknown numel counts as not empty)
+        finite = np.isfinite(train.values).all(axis=1) & np.isfinite(rollout.values).all(axis=1)
+        rows = np.flatnonzero(finite & (train.numels != 0) & (rollout.numels != 0))
+        at = rows.tolist()
+        dtypes = [(train.dtypes[i], rollout.dtypes[i]) for i in at]
+        verdicts = {pair: dtype_pair(*pair) for pair in set(dtypes)}
+        codes = {pair: _DTYPE_MATCH.index(verdict[0]) for pair, verdict in verdicts.items()}
+        self._dtype_match = np.zeros(count, dtype=np.int8)  # index into _DTYPE_MATCH
+        self._dtype_match[rows] = [codes[pair] for pair in dtypes]
+        same_form = np.array([verdicts[pair][1] for pair in dtypes], dtype=np.bool_)
+        tolerance = np.full(count, np.nan)
+        if self._tolerances is not None:
+            by_pair = {pair: self._tolerances.for_dtypes(*pair) for pair in verdicts}
+            tolerance[rows] = [by_pair[pair] for pair in dtypes]
+        else:
+            tolerance[rows] = [self.tolerances_of(i).for_dtypes(*pair) for i, pair in zip(at, dtypes)]
+        simple = np.zeros(count, dtype=np.bool_)
+        simple[rows] = same_form & (tolerance[rows] >= 0.0)
+        self._numels = np.nan_to_num(train.numels), np.nan_to_num(rollout.numels)  # unknown: 0, as tensor_scale
+        self.tolerance = np.where(simple, tolerance, 0.0)
+        return simple
+
+    @cached_property
+    def errors(self) -> np.ndarray:
+        """(n, 4) relative error of Max, Min, Mean, Norm, as statistics.stat_error measures them (simple rows)."""
+        t, r = self.train_values, self.rollout_values
+        with np.errstate(all="ignore"):  # the other rows hold NaN; their results are not read
+            scale = _comparison_scale(t, r, *self._numels, self._dtype_match == _MISMATCH)
+            floor = np.maximum(scale, 1e-12)[:, None].repeat(4, axis=1)
+            floor[:, _NORM] = 1e-12
+            errors = np.abs(t - r) / np.maximum(np.abs(r), floor)
+        errors[t == r] = 0.0  # what stat_error gives equal statistics too; said outright as assess does
+        return errors
+
+    @cached_property
+    def bad(self) -> np.ndarray:
+        """(n, 4) statistics beyond their tolerance (warn or alert) on simple rows."""
+        return (self.errors > self.tolerance[:, None]) & self._simple[:, None]
+
+    @cached_property
+    def relative_error(self) -> np.ndarray:
+        """model.stats.relative_error of each target (NaN for None): the largest error of its statistics; the
+        rows not judged here measure it one by one."""
+        from rca_lsp.model.stats import relative_error
+
+        result = np.where(self._simple, self.errors.max(axis=1), np.nan)
+        for index in np.flatnonzero(~self._simple).tolist():
+            spec = self.specs[index]
+            error = relative_error(spec[3], spec[4])
+            result[index] = np.nan if error is None else error
+        return result
+
+    def assessments(self, start: int, stop: int) -> list[Assessment]:
+        """`statistics.assess` of targets start..stop-1: from the arrays for the simple rows (the same tuples),
+        by `assess` itself for the others."""
+        specs = self.specs[start:stop]
+        errors = self.errors[start:stop].tolist()
+        tolerance = self.tolerance[start:stop].tolist()
+        bad = self.bad[start:stop].tolist()
+        simple = self._simple[start:stop].tolist()
+        dtype_match = self._dtype_match[start:stop].tolist()
+        found: list[Assessment] = []
+        for offset, spec in enumerate(specs):
+            if not simple[offset]:
+                found.append(assess(spec[0], spec[3], spec[4], self.tolerances_of(start + offset)))
+                continue
+            target, train, rollout = spec[0], spec[3], spec[4]
+            error, tol, beyond = errors[offset], tolerance[offset], bad[offset]
+            match = _DTYPE_MATCH[dtype_match[offset]]
+            note = f"; dtype {train.dtype} vs {rollout.dtype}" if match == "mismatch" else ""  # type: ignore[union-attr]
+            relation = shape_relation(train, rollout)  # type: ignore[arg-type]
+            if True in beyond:
+                worst = _worst(error, beyond)
+                statuses = [_status(e, tol) for e in error]
+                cells = (error[0], statuses[0], error[1], statuses[1], error[2], statuses[2], error[3], statuses[3])
+                reason = f"{target}: {STAT_NAMES[worst]} differs by {error[worst]:.3g} relative (tolerance {tol:g})"
+                found.append((cells, tol, match, relation, "mismatch", "mismatch", reason + note))
+            else:
+                cells = (error[0], "ok", error[1], "ok", error[2], "ok", error[3], "ok")
+                found.append((cells, tol, match, relation, "aligned", "match", within(target, tol) + note))
+        return found
+
+    def worst_by_kind(self) -> np.ndarray:
+        """(records, 3) the index of each record's target of each kind with the largest relative error (the first
+        on ties, and the first of its kind when none has an error), -1 when the record has none of that kind."""
+        records = len(self.starts) - 1
+        worst = np.full((records, 3), -1, dtype=np.int64)
+        error = self.relative_error
+        order_error = np.where(np.isnan(error), -np.inf, error)
+        for kind in range(3):
+            members = np.flatnonzero(self.kind == kind)
+            if not len(members):
+                continue
+            # by record, then largest error first (NaN last), then dump order: the first of each record wins
+            order = np.lexsort((members, -order_error[members], self.record[members]))
+            chosen = members[order]
+            owners = self.record[chosen]
+            first = np.ones(len(chosen), dtype=bool)
+            first[1:] = owners[1:] != owners[:-1]
+            worst[owners[first], kind] = chosen[first]
+        return worst
+
+
+def target_table(records: Sequence[ModuleRecord]) -> TargetTable:
+    """The targets of `records` as `ModuleComparison.spec_tuples` lists them, under each comparison's tolerances."""
+    specs: list[SpecTuple] = []
+    starts = [0]
+    for record in records:
+        specs += record.comparison.spec_tuples()
+        starts.append(len(specs))
+    return TargetTable(specs, starts, [record.comparison.tolerances for record in records])
+
+
+def _tensor_scale(values: np.ndarray, numel: np.ndarray) -> np.ndarray:
+    """model.stats.tensor_scale on finite statistics: RMS from the Norm, else the largest absolute extreme."""
+    rms = values[:, _NORM] / np.sqrt(numel)
+    extremes = np.maximum(np.abs(values[:, 0]), np.abs(values[:, 1]))
+    return np.where(numel != 0, rms, extremes)
+
+
+def _comparison_scale(
+    t: np.ndarray, r: np.ndarray, numel_t: np.ndarray, numel_r: np.ndarray, mismatch: np.ndarray
+) -> np.ndarray:
+    """model.stats.comparison_scale: the rollout's scale (the train one's when it is 0); both's larger when the
+    dtypes differ."""
+    scale_t, scale_r = _tensor_scale(t, numel_t), _tensor_scale(r, numel_r)
+    return np.where(mismatch, np.maximum(scale_r, scale_t), np.where(scale_r != 0.0, scale_r, scale_t))
+
+
+def _worst(errors: list[float], bad: list[bool]) -> int:
+    """The statistic `statistics._verdict` names: the first of the largest errors among those beyond tolerance."""
+    best = -1
+    for index in range(4):
+        if bad[index] and (best < 0 or errors[index] > errors[best]):
+            best = index
+    return best
+
+
+def _status(error: float, tolerance: float) -> str:
+    return "ok" if error <= tolerance else ("warn" if error <= tolerance * WARN_FACTOR else "alert")
