@@ -5,11 +5,14 @@ One run measures, against a real server subprocess driven by a pygls client, wit
 (symlinks to the data set's dump folders), so that the server pairs them by convention:
 
 1. cold: didOpen -> first publishDiagnostics with findings (dumps not yet parsed), against a cold CLI
-   `python -m rca_lsp analyze` on the same three files in a fresh process, with and without writing its outputs;
+   `python -m rca_lsp analyze` on the same three files in a fresh process: its time to the answer (the summary
+   printed) and to its exit; and the analysis alone;
 2. didSave of a one-line edit (one rollout value swapped with a neighbour's, alternately back) -> the first
    publishDiagnostics of the edited version, --saves times;
 3. hover on --hovers mapping keys spread over the file, after the analysis;
-4. the server's peak RSS (VmHWM; psutil samples as a fallback) against the parse floor's (parse_floor.py).
+4. rcaLsp.server.chartData of the latest analysis, with hovers sent one after another while it is built: how long
+   the event loop keeps a request waiting meanwhile;
+5. the server's peak RSS (VmHWM; psutil samples as a fallback) against the parse floor's (parse_floor.py).
 
 A failed measurement prints one line and the others still run. The server's stderr, the CLI's output and the
 parse floor's go to `<data-dir>/bench_server/`.
@@ -21,10 +24,13 @@ import argparse
 import ast
 import asyncio
 import itertools
+import json
 import multiprocessing
+import os
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -36,7 +42,18 @@ from typing import Any, Awaitable, Callable, TypeVar, Union
 
 import orjson
 import psutil
-from bench_analyze import Cost, analyze_argv, ensure_dataset, floor_argv, run_child, summarize, warm_page_cache
+from bench_analyze import (
+    Cost,
+    Run,
+    analyze_argv,
+    ensure_dataset,
+    floor_argv,
+    kill_group,
+    run_child,
+    summarize,
+    warm_page_cache,
+)
+from bench_answer import SUMMARY
 from bench_common import (
     DECODE,
     DEFAULT_DATA_DIR,
@@ -54,9 +71,10 @@ from pygls.lsp.client import LanguageClient
 
 DATA_SETS = {spec.name: spec for spec in (LARGE, TP8, DECODE)}
 
-TARGET_COLD_RATIO = 1.3
-TARGET_SAVE_S = 0.5
-TARGET_HOVER_S = 0.05
+TARGET_COLD_RATIO = 1.0  # first findings no later than the CLI's answer
+TARGET_SAVE_S = 0.2
+TARGET_HOVER_S = 0.05  # also the longest a request may wait while chartData is built
+CHART_DATA = "rcaLsp.server.chartData"
 FINDING_CODES = {
     "missing-op",
     "aligned-boundary",
@@ -158,8 +176,38 @@ def server_constant(name: str) -> Any:
 @dataclass
 class References:
     cli: Cost | str = "not run"
+    cli_answer: Figure = "not run"  # seconds until the CLI printed its summary (see bench_answer.py)
     analysis_only: Cost | str = "not run"
     floor: Cost | str = "not run"
+
+
+def run_cli(argv: list[str], log: Path, timeout_s: float) -> tuple[Run, float | None]:
+    """As run_child, reading the child's output as it comes: also the seconds until its summary line (None: never)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    start = time.perf_counter()
+    answer = None
+    expired = threading.Event()
+    with log.open("wb") as out:
+        child = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        timer = threading.Timer(timeout_s, kill_group, (child.pid, expired))
+        timer.start()
+        try:
+            assert child.stdout is not None
+            for line in child.stdout:
+                if answer is None and line.startswith(SUMMARY.encode()):
+                    answer = time.perf_counter() - start
+                out.write(line)
+            _, status, usage = os.wait4(child.pid, 0)
+            child.returncode = os.waitstatus_to_exitcode(status)
+        except BaseException:
+            kill_group(child.pid)
+            raise
+        finally:
+            timer.cancel()
+    cost = Cost(time.perf_counter() - start, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024)
+    return Run(cost, child.returncode, expired.is_set(), log), answer
 
 
 def run_references(paths: DatasetPaths, work: Path, logs: Path, timeout_s: float) -> References:
@@ -170,7 +218,13 @@ def run_references(paths: DatasetPaths, work: Path, logs: Path, timeout_s: float
 
     refs = References()
     refs.floor = one("parse_floor", floor_argv(paths), {EXIT_NOT_STRICT_JSON: "orjson rejects a dump, floor n/a"})
-    refs.cli = one("cli_analyze", analyze_argv(paths, work / "cli_out"))
+    run, answer = run_cli(analyze_argv(paths, work / "cli_out"), logs / "cli_analyze.log", timeout_s)
+    print(
+        f"cli_analyze: answer {fmt_time(answer if answer is not None else 'n/a')}, exit {run.cost.wall_s:.2f} s",
+        flush=True,
+    )
+    refs.cli = summarize([run], {})
+    refs.cli_answer = answer if answer is not None else f"no line starting {SUMMARY!r} in {run.log}"
     refs.analysis_only = one("analysis_only", [sys.executable, "-c", ANALYSIS_ONLY, *map(str, paths.all())])
     return refs
 
@@ -324,6 +378,14 @@ class RssSampler(threading.Thread):
 
 
 # --- the server measurements ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChartFigures:
+    seconds: float  # chartData sent -> its answer received
+    hovers_s: list[float]  # latency of each hover answered while chartData was being built
+    queued_s: list[float]  # hovers answered after the chart (behind it in the stream), less this client's decode
+    note: str
+
+
 @dataclass
 class ServerFigures:
     cold_s: Figure = "not run"
@@ -336,6 +398,7 @@ class ServerFigures:
     hover_note: str = ""
     requests_s: dict[str, list[float]] | str = "not run"
     request_note: str = ""
+    chart: ChartFigures | str = "not run"
     peak_rss: Figure = "not run"
     rss_note: str = ""
 
@@ -615,6 +678,68 @@ async def measure_requests(session: Session, count: int, timeout_s: float) -> di
     return timings
 
 
+async def measure_chart(session: Session, timeout_s: float) -> ChartFigures:
+    """chartData of the latest analysis (never charted before), and hovers one after another while it is pending:
+    each hover's latency is how long the server's event loop kept a request waiting. A hover answered after the
+    chart's answer also waited for this client to read and decode that answer (megabytes of JSON, on this side):
+    the decode is timed here again on the answer's JSON and taken off its latency."""
+    client, uri = session.client, session.workspace.uri
+    entries = session.entries
+    if not entries:
+        raise MeasurementError("no entries to hover")
+    sent = time.perf_counter()
+    request = asyncio.ensure_future(
+        client.workspace_execute_command_async(types.ExecuteCommandParams(command=CHART_DATA, arguments=[uri]))
+    )
+    answered: list[float] = []
+    request.add_done_callback(lambda _: answered.append(time.perf_counter()))
+    hovers: list[tuple[float, float]] = []  # (latency, when answered)
+    while not request.done() and time.perf_counter() - sent < timeout_s:
+        entry = entries[len(hovers) * 7919 % len(entries)]
+        params = types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(entry.line, 3)
+        )
+        hovered = time.perf_counter()
+        await within(client.text_document_hover_async(params), timeout_s, "hover during chartData")
+        hovers.append((time.perf_counter() - hovered, time.perf_counter()))
+        await asyncio.sleep(0.01)
+    result = await within(request, max(timeout_s - (time.perf_counter() - sent), 1.0), CHART_DATA)
+    if not isinstance(result, dict) or "calls" not in result:
+        raise MeasurementError(f"{CHART_DATA} answered {str(result)[:200]}")
+    body = json.dumps(result)
+    decoding = time.perf_counter()
+    json.loads(body, object_hook=lambda value: value)  # as pygls decodes a message: a hook call per object
+    decode_s = time.perf_counter() - decoding
+    before = [latency for latency, at in hovers if at < answered[0]]
+    after = [max(latency - decode_s, 0.0) for latency, at in hovers if at >= answered[0]]
+    modules = sum(len(call["modules"]["train_key"]) for call in result["calls"])
+    note = (
+        f"{modules:,} modules in {len(result['calls'])} calls, {len(body) / 2**20:.1f} MiB of JSON; {len(hovers)} "
+        f"hovers sent meanwhile, {len(before)} answered before the chart"
+        + (
+            f", {len(after)} after it: {', '.join(f'{x * 1000:.0f} ms' for x in after)} once this client's decode "
+            f"of the chart ({decode_s * 1000:.0f} ms) is taken off"
+            if after
+            else ""
+        )
+        + f"; server: {server_chart_line(session.client.server_log)}"
+    )
+    return ChartFigures(answered[0] - sent, before, after, note)
+
+
+CHART_LINE = re.compile(r"chart built in (\d+) ms, (\d+) bytes \(fork (\d+) ms\)")
+
+
+def server_chart_line(server_log: Path) -> str:
+    """The server's own account of its last chart (logged at --log-level info), if it gives one."""
+    lines = server_log.read_text(errors="replace").splitlines() if server_log.exists() else []
+    found = [match for line in lines if (match := CHART_LINE.search(line))]
+    if not found:
+        return "no chart timing in its log"
+    built, _size, fork = found[-1].groups()
+    return f"built in a child in {built} ms, the fork {fork} ms"
+
+
 async def stop_session(client: BenchClient) -> None:
     try:
         if client.exit_code is None:
@@ -640,6 +765,7 @@ async def run_server(workspace: Workspace, logs: Path, args: argparse.Namespace)
         figures.saves_s = await guarded(measure_saves(session, args.saves, args.step_timeout))
         figures.hovers_s = await guarded(measure_hovers(session, args.hovers, args.step_timeout))
         figures.requests_s = await guarded(measure_requests(session, args.hovers, args.step_timeout))
+        figures.chart = await guarded(measure_chart(session, args.timeout))
     finally:
         high_water = sampler.high_water()
         sampler.stopped.set()
@@ -684,21 +810,21 @@ def verdict(value: Figure, limit: float, unit: str = "") -> str:
 
 
 def report(refs: References, figures: ServerFigures, workspace: Workspace, saves: int, hovers: int) -> None:
-    cold_ratio = ratio(figures.cold_s, seconds(refs.cli))
+    cold_ratio = ratio(figures.cold_s, refs.cli_answer)
     floor_rss = refs.floor.peak_rss if isinstance(refs.floor, Cost) else refs.floor
     rss = figures.peak_rss
+    save_median = quantile(figures.saves_s, 0.5)
     rows = [
         ("cold: didOpen -> first findings", fmt_time(figures.cold_s), ""),
-        ("cold: CLI analyze, fresh process", fmt_time(seconds(refs.cli)), ""),
+        ("cold: CLI analyze, to its answer", fmt_time(refs.cli_answer), ""),
+        ("cold: CLI analyze, to its exit", fmt_time(seconds(refs.cli)), ""),
         ("cold: CLI analysis only (no outputs)", fmt_time(seconds(refs.analysis_only)), ""),
-        ("  server cold / CLI analyze", fmt_ratio(cold_ratio), verdict(cold_ratio, TARGET_COLD_RATIO)),
+        ("  server cold / CLI answer", fmt_ratio(cold_ratio), verdict(cold_ratio, TARGET_COLD_RATIO)),
+        ("  server cold / CLI exit", fmt_ratio(ratio(figures.cold_s, seconds(refs.cli))), ""),
         ("  server cold / CLI analysis only", fmt_ratio(ratio(figures.cold_s, seconds(refs.analysis_only))), ""),
         ("didSave -> publish, first save", fmt_time(figures.first_save_s), ""),
-        (
-            f"didSave -> publish, median of {saves}",
-            fmt_time(quantile(figures.saves_s, 0.5)),
-            verdict(quantile(figures.saves_s, 0.5), TARGET_SAVE_S, "s"),
-        ),
+        (f"didSave -> publish, median of {saves}", fmt_time(save_median), verdict(save_median, TARGET_SAVE_S, "s")),
+        (f"  median / {TARGET_SAVE_S * 1000:.0f} ms target", fmt_ratio(ratio(save_median, TARGET_SAVE_S)), "<= 1.0x"),
         (f"didSave -> publish, p90 of {saves}", fmt_time(quantile(figures.saves_s, 0.9)), ""),
         (
             f"hover, median of {hovers}",
@@ -711,6 +837,7 @@ def report(refs: References, figures: ServerFigures, workspace: Workspace, saves
             verdict(quantile(figures.hovers_s, 0.9), TARGET_HOVER_S, "ms"),
         ),
         *request_rows(figures.requests_s),
+        *chart_rows(figures.chart, quantile(figures.hovers_s, 0.5)),
         ("server peak RSS", mib(rss) if not isinstance(rss, str) else "n/a", ""),
         ("parse floor peak RSS", mib(floor_rss) if not isinstance(floor_rss, str) else "n/a", ""),
         ("  server / floor RSS", fmt_ratio(ratio(rss, floor_rss)), "(analyze's target: <= 1.3x)"),
@@ -728,6 +855,7 @@ def report(refs: References, figures: ServerFigures, workspace: Workspace, saves
         ("saves", figures.save_note),
         ("hovers", figures.hover_note),
         ("requests", figures.request_note),
+        ("chartData", figures.chart.note if isinstance(figures.chart, ChartFigures) else ""),
         ("RSS", figures.rss_note),
     ]
     for name, note in notes:
@@ -742,6 +870,8 @@ def report(refs: References, figures: ServerFigures, workspace: Workspace, saves
         ("saves", figures.saves_s),
         ("hovers", figures.hovers_s),
         ("requests", figures.requests_s),
+        ("chartData", figures.chart if isinstance(figures.chart, str) else None),
+        ("CLI answer", refs.cli_answer),
         ("peak RSS", figures.peak_rss),
     ]
     for name, outcome in failures:
@@ -760,6 +890,22 @@ def request_rows(requests: dict[str, list[float]] | str) -> list[tuple[str, str,
             verdict(quantile(values, 0.5), TARGET_HOVER_S, "ms"),
         )
         for kind, values in requests.items()
+    ]
+
+
+def chart_rows(chart: ChartFigures | str, hover_median: Figure) -> list[tuple[str, str, str]]:
+    """chartData's time, and the longest a hover waited while it was built (the target: never blocked), against the
+    hover median; and a hover that came after the chart's answer in the stream, less this client's decode of it."""
+    if isinstance(chart, str):
+        return [("chartData", "n/a", "")]
+    worst = max(chart.hovers_s) if chart.hovers_s else "no hover answered meanwhile"
+    queued = max(chart.queued_s) if chart.queued_s else "none"
+    return [
+        ("chartData: sent -> answered", fmt_time(chart.seconds), ""),
+        (f"  hovers while built: median of {len(chart.hovers_s)}", fmt_time(quantile(chart.hovers_s, 0.5)), ""),
+        ("  hovers while built: longest", fmt_time(worst), verdict(worst, TARGET_HOVER_S, "ms")),
+        ("  longest / hover median without chart", fmt_ratio(ratio(worst, hover_median)), ""),
+        ("  hover queued behind the answer", fmt_time(queued), "(its transfer; this client's decode taken off)"),
     ]
 
 

@@ -7,7 +7,16 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rca_lsp.compare.calibrate import JUMP_FACTOR, ROUNDING, calibrate_series
+from rca_lsp.compare.calibrate import (
+    JUMP_FACTOR,
+    MIN_PRIOR_PAIRS,
+    PERSIST_WINDOW,
+    ROUNDING,
+    WARMUP_PAIRS,
+    DtypeCalibration,
+    _threshold,
+    calibrate_series,
+)
 
 CEILING = 1e-4  # float32's fixed tolerance
 # Healthy noise is uniform along depth: every error within a factor of 3 of the run's level.
@@ -58,3 +67,39 @@ def test_too_few_pairs_fall_back_to_the_fixed_tolerance() -> None:
 def test_identical_runs_still_allow_rounding() -> None:
     found = calibrate_series("float32", [(f"m{i}", 0.0) for i in range(10)], CEILING)
     assert JUMP_FACTOR * ROUNDING["float32"] <= found.threshold < CEILING
+
+
+def scanned(dtype: str, series: list[tuple[str, float]], ceiling: float) -> DtypeCalibration:
+    """The change point as the module docstring says it, pair by pair: what the array scan must equal exactly."""
+    if len(series) < WARMUP_PAIRS:
+        return DtypeCalibration(dtype, len(series), 0.0, ceiling, ceiling, None, None, True)
+    rounding = ROUNDING.get(dtype, 0.0)
+    floor = 0.0
+    for index, (key, error) in enumerate(series):
+        threshold = _threshold(floor, rounding, ceiling)
+        following = [e for _, e in series[index + 1 : index + 1 + PERSIST_WINDOW]]
+        persists = not following or 2 * sum(e > threshold for e in following) >= len(following)
+        if index >= MIN_PRIOR_PAIRS and error > threshold and persists:
+            return DtypeCalibration(dtype, len(series), floor, threshold, ceiling, key, error, False)
+        if error <= ceiling:
+            floor = max(floor, error)
+    return DtypeCalibration(dtype, len(series), floor, _threshold(floor, rounding, ceiling), ceiling, None, None, False)
+
+
+# errors on the threshold grid and next to it (where a rounding of log2 could tip the grid step), spikes, NaN, zeros
+grid_points = st.integers(min_value=-100, max_value=-20).map(lambda k: 2.0 ** (k / 4) / JUMP_FACTOR)
+errors = st.one_of(
+    st.floats(min_value=0.0, max_value=1e-3),
+    grid_points,
+    grid_points.map(lambda e: math.nextafter(e, math.inf)),
+    grid_points.map(lambda e: math.nextafter(e, 0.0)),
+    st.sampled_from([0.0, math.nan, 1.0, 5e-5]),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(["float32", "bfloat16", "float64", "int8"]), st.lists(errors, max_size=60))
+def test_the_array_scan_equals_the_scan_pair_by_pair(dtype: str, values: list[float]) -> None:
+    series = [(f"m{i}", error) for i, error in enumerate(values)]
+    found, expected = calibrate_series(dtype, series, CEILING), scanned(dtype, series, CEILING)
+    assert repr(found) == repr(expected)  # repr: NaN jump errors compare equal too

@@ -20,12 +20,12 @@ from rca_lsp.report.root_cause import root_cause_report
 KEY = "Module.model.layers.0.mlp.down_proj.Linear.forward.0"
 
 
-@pytest.mark.parametrize("new_interpreter", [False, True], ids=["fork", "new interpreter"])
+@pytest.mark.parametrize("threaded", [False, True], ids=["fork", "fork from a threaded caller"])
 @pytest.mark.parametrize("variant", ["qkv_layout", "repeated_calls", "vllm_healthy"])
-def test_background_load_gives_the_same_dump(variant: str, new_interpreter: bool) -> None:
+def test_background_load_gives_the_same_dump(variant: str, threaded: bool) -> None:
     path = next((FIXTURES / variant / "rollout").glob("**/dump.json")).resolve()
     source = resolve_dump_source(path)
-    with BackgroundDump(source, new_interpreter) as background:
+    with BackgroundDump(source, threaded) as background:
         loaded = background.load(source)
     direct = load_dump_file(path)
     assert (loaded.path, loaded.task, loaded.level, loaded.framework) == (
@@ -68,11 +68,11 @@ def test_forked_analysis_matches(tmp_path: Path) -> None:
     assert root_cause_report(forked) == root_cause_report(usual)
 
 
-def test_a_child_in_a_new_interpreter_that_fails_leaves_the_load_and_its_error_to_the_caller(tmp_path: Path) -> None:
+def test_a_child_of_a_threaded_caller_that_fails_leaves_the_load_and_its_error_to_the_caller(tmp_path: Path) -> None:
     broken = tmp_path / "dump.json"
     broken.write_text('{\n "data": {\n  "k": [1, 2,,]\n }\n}')
     source = resolve_dump_source(broken)
-    with pytest.raises(InputError) as raised, BackgroundDump(source, new_interpreter=True) as background:
+    with pytest.raises(InputError) as raised, BackgroundDump(source, threaded=True) as background:
         background.load(source)
     with pytest.raises(InputError) as usual:
         load_dump_file(broken)

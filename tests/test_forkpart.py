@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from rca_lsp.base.forkpart import BackgroundWork
+from rca_lsp.base.forkpart import BackgroundWork, ForkedBytes
 from rca_lsp.diagnose.run import analyze_paths
 from rca_lsp.report.outputs import write_outputs
 
@@ -100,3 +100,51 @@ def test_the_forked_report_is_what_one_process_writes(tmp_path: Path, variant: s
     assert forked_names == names and "output_5_root_cause_report.html" in names
     for name in ("output_5_root_cause_report.json", "output_5_root_cause_report.md", "output_3_value_compare.csv"):
         assert forked_files[name] == files[name], name
+
+
+def test_forked_bytes_come_from_a_child_and_none_when_it_fails() -> None:
+    with ForkedBytes(lambda: str(os.getpid()).encode()) as child:
+        pid = child.result()
+    assert pid is not None and int(pid) != os.getpid()
+
+    def fails() -> bytes:
+        raise OSError("a rank file went away")
+
+    with ForkedBytes(fails) as child:
+        assert child.result() is None
+
+
+# A language server: one thread blocked reading its input (holding the stdin buffer's lock), a log handler on
+# stderr, stdout carrying the protocol. The chart's child must neither wait for that lock nor write to stdout.
+SERVER_LIKE = """
+import logging, sys, threading
+from rca_lsp.base.forkpart import ForkedBytes
+logging.basicConfig(stream=sys.stderr)
+threading.Thread(target=sys.stdin.buffer.read, daemon=True).start()
+def work():
+    print("from the child")
+    logging.getLogger("chart").error("from the child")
+    return b"chart"
+import time; time.sleep(0.2)  # the reader is blocked in read()
+with ForkedBytes(work) as child:
+    sys.stdout.write(child.result().decode())
+sys.stdout.flush()
+import os; os._exit(0)  # as the server does: the reading thread never lets go of stdin
+"""
+
+
+def test_forked_bytes_in_a_process_whose_thread_reads_stdin_and_whose_stdout_is_a_protocol() -> None:
+    import subprocess
+    import sys
+
+    reader, writer = os.pipe()  # stdin stays open and silent: the reading thread blocks
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", SERVER_LIKE], stdin=reader, capture_output=True, text=True, timeout=60
+        )
+    finally:
+        os.close(reader)
+        os.close(writer)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "chart"  # nothing the child printed or logged reached this process's streams
+    assert "from the child" not in done.stderr

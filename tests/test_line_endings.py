@@ -13,13 +13,15 @@ import pytest
 from conftest import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lsprotocol import types
 from pygls.workspace import PositionCodec
 
 from rca_lsp.base.jsonload import text_position
+from rca_lsp.base.lines import line_ends, split_lines
 from rca_lsp.diagnose.run import analyze_paths
-from rca_lsp.mapping.model import LineIndex
+from rca_lsp.mapping.model import LineIndex, line_starts
 from rca_lsp.mapping.parse import parse_mapping
-from rca_lsp.server.positions import Positions
+from rca_lsp.server.positions import OpenText, Positions
 
 SOURCE = FIXTURES / "missing_activation"
 ENDINGS = {"LF": "\n", "CRLF": "\r\n", "CR": "\r"}
@@ -111,3 +113,61 @@ def test_a_yaml_error_after_a_yaml_only_line_break_is_on_its_lsp_line() -> None:
     parsed = parse_mapping("cell_mapping.yaml", 'a.Linear: "b\u2028c.Linear"\nd.Linear: e: f\ng.Linear: h\n')
     (issue,) = parsed.issues
     assert parsed.line_of(issue.span) == 2
+
+
+def _applied(text: str, start: tuple[int, int], end: tuple[int, int], new: str, encoding: str) -> str:
+    """An incremental change applied as the client means it: lines as LSP ends them, columns in the client's code
+    units, a column past a line's end at its end, a line past the last at the text's end."""
+    lines = split_lines(text) or [""]
+
+    def offset(line: int, units: int) -> int:
+        if line >= len(lines):
+            return len(text)
+        content = lines[line].rstrip("\r\n")
+        column = 0
+        while column < len(content) and units > 0:
+            units -= len(content[column].encode(encoding)) // (2 if encoding == "utf-16-le" else 1)
+            column += 1
+        return sum(len(earlier) for earlier in lines[:line]) + column
+
+    low = offset(*start)
+    return text[:low] + new + text[max(low, offset(*end)) :]
+
+
+pieces = st.sampled_from(["a", "b", "\n", "\r", "\r\n", "\u2028", "\x0c", "é", "😋", '"key": "v",'])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(pieces, max_size=30).map("".join),
+    st.lists(
+        st.tuples(
+            st.integers(0, 8), st.integers(0, 6), st.integers(0, 8), st.integers(0, 6), st.lists(pieces, max_size=4)
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_incremental_changes_land_where_the_client_means(text: str, changes: list) -> None:
+    """The server applies each didChange range to its copy of the text as LSP counts lines and UTF-16 columns: at
+    U+2028 or a form feed no line ends (pygls' own apply splits there, putting later edits on the wrong line)."""
+    codec = PositionCodec(types.PositionEncodingKind.Utf16)
+    opened, expected = OpenText(text), text
+    for start_line, start_column, end_line, end_column, new in changes:
+        start, end = sorted([(start_line, start_column), (end_line, end_column)])
+        change = types.TextDocumentContentChangePartial(
+            range=types.Range(start=types.Position(*start), end=types.Position(*end)), text="".join(new)
+        )
+        opened = opened.changed(change, codec)
+        expected = _applied(expected, start, end, "".join(new), "utf-16-le")
+        assert opened.text == expected
+        assert [opened.lines.offset(line, 0) for line in range(8)] == [
+            LineIndex(expected).offset(line, 0) for line in range(8)
+        ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["a", "\n", "\r", "\r\n", "\u2028", "\x0c", "\x85", "é", "😋", "\ud800"]), max_size=40))
+def test_line_starts_as_an_array_are_where_lsp_lines_start(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    assert line_starts(text).tolist() == [0, *line_ends(text)]

@@ -63,13 +63,13 @@ def test_a_stopped_loader_child_is_given_up_and_the_dump_loaded_here(monkeypatch
         _same([background.load(source)], [path])
 
 
-def test_a_stopped_new_interpreter_is_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The server's loader (a fresh interpreter), stopped while it starts: before it writes anything."""
+def test_a_stopped_child_of_a_threaded_caller_is_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's loader (a plain fork from a threaded process), stopped before it sends anything."""
     path = (FIXTURES / "vllm_healthy" / "rollout" / "step0" / "rank0" / "dump.json").resolve()
     source = resolve_dump_source(path)
-    with BackgroundDump(source, new_interpreter=True) as background:
-        assert background._process is not None
-        os.kill(background._process.pid, signal.SIGSTOP)
+    with BackgroundDump(source, threaded=True) as background:
+        assert background.pid is not None
+        os.kill(background.pid, signal.SIGSTOP)
         _same([background.load(source)], [path])
 
 

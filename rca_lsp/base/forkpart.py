@@ -5,6 +5,12 @@ written on the second core while the tables are. The work returns the paths it w
 child sends them back. If the child fails for any reason (an exception, a kill), nothing is sent and the work is done
 here instead, so its errors read exactly as usual. Single-threaded callers only: the child is forked.
 
+ForkedBytes: the language server's chart data (seconds of Python on 10^5 modules) is computed and encoded in a child,
+so that the server's event loop keeps answering meanwhile; the encoded bytes come back. The server has threads: the
+child has only the one that forked, and a lock another thread held at that moment stays held in the child, so the work
+must take no lock other threads hold for long (base.gcpause, whose lock any thread takes briefly, resets it in a
+child).
+
 Channel: every child's result comes back through one, and a read of it never waits forever: a child that is stopped
 (SIGSTOP, a debugger) is given up as a failed one is (see Channel).
 """
@@ -12,13 +18,15 @@ Channel: every child's result comes back through one, and a read of it never wai
 from __future__ import annotations
 
 import ctypes
+import logging
 import multiprocessing
 import os
 import select
 import signal
 import struct
+import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
 import msgspec
 
@@ -162,7 +170,59 @@ class BackgroundWork:
             self._child.kill()
         self._child.join()
 
-    def __enter__(self) -> "BackgroundWork":
+    def __enter__(self) -> BackgroundWork:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class ForkedBytes:
+    """Starts `work` in a forked child at once, for a process that must stay responsive meanwhile: Python work in one
+    of its threads would hold the interpreter lock (and a C call holds it throughout). `result()` waits for the bytes
+    the work returns, None when the child failed (the caller then does the work itself, which reports the problem).
+
+    A plain fork, not multiprocessing's: its child closes sys.stdin first, which waits forever for the lock a thread
+    of a language server holds while it reads its input. The child writes nothing where this process writes (a
+    language server's protocol stream is its stdout): its descriptor 1 is /dev/null, and it ends with os._exit,
+    flushing no buffer it inherited."""
+
+    def __init__(self, work: Callable[[], bytes]) -> None:
+        self._channel = Channel()
+        parent = os.getpid()
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # as BackgroundWork
+        try:
+            self._pid: int | None = os.fork()
+            if self._pid == 0:
+                _bytes_and_exit(work, self._channel, parent)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        self._channel.close_writing()
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (None once it is done with)."""
+        return self._pid
+
+    def result(self) -> bytes | None:
+        try:
+            assert self._pid is not None
+            data = self._channel.receive(self._pid)
+        finally:
+            self.close()
+        return None if data is None else bytes(data)
+
+    def close(self) -> None:
+        self._channel.close_reading()
+        if self._pid is not None:
+            try:
+                os.kill(self._pid, signal.SIGKILL)  # done or not: it has nothing more to give
+            except ProcessLookupError:
+                pass
+            os.waitpid(self._pid, 0)
+            self._pid = None
+
+    def __enter__(self) -> ForkedBytes:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -179,6 +239,22 @@ def _work_and_send(work: Work, channel: Channel, parent: int) -> None:
         pass
     finally:
         channel.close_writing()
+
+
+def _bytes_and_exit(work: Callable[[], bytes], channel: Channel, parent: int) -> NoReturn:
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        # another thread may have held the lock of a stream (or of a log handler's) at the fork: none is used here
+        sys.stdout = sys.stderr = open(os.devnull, "w")
+        logging.disable(logging.CRITICAL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _end_with_parent(parent)
+        channel.close_reading()
+        channel.send(work())
+    except BaseException:  # nothing sent: the parent does the work itself and reports the problem
+        pass
+    finally:
+        os._exit(0)
 
 
 def _end_with_parent(parent: int) -> None:

@@ -8,12 +8,23 @@ counting alone frees it.
 from __future__ import annotations
 
 import gc
+import os
 import threading
 from contextlib import contextmanager
 from typing import Iterator
 
 _lock = threading.Lock()
 _state = {"depth": 0, "was_enabled": True}
+
+
+def _reset_in_child() -> None:
+    """A forked child has only the thread that forked: another thread's pause (and a hold of the lock) ended there."""
+    global _lock
+    _lock = threading.Lock()
+    _state["depth"] = 0
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 @contextmanager

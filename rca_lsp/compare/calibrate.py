@@ -9,9 +9,13 @@ ceiling of what may count as noise, and the fallback when too few pairs were com
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Iterable, Sequence
+
+import numpy as np
 
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.model.tolerance import Tolerances, normalise_dtype
@@ -74,17 +78,87 @@ class Calibration:
         return [c.describe() for c in self.by_dtype.values()]
 
 
-def error_series(records: Iterable[ModuleRecord]) -> dict[str, list[tuple[str, float]]]:
-    """Per dtype, (train key, error) of each compared pair in execution order (calls in order)."""
-    series: dict[str, list[tuple[str, float]]] = {}
-    for record in sorted(records, key=lambda r: (r.call_index, r.train_position)):
-        comparison = record.comparison
-        error = comparison.output_error
-        dtype = normalise_dtype(comparison.output_dtype)
-        if error is None or dtype is None:
-            continue
-        series.setdefault(dtype, []).append((record.train_key, error))
-    return series
+class ErrorSeries:
+    """Per dtype, the error of each compared pair in execution order (calls in order, then train order), as an array,
+    with the pairs' train keys: built once from an analysis's records, then updated with the records an edit removed
+    and added, so that calibrating again after a one-line edit of a 10^5-entry mapping costs array operations, not a
+    pass over every record. Never changed in place (an analysis keeps its own)."""
+
+    def __init__(self, series: dict[str, tuple[list[tuple[int, int]], np.ndarray, list[str]]]) -> None:
+        self._series = series  # dtype -> (execution order: (call, train position), errors, train keys)
+
+    @classmethod
+    def of(cls, records: Iterable[ModuleRecord]) -> ErrorSeries:
+        points: dict[str, list[tuple[tuple[int, int], float, str]]] = {}
+        for record in records:
+            point = _point(record)
+            if point is not None:
+                points.setdefault(point[0], []).append(point[1:])
+        series = {}
+        for dtype, found in points.items():
+            found.sort(key=itemgetter(0))
+            series[dtype] = (
+                [p[0] for p in found],
+                np.array([p[1] for p in found], dtype=np.float64),
+                [p[2] for p in found],
+            )
+        return cls(series)
+
+    def _dtypes(self) -> list[str]:
+        """The dtypes in the order their first pairs ran."""
+        return sorted(self._series, key=lambda dtype: self._series[dtype][0][0])
+
+    def updated(self, removed: Iterable[ModuleRecord], added: Iterable[ModuleRecord]) -> ErrorSeries:
+        """The series with `removed` (records among this series' pairs) taken out and `added` put in."""
+        series = dict(self._series)
+        copied: set[str] = set()
+
+        def own(dtype: str) -> tuple[list[tuple[int, int]], np.ndarray, list[str]]:
+            """This series' lists of a dtype, copied once (then changed in place: no slices of 10^5 items)."""
+            if dtype not in copied:
+                orders, errors, keys = series.get(dtype, ([], np.empty(0), []))
+                series[dtype] = (list(orders), errors, list(keys))
+                copied.add(dtype)
+            return series[dtype]
+
+        for record in removed:
+            point = _point(record)
+            if point is None:
+                continue
+            orders, errors, keys = own(point[0])
+            at = bisect.bisect_left(orders, point[1])
+            if at == len(orders) or orders[at] != point[1]:
+                raise ValueError(f"{record.train_key} is not in the error series")
+            del orders[at], keys[at]
+            series[point[0]] = (orders, np.delete(errors, at), keys)
+        for record in added:
+            point = _point(record)
+            if point is None:
+                continue
+            orders, errors, keys = own(point[0])
+            at = bisect.bisect_left(orders, point[1])
+            orders.insert(at, point[1])
+            keys.insert(at, point[3])
+            series[point[0]] = (orders, np.insert(errors, at, point[2]), keys)
+        return ErrorSeries({dtype: found for dtype, found in series.items() if found[0]})
+
+    def calibrate(self, base: Tolerances) -> Calibration:
+        return Calibration(
+            {
+                dtype: _calibrate_arrays(dtype, self._series[dtype][1], self._series[dtype][2], base.for_dtypes(dtype))
+                for dtype in self._dtypes()
+            }
+        )
+
+
+def _point(record: ModuleRecord) -> tuple[str, tuple[int, int], float, str] | None:
+    """(dtype, execution order, error, train key) of a record's pair in the series; None when it has no error."""
+    comparison = record.comparison
+    error = comparison.output_error
+    dtype = normalise_dtype(comparison.output_dtype)
+    if error is None or dtype is None:
+        return None
+    return dtype, (record.call_index, record.train_position), error, record.train_key
 
 
 def _threshold(floor: float, rounding: float, ceiling: float) -> float:
@@ -98,29 +172,45 @@ def _threshold(floor: float, rounding: float, ceiling: float) -> float:
 
 def calibrate_series(dtype: str, series: Sequence[tuple[str, float]], ceiling: float) -> DtypeCalibration:
     """The change point of one dtype's error series (see the module docstring)."""
-    if len(series) < WARMUP_PAIRS:
-        return DtypeCalibration(dtype, len(series), 0.0, ceiling, ceiling, None, None, True)
+    errors = np.array([error for _, error in series], dtype=np.float64)
+    return _calibrate_arrays(dtype, errors, [key for key, _ in series], ceiling)
+
+
+def _calibrate_arrays(dtype: str, errors: np.ndarray, keys: Sequence[str], ceiling: float) -> DtypeCalibration:
+    """The change point of one dtype's series, scanned as arrays. The scan it stands for: going along the series,
+    the floor is the largest error so far that is at most the ceiling (0 before any); the first pair after
+    MIN_PRIOR_PAIRS whose error exceeds _threshold(floor) and stays up (_persists) is the jump."""
+    count = len(errors)
+    if count < WARMUP_PAIRS:
+        return DtypeCalibration(dtype, count, 0.0, ceiling, ceiling, None, None, True)
     rounding = ROUNDING.get(dtype, 0.0)
-    floor = 0.0
-    for index, (key, error) in enumerate(series):
+    counted = np.where(errors <= ceiling, errors, 0.0)  # NaN and errors past the ceiling are no noise
+    floors = np.empty(count)  # the floor each pair is judged against: the largest counted error before it
+    floors[0] = 0.0
+    np.maximum.accumulate(counted[:-1], out=floors[1:])
+    np.maximum(floors, 0.0, out=floors)
+    # _threshold in numpy may round log2 differently by an ulp, one grid step at most: candidates are the pairs above
+    # one step below it, each then judged by _threshold itself
+    wanted = JUMP_FACTOR * np.maximum(floors, rounding)
+    with np.errstate(divide="ignore"):
+        grid = np.exp2(np.ceil(np.log2(wanted) * THRESHOLD_STEPS) / THRESHOLD_STEPS - 1.0 / THRESHOLD_STEPS)
+    loose = np.where(wanted > 0, np.minimum(grid, ceiling), ceiling)
+    for index in np.flatnonzero(errors > loose).tolist():
+        if index < MIN_PRIOR_PAIRS:
+            continue
+        floor, error = float(floors[index]), float(errors[index])
         threshold = _threshold(floor, rounding, ceiling)
-        if index >= MIN_PRIOR_PAIRS and error > threshold and _persists(series, index, threshold):
-            return DtypeCalibration(dtype, len(series), floor, threshold, ceiling, key, error, False)
-        if error <= ceiling:  # an error past the ceiling is no noise, whatever follows it
-            floor = max(floor, error)
-    return DtypeCalibration(dtype, len(series), floor, _threshold(floor, rounding, ceiling), ceiling, None, None, False)
+        if error > threshold and _persists(errors, index, threshold):
+            return DtypeCalibration(dtype, count, floor, threshold, ceiling, keys[index], error, False)
+    floor = max(0.0, float(counted.max()))
+    return DtypeCalibration(dtype, count, floor, _threshold(floor, rounding, ceiling), ceiling, None, None, False)
 
 
-def _persists(series: Sequence[tuple[str, float]], index: int, threshold: float) -> bool:
+def _persists(errors: np.ndarray, index: int, threshold: float) -> bool:
     """Half of the next pairs stay above the threshold (the last pairs of a run have nothing after them)."""
-    following = [error for _, error in series[index + 1 : index + 1 + PERSIST_WINDOW]]
-    return not following or 2 * sum(error > threshold for error in following) >= len(following)
+    following = errors[index + 1 : index + 1 + PERSIST_WINDOW]
+    return not len(following) or 2 * int(np.count_nonzero(following > threshold)) >= len(following)
 
 
 def calibrate(records: Iterable[ModuleRecord], base: Tolerances) -> Calibration:
-    return Calibration(
-        {
-            dtype: calibrate_series(dtype, series, base.for_dtypes(dtype))
-            for dtype, series in error_series(records).items()
-        }
-    )
+    return ErrorSeries.of(records).calibrate(base)

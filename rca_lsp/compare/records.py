@@ -103,7 +103,7 @@ def updated_owners(
     owners: Owners, old: dict[str, tuple[str, ...]], new: dict[str, tuple[str, ...]], changed: Iterable[str]
 ) -> Owners:
     """`owners` of `old` turned into those of `new`, which differ only at the `changed` train keys."""
-    updated = dict(owners)
+    updated = owners.copy()  # .copy(): dict() takes the slow path once a key was deleted
     for train_key in changed:
         for rollout_key in old.get(train_key, ()):
             rest = [k for k in updated[rollout_key] if k != train_key]

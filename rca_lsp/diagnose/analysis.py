@@ -13,11 +13,13 @@ from functools import cached_property
 from operator import attrgetter
 
 from rca_lsp.base.gcpause import paused_gc
-from rca_lsp.compare.calibrate import Calibration, calibrate
+from rca_lsp.compare.calibrate import Calibration, ErrorSeries
 from rca_lsp.compare.records import Comparator, ModuleRecord, Owners, build_groups, owners_of, regroup, updated_owners
 from rca_lsp.compare.targettable import TargetTable, target_table
+from rca_lsp.diagnose.between import UnmatchedPositions
+from rca_lsp.diagnose.evidence import ranked_suspects
 from rca_lsp.diagnose.hypothesis import hypothesis
-from rca_lsp.diagnose.rootcause import CallEvidence, RootCauseAnalysis, Suspect, ranked_suspects
+from rca_lsp.diagnose.rootcause import CallEvidence, RootCauseAnalysis, Suspect
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.mapping.model import MappingEntry, MappingIssue, ParsedMapping
 from rca_lsp.mapping.validate import unknown_entries, unknown_key_issues
@@ -52,9 +54,12 @@ class Analysis:
     matched_train: set[str]
     matched_rollout: set[str]
     calls: dict[int, CallEvidence]  # root-cause evidence per call index, in train order of the calls
+    unmatched: tuple[UnmatchedPositions, UnmatchedPositions]  # dump positions no record matched (train, rollout)
     unmapped_by_call: dict[int, dict[str, list[str]]]
+    unmapped_between: dict[str, list[str]]  # mapped train key -> unmapped train keys nearest to it (all calls)
     suspects: list[Suspect]
     calibration: Calibration  # the run's noise floor per dtype, and the thresholds the records were judged by
+    series: ErrorSeries  # the errors calibrated, kept to calibrate again after an edit
     judge: Comparator  # the comparator under those thresholds (comparator itself when nothing was tightened)
 
     @property
@@ -68,11 +73,6 @@ class Analysis:
     @cached_property
     def structural(self) -> list[ModuleRecord]:
         return [r for evidence in self.calls.values() for r in evidence.structural]
-
-    @cached_property
-    def unmapped_between(self) -> dict[str, list[str]]:
-        """Mapped train key -> unmapped train keys nearest to it."""
-        return {k: v for per_call in self.unmapped_by_call.values() for k, v in per_call.items()}
 
     @cached_property
     def suspect_by_train_key(self) -> dict[str, Suspect]:
@@ -138,6 +138,10 @@ def _rows(train: Dump, mapping: ParsedMapping, usable: Usable) -> list[MappingRo
     return rows
 
 
+def _all_calls(unmapped_by_call: dict[int, dict[str, list[str]]]) -> dict[str, list[str]]:
+    return {k: v for per_call in unmapped_by_call.values() for k, v in per_call.items()}
+
+
 def _unmapped_between(train: Dump, positions: list[int], matched: set[str]) -> dict[str, list[str]]:
     """Unmapped train modules of one call (the dump positions of its keys) with mapped modules of the call on both
     sides, attached to the nearest one."""
@@ -192,7 +196,7 @@ def _usable_after_edit(mapping: ParsedMapping, previous: Analysis) -> tuple[Usab
         edited = [k for k in keys if old.get(k) is not effective.get(k)]
     else:
         edited = [k for k, e in effective.items() if old.get(k) is not e] + [k for k in old if k not in effective]
-    usable = dict(previous.usable)
+    usable = previous.usable.copy()  # .copy(): dict() takes the slow path once a key was deleted
     for key in edited:
         usable.pop(key, None)
     usable.update(
@@ -208,8 +212,8 @@ def _by_call(records: list[ModuleRecord]) -> dict[int, list[ModuleRecord]]:
     return calls
 
 
-def _calibrated(comparator: Comparator, records: list[ModuleRecord]) -> tuple[Calibration, Comparator]:
-    calibration = calibrate(records, comparator.tolerances)
+def _calibrated(comparator: Comparator, series: ErrorSeries) -> tuple[Calibration, Comparator]:
+    calibration = series.calibrate(comparator.tolerances)
     return calibration, comparator.with_tolerances(calibration.tolerances(comparator.tolerances))
 
 
@@ -217,11 +221,13 @@ def _analyze(mapping: ParsedMapping, comparator: Comparator) -> Analysis:
     train, rollout = comparator.train, comparator.rollout
     usable = _usable_mapping(mapping.effective(), train, rollout)
     groups = build_groups(usable, train, rollout)
-    calibration, judge = _calibrated(comparator, comparator.records(groups))
+    series = ErrorSeries.of(comparator.records(groups))
+    calibration, judge = _calibrated(comparator, series)
     records = judge.records(groups)
     matched_train = {k for r in records for k in r.comparison.train_keys}
     matched_rollout = {k for r in records for k in r.comparison.rollout_keys}
-    root_cause = RootCauseAnalysis(train, rollout, matched_train, matched_rollout, _data_note(comparator))
+    unmatched = (UnmatchedPositions(train, matched_train), UnmatchedPositions(rollout, matched_rollout))
+    root_cause = RootCauseAnalysis(train, rollout, unmatched, _data_note(comparator))
     calls = {call: root_cause.call_evidence(rs) for call, rs in _by_call(records).items()}
     unmapped = {call: _unmapped_between(train, keys, matched_train) for call, keys in comparator.train_calls.items()}
     flagged = unknown_entries(mapping.entries, train, rollout)
@@ -237,9 +243,12 @@ def _analyze(mapping: ParsedMapping, comparator: Comparator) -> Analysis:
         matched_train,
         matched_rollout,
         calls,
+        unmatched,
         unmapped,
+        _all_calls(unmapped),
         ranked_suspects(calls.values()),
         calibration,
+        series,
         judge,
     )
 
@@ -259,8 +268,8 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
     removed = [r for i, r in old.items() if i not in new]
     added = [r for i, r in new.items() if i not in old]
 
-    by_train_key = dict(previous.by_train_key)
-    matched_train, matched_rollout = set(previous.matched_train), set(previous.matched_rollout)
+    by_train_key = previous.by_train_key.copy()
+    matched_train, matched_rollout = previous.matched_train.copy(), previous.matched_rollout.copy()
     for record in removed:
         for key in record.comparison.train_keys:
             del by_train_key[key]
@@ -283,15 +292,21 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
         for k in r.comparison.rollout_keys
         if (k in matched_rollout) != (k in previous.matched_rollout)
     ]
-    root_cause = RootCauseAnalysis(train, rollout, matched_train, matched_rollout, _data_note(comparator))
-    calls = _calls_after(
-        previous, removed, added, root_cause, [train.entries[k].position for k in flipped_train], flipped_rollout
+    train_positions = [train.entries[k].position for k in flipped_train]
+    unmatched = (
+        UnmatchedPositions(train, matched_train, previous.unmatched[0], train_positions),
+        UnmatchedPositions(rollout, matched_rollout, previous.unmatched[1], flipped_rollout),
     )
-    unmapped = dict(previous.unmapped_by_call)
-    for call in {train.entries[k].call_index for k in flipped_train}:
-        unmapped[call] = _unmapped_between(train, comparator.train_calls[call], matched_train)
+    root_cause = RootCauseAnalysis(train, rollout, unmatched, _data_note(comparator))
+    calls = _calls_after(previous, removed, added, root_cause, train_positions, flipped_rollout)
+    unmapped = previous.unmapped_by_call
+    if flipped_train:  # else the same matched train keys: the same unmapped modules between them
+        unmapped = dict(unmapped)
+        for call in {train.entries[k].call_index for k in flipped_train}:
+            unmapped[call] = _unmapped_between(train, comparator.train_calls[call], matched_train)
     records = _replaced(previous.records, removed, added)
-    calibration, judge = _calibrated(comparator, records)
+    series = previous.series.updated(removed, added)
+    calibration, judge = _calibrated(comparator, series)
     if judge is not previous.judge:  # the edit moved the noise floor: every verdict may change
         return _analyze(mapping, comparator)
     return replace(
@@ -306,9 +321,12 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
         matched_train=matched_train,
         matched_rollout=matched_rollout,
         calls=calls,
+        unmatched=unmatched,
         unmapped_by_call=unmapped,
+        unmapped_between=previous.unmapped_between if unmapped is previous.unmapped_by_call else _all_calls(unmapped),
         suspects=ranked_suspects(calls.values()),
         calibration=calibration,
+        series=series,
     )
 
 

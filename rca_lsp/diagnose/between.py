@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.dumps.dump import Dump
@@ -18,6 +18,38 @@ class Between:
     rollout: list[str] = field(default_factory=list)
     inside_train: list[str] = field(default_factory=list)
     inside_rollout: list[str] = field(default_factory=list)
+
+
+class UnmatchedPositions:
+    """The dump positions of the keys no record matched, ascending, as the "between" lists read them: listed on first
+    use (a pass over the dump), or derived from an earlier analysis's list by toggling the positions of the keys whose
+    matched state an edit flipped."""
+
+    def __init__(
+        self,
+        dump: Dump,
+        matched: set[str],
+        earlier: UnmatchedPositions | None = None,
+        flipped: Iterable[int] = (),
+    ) -> None:
+        self._dump = dump
+        self._matched = matched
+        self._positions: list[int] | None = None
+        if earlier is not None and earlier._positions is not None:
+            positions = list(earlier._positions)
+            for position in sorted(set(flipped)):
+                at = bisect.bisect_left(positions, position)
+                if at < len(positions) and positions[at] == position:
+                    del positions[at]
+                else:
+                    positions.insert(at, position)
+            self._positions = positions
+
+    @property
+    def positions(self) -> list[int]:
+        if self._positions is None:
+            self._positions = [p for p, key in enumerate(self._dump.keys) if key not in self._matched]
+        return self._positions
 
 
 def one_sided_activations(between: Between) -> tuple[str, list[str]]:

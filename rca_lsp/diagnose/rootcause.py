@@ -1,52 +1,47 @@
-"""Root-cause evidence (output_5): suspects, their aligned boundary, what lies between, and a classification."""
+"""Root-cause evidence (output_5): suspects, their aligned boundary, what lies between, and a classification.
+The suspects and their classifications are defined in `evidence`, with the bookkeeping that reuses a call's evidence
+after an edit; users of the root cause import them from here."""
 
 from __future__ import annotations
 
-import bisect
-import itertools
-from dataclasses import dataclass, replace
-from functools import cached_property
-from operator import attrgetter, itemgetter
-from typing import Final, Iterable, Literal, NamedTuple, Sequence
+from typing import Sequence
 
-from rca_lsp.compare.calibrate import JUMP_FACTOR
 from rca_lsp.compare.datagroups import input_differs
 from rca_lsp.compare.module import CALL_DISAGREEMENT_BUCKET, RANK_DISAGREEMENT_BUCKET
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.diagnose.between import (
     Between,
+    UnmatchedPositions,
     collect_between,
     is_placeholder,
     one_sided_activations,
     reads_model_input,
 )
+from rca_lsp.diagnose.evidence import (
+    CALL_DISAGREEMENT,
+    IN_MODULE,
+    INPUT_DATA,
+    MANUAL,
+    MISSING_OP,
+    PARAMETER,
+    RANK_DISAGREEMENT,
+    UPSTREAM,
+    Basis,
+    CallEvidence,
+    CallIndex,
+    Classification,
+    Suspect,
+    call_evidence,
+    updated_evidence,
+)
 from rca_lsp.diagnose.tensorfindings import differing_parameters, input_account, parameter_account
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.model.keys import is_activation_like, parse_module_key
 
-Classification = Literal[
-    "missing_or_extra_op_between_aligned_boundary",
-    "parameter_or_checkpoint_issue",
-    "in_module_impl_difference",
-    "upstream_propagation",
-    "needs_manual_review",
-    "rank_replica_disagreement",
-    "call_parameter_disagreement",
-    "input_data_mismatch",
-]
-MISSING_OP: Final = "missing_or_extra_op_between_aligned_boundary"
-PARAMETER: Final = "parameter_or_checkpoint_issue"
-IN_MODULE: Final = "in_module_impl_difference"
-UPSTREAM: Final = "upstream_propagation"
-MANUAL: Final = "needs_manual_review"
-RANK_DISAGREEMENT: Final = "rank_replica_disagreement"
-CALL_DISAGREEMENT: Final = "call_parameter_disagreement"
-INPUT_DATA: Final = "input_data_mismatch"
 _DISAGREEMENT_CLASSIFICATION: dict[str, Classification] = {
     RANK_DISAGREEMENT_BUCKET: RANK_DISAGREEMENT,
     CALL_DISAGREEMENT_BUCKET: CALL_DISAGREEMENT,
 }
-STRUCTURAL_BUCKETS = ("fused_qkv_structural_mismatch", "structural_shape_mismatch")
 MAX_LISTED = 200  # keys listed per "between" list; the count is always complete
 MAX_SCAN = 20_000  # dump keys scanned back from a suspect for unmatched modules
 
@@ -54,266 +49,7 @@ LAYOUT_NOTE = (
     "statistics (Max/Min/Mean/Norm) cannot see layout or permutation differences, e.g. a fused qkv "
     "weight converted in a different head order"
 )
-
-
-@dataclass
-class Suspect:
-    record: ModuleRecord
-    classification: Classification
-    rationale: str
-    boundary: ModuleRecord | None
-    between: Between
-    credible_origin: bool  # the divergence starts here (not inherited from an earlier suspect or a child)
-    explained_by: str | None
-
-    @property
-    def train_key(self) -> str:
-        return self.record.train_key
-
-
-class _CallIndex:
-    """Records of one call in completion order, with prefix indexes so each suspect costs O(its children)."""
-
-    def __init__(self, records: list[ModuleRecord]) -> None:
-        self.records = records
-
-    @cached_property
-    def _states(self) -> list[str]:
-        return [record.comparison.output_consistency for record in self.records]
-
-    @cached_property
-    def last_aligned(self) -> list[int]:
-        return list(
-            itertools.accumulate((i if state == "aligned" else -1 for i, state in enumerate(self._states)), max)
-        )
-
-    @cached_property
-    def last_comparable(self) -> list[int]:
-        return list(
-            itertools.accumulate(
-                (i if state in ("aligned", "mismatch") else -1 for i, state in enumerate(self._states)), max
-            )
-        )
-
-    @cached_property
-    def next_mismatch(self) -> list[int]:
-        count = len(self.records)
-        found = itertools.accumulate(
-            (i if state == "mismatch" else count for i, state in zip(range(count - 1, -1, -1), reversed(self._states))),
-            min,
-            initial=count,
-        )
-        return list(found)[::-1]
-
-    def children_start(self, index: int) -> int:
-        """Start of the run of records just before `index` that ran inside it (children complete first)."""
-        record = self.records[index]
-        start = index
-        while start > 0 and record.contains(self.records[start - 1]):
-            start -= 1
-        return start
-
-
-class _Basis(NamedTuple):
-    """What one suspect was derived from: indexes into its call's records, and the dump ranges its lists scanned."""
-
-    at: int  # index of the suspect's record in its call
-    start: int  # first of the records that ran inside it
-    previous: int  # last comparable record before those, or -1
-    boundary: int  # last aligned record before those, or -1
-    train_window: tuple[int, int]  # [low, high) dump positions; empty when nothing was scanned
-    rollout_window: tuple[int, int]
-
-    def saw_any(self, train_positions: Sequence[int], rollout_positions: Sequence[int]) -> bool:
-        return _in_window(self.train_window, train_positions) or _in_window(self.rollout_window, rollout_positions)
-
-
-def _in_window(window: tuple[int, int], positions: Sequence[int]) -> bool:
-    return any(window[0] <= p < window[1] for p in positions)
-
-
 NO_WINDOW = (0, 0)
-
-
-@dataclass
-class CallEvidence:
-    """The suspects of one call, what each was derived from, and the dump ranges their "between" lists scanned."""
-
-    records: list[ModuleRecord]  # the call's records in completion order
-    suspects: list[Suspect]
-    bases: list[_Basis]  # one per suspect, by ascending record index
-    structural: list[ModuleRecord]
-
-    @cached_property
-    def ranked(self) -> tuple[list[Suspect], list[Suspect], list[Suspect]]:
-        """The suspects in the three ranks of `ranked_suspects`."""
-        origins: list[Suspect] = []
-        explained: list[Suspect] = []
-        propagated: list[Suspect] = []
-        settled = self._settled()
-        if settled and settled[0].classification == INPUT_DATA:
-            return [settled[0]], [], []  # other data: every later difference follows from it, none is a finding
-        for suspect in settled:
-            if suspect.credible_origin:
-                origins.append(suspect)
-            else:
-                (explained if suspect.classification != UPSTREAM else propagated).append(suspect)
-        return origins, explained, propagated
-
-    def _settled(self) -> list[Suspect]:
-        """The suspects, a later origin demoted when its error does not jump well above the errors downstream of the
-        first origin (an in-module reading of what is propagation: the divergence raised the level, it stays up)."""
-        first = next((s for s in self.suspects if s.credible_origin), None)
-        if first is None:
-            return self.suspects
-        level = 0.0  # the largest error since the first origin
-        errors: dict[int, float] = {}
-        started = False
-        for record in self.records:
-            started = started or record is first.record
-            error = record.comparison.output_error
-            if started and error is not None:
-                errors[id(record)] = level
-                level = max(level, error)
-        settled = []
-        for suspect in self.suspects:
-            before = errors.get(id(suspect.record))
-            error = suspect.record.comparison.output_error
-            if (
-                suspect.credible_origin
-                and suspect is not first
-                and before is not None
-                and error is not None
-                and error <= JUMP_FACTOR * before
-            ):
-                suspect = replace(
-                    suspect,
-                    credible_origin=False,
-                    explained_by=first.train_key,
-                    rationale=f"{suspect.rationale}; its error ({error:.2g}) does not jump above the "
-                    f"level downstream of the first divergence ({before:.2g}): it follows "
-                    f"from {first.train_key}",
-                )
-            settled.append(suspect)
-        return settled
-
-    @cached_property
-    def windowed(self) -> list[int]:
-        """Indexes of the bases that scanned the dumps."""
-        return [
-            i
-            for i, b in enumerate(self.bases)
-            if b.train_window[1] > b.train_window[0] or b.rollout_window[1] > b.rollout_window[0]
-        ]
-
-    def saw_any(self, train_positions: Sequence[int], rollout_positions: Sequence[int]) -> bool:
-        """Whether a change of matched keys at these positions could change this evidence."""
-        return any(self.bases[i].saw_any(train_positions, rollout_positions) for i in self.windowed)
-
-
-class _Reuse:
-    """What of an earlier evidence of the same call still holds for a new list of its records. The records before
-    and after the changed stretch are the same objects, and a suspect depends only on records before it (its
-    children, the previous comparable and the last aligned record) and on the matched keys in its windows."""
-
-    def __init__(
-        self,
-        earlier: CallEvidence,
-        records: list[ModuleRecord],
-        changed: tuple[int, int] | None,
-        train_positions: Sequence[int],
-        rollout_positions: Sequence[int],
-    ) -> None:
-        """`changed`: the train positions of the first and last record removed or added, None if none was."""
-        old = earlier.records
-        if changed is None:
-            self.head = self.old_tail = self.new_tail = len(old)
-        else:
-            self.head = bisect.bisect_left(old, changed[0], key=_TRAIN_POSITION)
-            self.old_tail = bisect.bisect_right(old, changed[1], key=_TRAIN_POSITION)
-            self.new_tail = bisect.bisect_right(records, changed[1], key=_TRAIN_POSITION)
-        self.earlier = earlier
-        self.changed = changed
-        self.shift = self.new_tail - self.old_tail
-        self.stale = {i for i in earlier.windowed if earlier.bases[i].saw_any(train_positions, rollout_positions)}
-
-    def evidence(self, analysis: "RootCauseAnalysis", call: "_CallIndex") -> tuple[list[Suspect], list[_Basis]]:
-        earlier, index_of = self.earlier, _BASIS_INDEX
-        before = bisect.bisect_left(earlier.bases, self.head, key=index_of)
-        after = bisect.bisect_left(earlier.bases, self.old_tail, key=index_of)
-        suspects, bases = earlier.suspects[:before], earlier.bases[:before]
-        for i in sorted(i for i in self.stale if i < before):
-            suspects[i], bases[i] = analysis.suspect(call, bases[i].at)
-        for index in range(self.head, self.new_tail):
-            record = call.records[index]
-            if record.comparison.module_priority_rank in (1, 2) and not _is_structural(record):
-                suspect, basis = analysis.suspect(call, index)
-                suspects.append(suspect)
-                bases.append(basis)
-        suspects += self._suffix(analysis, call, after, bases)
-        return suspects, bases
-
-    def _suffix(
-        self, analysis: "RootCauseAnalysis", call: "_CallIndex", after: int, bases: list[_Basis]
-    ) -> list[Suspect]:
-        """The suspects from earlier position `after` on (their records follow the changed stretch); appends their
-        bases. Most hold unchanged: only those reaching back into the stretch, or whose windows saw a change,
-        are looked at one by one."""
-        earlier, tail, shift = self.earlier, self.old_tail, self.shift
-        suspects, moved = earlier.suspects[after:], earlier.bases[after:]
-        recheck = [i for i, b in enumerate(moved) if b.start <= tail or b.previous < tail or b.boundary < tail]
-        recheck += [i - after for i in self.stale if i >= after]
-        if shift:
-            moved = [
-                _Basis(
-                    b.at + shift,
-                    b.start + shift,
-                    b.previous + shift,
-                    b.boundary + shift,
-                    b.train_window,
-                    b.rollout_window,
-                )
-                for b in moved
-            ]
-        for i in sorted(set(recheck)):
-            basis = None if i + after in self.stale else self._moved(earlier.bases[i + after], call)
-            if basis is None:
-                suspects[i], basis = analysis.suspect(call, earlier.bases[i + after].at + shift)
-            moved[i] = basis
-        bases += moved
-        return suspects
-
-    def structural(self, records: list[ModuleRecord]) -> list[ModuleRecord]:
-        earlier = self.earlier.structural
-        if self.changed is None:
-            return earlier
-        low, high = self.changed
-        before = bisect.bisect_left(earlier, low, key=_TRAIN_POSITION)
-        after = bisect.bisect_right(earlier, high, key=_TRAIN_POSITION)
-        return earlier[:before] + [r for r in records[self.head : self.new_tail] if _is_structural(r)] + earlier[after:]
-
-    def _moved(self, basis: _Basis, call: "_CallIndex") -> _Basis | None:
-        """The basis of an unchanged suspect after the changed stretch, or None if it must be derived again."""
-        if basis.start <= self.old_tail:  # its children, or the record before them, changed
-            return None
-        start = basis.start + self.shift
-        previous, boundary = call.last_comparable[start - 1], call.last_aligned[start - 1]
-        if not (self._same(previous, basis.previous, call) and self._same(boundary, basis.boundary, call)):
-            return None
-        return _Basis(basis.at + self.shift, start, previous, boundary, basis.train_window, basis.rollout_window)
-
-    def _same(self, new_index: int, old_index: int, call: "_CallIndex") -> bool:
-        if new_index < 0 or old_index < 0:
-            return new_index == old_index
-        return call.records[new_index] is self.earlier.records[old_index]
-
-
-_BASIS_INDEX = itemgetter(0)
-_TRAIN_POSITION = attrgetter("train_position")
-
-
-def _is_structural(record: ModuleRecord) -> bool:
-    return record.comparison.module_bucket in STRUCTURAL_BUCKETS
 
 
 class RootCauseAnalysis:
@@ -321,24 +57,14 @@ class RootCauseAnalysis:
         self,
         train: Dump,
         rollout: Dump,
-        matched_train: set[str],
-        matched_rollout: set[str],
+        unmatched: tuple[UnmatchedPositions, UnmatchedPositions],
         data_note: str | None = None,
     ) -> None:
         self.train = train
         self.rollout = rollout
-        self.matched_train = matched_train
-        self.matched_rollout = matched_rollout
+        self.unmatched = unmatched  # (train, rollout)
         self.data_note = data_note  # which train data-parallel group is compared and why, when there are several
         self._windows = (NO_WINDOW, NO_WINDOW)
-
-    @cached_property
-    def _unmatched_train(self) -> list[int]:
-        return [position for position, key in enumerate(self.train.keys) if key not in self.matched_train]
-
-    @cached_property
-    def _unmatched_rollout(self) -> list[int]:
-        return [position for position, key in enumerate(self.rollout.keys) if key not in self.matched_rollout]
 
     def _call_start(self, dump: Dump, record_position: int) -> int:
         """Position before the first key of this call (keys of earlier calls are not 'between')."""
@@ -357,11 +83,18 @@ class RootCauseAnalysis:
         rollout_start = max(rollout_start, record.rollout_position - MAX_SCAN)
         self._windows = ((train_start + 1, record.train_position), (rollout_start + 1, record.rollout_position))
         train_between, train_inside = self._collect(
-            self.train, self._unmatched_train, train_start, record, boundary, train_bounds, record.train_paths, "train"
+            self.train,
+            self.unmatched[0].positions,
+            train_start,
+            record,
+            boundary,
+            train_bounds,
+            record.train_paths,
+            "train",
         )
         rollout_between, rollout_inside = self._collect(
             self.rollout,
-            self._unmatched_rollout,
+            self.unmatched[1].positions,
             rollout_start,
             record,
             boundary,
@@ -408,28 +141,39 @@ class RootCauseAnalysis:
         inside: list[str] = []
         placed: dict[str, int] = {}
         for call, call_end in calls.items():
-            call_start = starts.get(call, self._call_start(dump, call_end))
+            call_start = max(starts.get(call, self._call_start(dump, call_end)), call_end - MAX_SCAN)
             found_between, found_inside = collect_between(
-                dump, unmatched, max(call_start, call_end - MAX_SCAN), call_end, boundary_paths, suspect_paths, placed
+                dump, unmatched, call_start, call_end, boundary_paths, suspect_paths, placed
             )
             between += found_between
             inside += found_inside
+            self._widen(side, call_start + 1)  # a call the boundary is not in is scanned from its own start
         return between, inside
 
-    def suspect(self, call: _CallIndex, index: int) -> tuple[Suspect, _Basis]:
+    def _widen(self, side: str, low: int) -> None:
+        """The window a suspect's lists scanned on one side reaches down to `low` (what an edit must look at)."""
+        (train_low, train_high), (rollout_low, rollout_high) = self._windows
+        if side == "train":
+            self._windows = ((min(train_low, low), train_high), (rollout_low, rollout_high))
+        else:
+            self._windows = ((train_low, train_high), (min(rollout_low, low), rollout_high))
+
+    def suspect(self, call: CallIndex, index: int) -> tuple[Suspect, Basis]:
+        """The suspect of the record at `index` of its call, and what it was derived from."""
         self._windows = (NO_WINDOW, NO_WINDOW)
         suspect, start, previous_index, boundary_index = self._suspect(call, index)
-        return suspect, _Basis(index, start, previous_index, boundary_index, *self._windows)
+        (train_low, train_high), (rollout_low, rollout_high) = self._windows
+        return suspect, (index, start, previous_index, boundary_index, train_low, train_high, rollout_low, rollout_high)
 
-    def _suspect(self, call: _CallIndex, index: int) -> tuple[Suspect, int, int, int]:
+    def _suspect(self, call: CallIndex, index: int) -> tuple[Suspect, int, int, int]:
         record = call.records[index]
         comparison = record.comparison
         start = call.children_start(index)
-        previous_index = call.last_comparable[start - 1] if start > 0 else -1
-        boundary_index = call.last_aligned[start - 1] if start > 0 else -1
+        previous_index = int(call.last_comparable[start - 1]) if start > 0 else -1
+        boundary_index = int(call.last_aligned[start - 1]) if start > 0 else -1
         previous = call.records[previous_index] if previous_index >= 0 else None
         boundary = call.records[boundary_index] if boundary_index >= 0 else None
-        child_index = call.next_mismatch[start]
+        child_index = int(call.next_mismatch[start])
         child = call.records[child_index] if child_index < index else None
         inputs_differ = comparison.input_args_consistency == "mismatch" or comparison.kwargs_consistency == "mismatch"
         if inputs_differ:
@@ -559,26 +303,9 @@ class RootCauseAnalysis:
         evidence of an earlier list of this call's records, what still holds is reused: `changed` gives the train
         positions of the first and last record removed or added since; the positions are those of dump keys whose
         matched state changed."""
-        call = _CallIndex(records)
-        if earlier is not None:
-            reuse = _Reuse(earlier, records, changed, train_positions, rollout_positions)
-            suspects, bases = reuse.evidence(self, call)
-            return CallEvidence(records, suspects, bases, reuse.structural(records))
-        else:
-            suspects, bases = [], []
-            for index, record in enumerate(records):
-                if record.comparison.module_priority_rank in (1, 2) and not _is_structural(record):
-                    suspect, basis = self.suspect(call, index)
-                    suspects.append(suspect)
-                    bases.append(basis)
-        structural = [r for r in records if r.comparison.module_bucket in STRUCTURAL_BUCKETS]
-        return CallEvidence(records, suspects, bases, structural)
-
-
-def ranked_suspects(evidence: Iterable[CallEvidence]) -> list[Suspect]:
-    """Credible origins first, then other explanations, then propagation; each by call and train order."""
-    calls = sorted((e for e in evidence if e.records), key=lambda e: e.records[0].call_index)
-    return [suspect for rank in range(3) for e in calls for suspect in e.ranked[rank]]
+        if earlier is None:
+            return call_evidence(records, self.suspect)
+        return updated_evidence(earlier, records, changed, train_positions, rollout_positions, self.suspect)
 
 
 def _short(key: str) -> str:

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.process
-import subprocess
-import sys
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Sequence
 
 import msgspec
 
-from rca_lsp.base.forkpart import Channel
+from rca_lsp.base.forkpart import Channel, ForkedBytes
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.base.inputfile import read_regular_file
 from rca_lsp.dumps.dump import Dump, JoinedSteps, ModuleEntry, ParallelInfo, load_dump_file
@@ -47,38 +45,38 @@ def _plain_mapping(value: Any) -> Any:
 
 
 _ENCODER = msgspec.msgpack.Encoder(enc_hook=_plain_mapping)
-_SOURCE_ENCODER = msgspec.json.Encoder(enc_hook=str)  # paths as text
-_SOURCE_DECODER = msgspec.json.Decoder(DumpSource, dec_hook=lambda kind, value: kind(value))
 _DECODER = msgspec.msgpack.Decoder(_Transfer)
 
 
 class BackgroundDump:
     """Starts loading `source` in a child at once; `load(source)` returns it (the loader for DumpCache.get)."""
 
-    def __init__(self, source: DumpSource, new_interpreter: bool = False) -> None:
-        """`new_interpreter` for callers with threads (forking a threaded process can deadlock the child): the child
-        is a fresh `python -c` that imports only this module (multiprocessing's "spawn" would re-run the caller's
-        main script, and the child would share the caller's stdout, which may be an LSP stream)."""
+    def __init__(self, source: DumpSource, threaded: bool = False) -> None:
+        """`threaded` for callers with threads (the server): a plain fork (base.forkpart.ForkedBytes), whose child
+        takes no lock another thread may hold and writes nowhere this process writes (multiprocessing's child first
+        closes sys.stdin, which waits forever for the lock the server's reading thread holds)."""
         self._source = source
         self._signature = signatures(source)
-        self._process: subprocess.Popen[bytes] | None = None
+        self._forked: ForkedBytes | None = None
         self._child: multiprocessing.process.BaseProcess | None = None
-        self._receiver = Channel()
-        if new_interpreter:
-            try:
-                self._process = subprocess.Popen(
-                    [sys.executable, "-c", _CHILD, _SOURCE_ENCODER.encode(source).decode()],
-                    stdin=subprocess.DEVNULL,
-                    stdout=self._receiver.writing_end(),
-                    stderr=subprocess.DEVNULL,
-                )
-            finally:
-                self._receiver.close_writing()
+        self._receiver: Channel | None = None
+        if threaded:
+            self._forked = ForkedBytes(lambda: _packed(source))
         else:
             context = multiprocessing.get_context("fork")
+            self._receiver = Channel()
             self._child = context.Process(target=_load_and_send, args=(source, self._receiver), daemon=True)
             self._child.start()
             self._receiver.close_writing()
+
+    @property
+    def source(self) -> DumpSource:
+        return self._source
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (None once it is done with)."""
+        return self._forked.pid if self._forked is not None else self._child.pid if self._child is not None else None
 
     def load(self, source: DumpSource) -> Dump:
         if source != self._source:
@@ -93,20 +91,18 @@ class BackgroundDump:
         with paused_gc():
             return _unpack(data)
 
-    def _received(self) -> bytearray | None:
+    def _received(self) -> bytes | bytearray | None:
         """What the child sent; None if it failed or is stopped (see Channel)."""
-        if self._process is not None:
-            data = self._receiver.receive_all(self._process.pid)
-            return data if data is not None and self._process.wait() == 0 else None
-        assert self._child is not None and self._child.pid is not None
+        if self._forked is not None:
+            return self._forked.result()
+        assert self._receiver is not None and self._child is not None and self._child.pid is not None
         return self._receiver.receive(self._child.pid)
 
     def close(self) -> None:
-        self._receiver.close_reading()
-        if self._process is not None:
-            if self._process.poll() is None:
-                self._process.kill()
-            self._process.wait()
+        if self._receiver is not None:
+            self._receiver.close_reading()
+        if self._forked is not None:
+            self._forked.close()
         if self._child is not None:
             if self._child.exitcode is None:
                 self._child.kill()
@@ -119,29 +115,16 @@ class BackgroundDump:
         self.close()
 
 
-_CHILD = "from rca_lsp.dumps.forkload import write_packed; write_packed()"
-
-
-def write_packed() -> None:
-    """The new-interpreter child: the dump whose source argv[1] encodes, packed, to stdout; exit status 1 if it
-    cannot."""
-    try:
-        dump = load_source(_SOURCE_DECODER.decode(sys.argv[1].encode()))
-        with paused_gc():
-            data = _pack(dump)
-    except Exception:  # the parent loads the dump itself and reports the problem
-        raise SystemExit(1)
-    sys.stdout.buffer.write(data)
-    sys.stdout.buffer.flush()
+def _packed(source: DumpSource) -> bytes:
+    dump = load_source(source)
+    with paused_gc():
+        return _pack(dump)
 
 
 def _load_and_send(source: DumpSource, channel: Channel) -> None:
     channel.close_reading()  # the parent's end: held here too, a dead parent's pipe would never break (EPIPE)
     try:
-        dump = load_source(source)
-        with paused_gc():
-            data = _pack(dump)
-        channel.send(data)
+        channel.send(_packed(source))
     except Exception:  # nothing sent: the parent loads the dump itself and reports the problem
         pass
     finally:

@@ -8,11 +8,11 @@ locates each problem and keeps going after a broken entry. (tree-sitter-json was
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import re
 from typing import TYPE_CHECKING, Callable
 
+import numpy as np
 import orjson
 
 from rca_lsp.mapping.model import EntryList, LineIndex, MappingEdit, MappingEntry, MappingIssue, ParsedMapping, Span
@@ -312,17 +312,17 @@ def _reparse_edit(previous: ParsedMapping, path: str, text: str) -> ParsedMappin
     if text == old:
         return previous
     start, old_end, new_end = edited_region(old, text)
-    entries, starts = previous.entries, previous.key_starts
-    first = bisect.bisect_right(starts, start) - 1  # entries before `first` end before the edit
-    if first < 0 or starts[first] + entries[first].value_extent[1] > start:
+    entries, starts = previous.entries, np.asarray(previous.key_starts)
+    first = int(np.searchsorted(starts, start, "right")) - 1  # entries before `first` end before the edit
+    if first < 0 or int(starts[first]) + entries[first].value_extent[1] > start:
         first = max(first, 0)
     else:
         first += 1
-    stop = max(first, bisect.bisect_left(starts, old_end))  # entries from `stop` on start after the edit
+    stop = max(first, int(np.searchsorted(starts, old_end, "left")))  # entries from `stop` on start after the edit
     if first == 0 and stop == len(entries):
         return None
-    left = starts[first - 1] + entries[first - 1].value_extent[1] if first > 0 else 0
-    right = starts[stop] + (new_end - old_end) if stop < len(entries) else len(text)
+    left = int(starts[first - 1]) + entries[first - 1].value_extent[1] if first > 0 else 0
+    right = int(starts[stop]) + (new_end - old_end) if stop < len(entries) else len(text)
     before, after = (_BEFORE if first > 0 else ""), (_AFTER if stop < len(entries) else "")
     region = before + text[left:right] + after
     local = _region_entries(region, len(before), len(region) - len(after))
@@ -349,14 +349,15 @@ def _reparse_edit(previous: ParsedMapping, path: str, text: str) -> ParsedMappin
         path,
         text,
         entries[:first] + middle + entries[stop:],
-        starts[:first] + [s + shift for s in middle_starts] + [s + delta for s in starts[stop:]],
+        np.concatenate([starts[:first], np.array(middle_starts, dtype=np.int64) + shift, starts[stop:] + delta]),
         [],
         syntax_ok,
         lines,
         MappingEdit(previous.token, entries[first:stop], middle),
     )
+    parsed.derive_index(previous)
     if len(previous.effective()) == len(previous.entries):  # no duplicates before: update the lookup
-        effective = dict(previous.effective())
+        effective = previous.effective().copy()  # .copy(): dict() is slow once a key was deleted
         for entry in entries[first:stop]:
             del effective[entry.train_key]
         effective.update((entry.train_key, entry) for entry in middle)

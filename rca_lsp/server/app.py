@@ -29,7 +29,7 @@ from rca_lsp.server.features.navigation import definition, document_symbols
 from rca_lsp.server.pairing import CONFIG_NAME, MAPPING_GLOBS, Pair, Unpaired, is_mapping_name
 from rca_lsp.server.pipeline import Pipeline
 from rca_lsp.server.positions import Positions
-from rca_lsp.server.protocol import CommandError
+from rca_lsp.server.protocol import CommandError, RawJson
 from rca_lsp.server.settings import Settings
 from rca_lsp.server.state import ServerState
 from rca_lsp.server.watcher import DumpWatcher
@@ -386,5 +386,5 @@ async def cmd_suggest_mapping(ls: RcaServer, *arguments: Any) -> dict[str, str] 
 
 
 @server.command(CHART_DATA)
-async def cmd_chart_data(ls: RcaServer, *arguments: Any) -> dict[str, Any]:
+async def cmd_chart_data(ls: RcaServer, *arguments: Any) -> RawJson:
     return await chart_data_result(ls.executor, _document_for_command(ls, CHART_DATA, arguments))

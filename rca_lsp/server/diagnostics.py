@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -115,6 +116,11 @@ def related_dump_keys(suspect: Suspect) -> tuple[list[str], list[str]]:
     return [], []
 
 
+@lru_cache(maxsize=256)
+def _file_uri(file: str) -> str:
+    return Path(file).as_uri()
+
+
 def _dump_location(dump: Dump, key: str) -> types.Location | None:
     """The key's entry in its dump file (one rank's file for a merged dump)."""
     found = dump.location_of(key)
@@ -122,7 +128,7 @@ def _dump_location(dump: Dump, key: str) -> types.Location | None:
         return None
     file, line = found
     return types.Location(
-        uri=Path(file).as_uri(),
+        uri=_file_uri(file),
         range=types.Range(start=types.Position(line=line, character=0), end=types.Position(line=line, character=0)),
     )
 
@@ -150,19 +156,30 @@ class FindingBuilder:
         self.uri = uri
         self.severity = severity
         self.memo = memo if memo is not None and positions.char_columns else FindingMemo()
+        self._key_ranges: dict[MappingEntry, types.Range] = {}
 
     def _place(self, *entries: MappingEntry | None) -> Place:
         lines, place = self.current.lines, []
         for entry in entries:
-            key = self.current.spans(entry).key if entry is not None else None
-            place += [lines.position(key.start), lines.position(key.end)] if key is not None else [(-1, -1)]
+            if entry is None:
+                place.append((-1, -1))
+            else:
+                start, end = self.current.key_span(entry)
+                place += [lines.position(start), lines.position(end)]
         return tuple(place)
 
     def _entry(self, train_keys: tuple[str, ...]) -> MappingEntry | None:
         return next((self.entries[k] for k in train_keys if k in self.entries), None)
 
+    def _key_range(self, entry: MappingEntry) -> types.Range:
+        """The range of an entry's key (one boundary is the place of many findings: its range is made once)."""
+        found = self._key_ranges.get(entry)
+        if found is None:
+            found = self._key_ranges[entry] = self.positions.range(self.current.spans(entry).key)
+        return found
+
     def _mapping_location(self, entry: MappingEntry) -> types.Location:
-        return types.Location(uri=self.uri, range=self.positions.range(self.current.spans(entry).key))
+        return types.Location(uri=self.uri, range=self._key_range(entry))
 
     def suspect(self, suspect: Suspect) -> list[types.Diagnostic]:
         entry = self._entry(suspect.record.comparison.train_keys)
@@ -206,7 +223,7 @@ class FindingBuilder:
                         codes.BOUNDARY,
                         f"last aligned boundary before the {side}-only op "
                         f"{ops[0] if ops else ''}; the mismatch starts after it at {entry.train_key}",
-                        self.positions.range(self.current.spans(boundary_entry).key),
+                        self._key_range(boundary_entry),
                         self.severity,
                         related=[
                             types.DiagnosticRelatedInformation(
@@ -221,7 +238,7 @@ class FindingBuilder:
                 for key in (suspect.between.train + suspect.between.rollout)[:RELATED_PER_FINDING]:
                     dump = self.analysis.train if key in self.analysis.train.entries else self.analysis.rollout
                     related += _related(_dump_location(dump, key), f"unmapped module {key}")
-        key_range = self.positions.range(self.current.spans(entry).key)
+        key_range = self._key_range(entry)
         found.insert(0, _diagnostic(code, message, key_range, self.severity, default, related))
         output = suspect.record.comparison.output
         if output.nonfinite_one_side:
@@ -259,7 +276,7 @@ class FindingBuilder:
             diagnostic = _diagnostic(
                 codes.UNMAPPED_TRAIN,
                 f"train modules next to this entry have no mapping, though a rollout counterpart exists: {names}",
-                self.positions.range(self.current.spans(entry).key),
+                self._key_range(entry),
                 self.severity,
                 data=data,
             )

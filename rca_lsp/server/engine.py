@@ -10,6 +10,7 @@ from rca_lsp.base.errors import InputError
 from rca_lsp.compare.rankview import rank_parts
 from rca_lsp.compare.records import Comparator
 from rca_lsp.diagnose.analysis import Analysis, analyze
+from rca_lsp.diagnose.rootcause import Suspect
 from rca_lsp.diagnose.run import with_data_group
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.dumps.forkload import BackgroundDump
@@ -29,27 +30,69 @@ MAX_ORIGINS_PER_RANK_READ = 3  # credible origins whose per-rank statistics are 
 MAX_COUNTERPART_LOOKUPS = 300
 
 
+def _smaller(pair: Pair) -> DumpSource:
+    """The side whose dump files hold fewer bytes (the rollout when that cannot be told)."""
+    try:
+        train, rollout = (sum(path.stat().st_size for path in side.files) for side in (pair.train, pair.rollout))
+    except OSError:
+        return pair.rollout
+    return pair.train if train < rollout else pair.rollout
+
+
 class Engine:
     def __init__(self) -> None:
         self.dumps = DumpCache()
         self._comparators: dict[tuple[DumpSource, DumpSource], Comparator] = {}
         self._lock = threading.Lock()
+        self._pending: tuple[Pair, BackgroundDump] | None = None  # a dump loading in a child (start_loading)
         self.matchers = MatcherCache()
         self._best_of: tuple[object, dict[str, Candidate | None]] = (None, {})
+        # dump keys the findings of the last analysis point at, by suspect (an edit keeps most suspects)
+        self._related: dict[int, tuple[Suspect, tuple[list[str], list[str]]]] = {}
 
     def needs_loading(self, pair: Pair) -> bool:
         return not (self.dumps.is_current(pair.train) and self.dumps.is_current(pair.rollout))
 
+    def start_loading(self, pair: Pair) -> None:
+        """When neither dump is loaded yet, the smaller one starts loading in a child process now, while the caller
+        parses the mapping and then loads the other one here (two cores; `load` takes it up). The smaller one: what
+        the child loads also has to come across (MessagePack, ~30% of a load), and the larger load here is the longer
+        of the two."""
+        with self._lock:
+            if self._pending is not None and self._pending[0] == pair:
+                return
+            self._drop_pending()
+            if self.dumps.is_current(pair.train) or self.dumps.is_current(pair.rollout) or pair.train == pair.rollout:
+                return
+            try:
+                self._pending = (pair, BackgroundDump(_smaller(pair), threaded=True))
+            except (OSError, InputError):  # no child process: `load` loads both here
+                pass
+
+    def _drop_pending(self) -> None:
+        if self._pending is not None:
+            self._pending[1].close()
+            self._pending = None
+
     def load(self, pair: Pair) -> tuple[Dump, Dump]:
-        """Both dumps; when neither is loaded yet, the rollout one in a child process meanwhile (two cores)."""
+        """Both dumps; when neither is loaded yet, the smaller one in a child process meanwhile (start_loading)."""
         if self.dumps.is_current(pair.train) or self.dumps.is_current(pair.rollout) or pair.train == pair.rollout:
             return self._get(pair.train), self._get(pair.rollout)
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is not None and pending[0] != pair:
+            pending[1].close()
+            pending = None
         try:
-            background = BackgroundDump(pair.rollout, new_interpreter=True)
+            background = pending[1] if pending is not None else BackgroundDump(_smaller(pair), threaded=True)
         except (OSError, InputError):  # no child process: load both here (which reports any problem with the files)
             return self._get(pair.train), self._get(pair.rollout)
         with background:
-            return self._get(pair.train), self._get(pair.rollout, background.load)
+            if background.source == pair.train:
+                rollout = self._get(pair.rollout)
+                return self._get(pair.train, background.load), rollout
+            train = self._get(pair.train)
+            return train, self._get(pair.rollout, background.load)
 
     def _get(self, source: DumpSource, loader: Callable[[DumpSource], Dump] | None = None) -> Dump:
         """A dump from the cache; any failure to load it is an InputError naming it: an error the readers do not
@@ -121,7 +164,13 @@ class Engine:
     def prefetch_locations(self, analysis: Analysis) -> None:
         """Dump lines of the modules findings point at, found in one pass per dump, off the event loop."""
         # one read of each dump file for every module the findings point at, not one per finding
-        related = [related_dump_keys(s) for s in analysis.suspects[:MAX_FINDINGS_LOCATED]]
+        earlier, self._related = self._related, {}
+        for suspect in analysis.suspects[:MAX_FINDINGS_LOCATED]:
+            kept = earlier.get(id(suspect))
+            self._related[id(suspect)] = (
+                kept if kept is not None and kept[0] is suspect else (suspect, related_dump_keys(suspect))
+            )
+        related = [keys for _, keys in self._related.values()]
         analysis.train.prefetch_lines(k for train, _ in related for k in train)
         analysis.rollout.prefetch_lines(k for _, rollout in related for k in rollout)
         for suspect in [s for s in analysis.suspects if s.credible_origin][:MAX_ORIGINS_PER_RANK_READ]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from pathlib import Path
 from typing import Callable, TypeVar
 
 from lsprotocol import types
@@ -109,8 +110,15 @@ class Pipeline:
         text, version = current
         pair = await self._pair(run)
         doc.pair = pair
+        gone: list[Path] = []
+        if isinstance(pair, Pair):
+            await run.step(self.server.watcher.watch, pair.roots())  # off the loop: watchdog lists the folders
+            layout, gone = await run.step(dump_layout, None if doc.accept_layout else doc.good_layout, pair)
+            if not gone:  # dumps not loaded yet: the rollout one loads in a child while the mapping is parsed
+                await run.step(self.server.engine.start_loading, pair)
         parsed = await run.step(parse_mapping, str(doc.path), text, doc.latest_parse())
         laps.lap("parse")
+        replaced: list[object] = [doc.parsed, doc.analysis, doc.last_good]  # freed after the publish (release)
         doc.parsed, doc.problems = parsed, []
         doc.remember(parsed)
         if doc.unsaved_view is not None and doc.unsaved_view.text == text:
@@ -122,8 +130,6 @@ class Pipeline:
                 self._dump_problem(doc, parsed, pair.problem)
             self.publish(doc, version)
             return
-        await run.step(self.server.watcher.watch, pair.roots())  # off the loop: watchdog lists the folders
-        layout, gone = await run.step(dump_layout, None if doc.accept_layout else doc.good_layout, pair)
         try:
             if gone:  # never a merge of the ranks that are left: the last good analysis stays
                 raise vanished_error(gone)
@@ -140,6 +146,15 @@ class Pipeline:
         self.publish(doc, version)
         laps.lap("publish")
         log.info("analysed %s (version %s): %s", doc.path.name, version, laps)
+        self.release(replaced)
+
+    def release(self, replaced: list[object]) -> None:
+        """Free what a run replaced (the previous parse and analysis: containers of 10^5 items each, milliseconds to
+        free) in a worker thread, once the run has published: not on the loop, not before the publish."""
+        try:
+            self.server.executor.submit(replaced.clear)
+        except RuntimeError:  # shutting down
+            pass
 
     async def _pair(self, run: Run) -> Pair | Unpaired:
         """The document's dumps, found off the loop (a pair's glob, its step and rank folders are listed); a failure
@@ -249,11 +264,8 @@ class Pipeline:
     # --- publishing ---------------------------------------------------------------------------------------------
     def publish(self, doc: MappingDocument, version: int | None) -> None:
         positions = Positions(doc.parsed, self.server.workspace.position_codec) if doc.parsed is not None else None
-        self.server.text_document_publish_diagnostics(
-            types.PublishDiagnosticsParams(
-                uri=doc.uri, diagnostics=document_diagnostics(doc, self.server.settings, positions), version=version
-            )
-        )
+        diagnostics = document_diagnostics(doc, self.server.settings, positions)
+        self.server.rca_protocol.publish_diagnostics(doc.uri, version, diagnostics)
 
     def clear(self, doc: MappingDocument) -> None:
-        self.server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=[]))
+        self.server.rca_protocol.publish_diagnostics(doc.uri, None, [])

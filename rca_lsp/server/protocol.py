@@ -3,15 +3,19 @@ or a traceback for input the protocol cannot take."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 from typing import Any, Iterator
 
+import orjson
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pygls.io_ import StdinAsyncReader
 from pygls.protocol.language_server import lsp_method
 
 from rca_lsp.server.cancellation import CancellingProtocol
+from rca_lsp.server.positions import OpenText
 
 log = logging.getLogger(__name__)
 REQUEST_FAILED = -32803  # LSP's RequestFailed: the request was valid, the work could not be done
@@ -39,7 +43,22 @@ logging.getLogger("pygls.protocol.json_rpc").addFilter(_NoTracebackForCommandErr
 _ANSWERED = object()  # a request already answered with an error while it was read
 
 
+class RawJson:
+    """A request's result encoded already (e.g. in a child process): sent as it is, not encoded again on the loop."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+Encoded = dict[int, tuple[types.Diagnostic, bytes]]  # a diagnostic's JSON, by the object's id (kept with it)
+
+
 class RcaProtocol(CancellingProtocol):
+    def __init__(self, server: Any, converter: Any) -> None:
+        super().__init__(server, converter)
+        self.open_texts: dict[str, OpenText] = {}  # open documents' texts with their line indexes, by URI
+        self._encoded: dict[str, Encoded] = {}  # the diagnostics last published for each URI, encoded
+
     def structure_message(self, data: dict[str, Any]) -> Any:
         """A request whose params do not fit its method (a position with line -1, params as a string) gets an
         InvalidParams answer; pygls would log it and answer nothing, leaving the client waiting for good."""
@@ -60,14 +79,65 @@ class RcaProtocol(CancellingProtocol):
         if message is not _ANSWERED:
             super().handle_message(message)
 
+    def publish_diagnostics(self, uri: str, version: int | None, diagnostics: list[types.Diagnostic]) -> None:
+        """textDocument/publishDiagnostics, each diagnostic encoded once for as long as it is published (an edit
+        keeps most findings' Diagnostic objects: pygls would encode all of them again, on the loop, for each)."""
+        kept = self._encoded.get(uri, {})
+        encoded: Encoded = {}
+        for diagnostic in diagnostics:
+            found = kept.get(id(diagnostic))
+            if found is None or found[0] is not diagnostic:
+                found = (diagnostic, orjson.dumps(self._converter.unstructure(diagnostic)))
+            encoded[id(diagnostic)] = found
+        self._encoded[uri] = encoded
+        head = b'{"uri":' + orjson.dumps(uri) + (b"" if version is None else b',"version":' + orjson.dumps(version))
+        params = head + b',"diagnostics":[' + b",".join(data for _, data in encoded.values()) + b"]}"
+        self._send_raw(b'{"jsonrpc":"2.0","method":"textDocument/publishDiagnostics","params":' + params + b"}")
+
+    def _send_data(self, data: Any) -> None:
+        """A response whose result is RawJson goes out as it is; anything else as pygls sends it."""
+        if isinstance(getattr(data, "result", None), RawJson) and getattr(data, "error", None) is None:
+            self._send_raw(b'{"jsonrpc":"2.0","id":' + orjson.dumps(data.id) + b',"result":' + data.result.data + b"}")
+        else:
+            super()._send_data(data)
+
+    def _send_raw(self, body: bytes) -> None:
+        """One encoded message, framed as pygls frames its own."""
+        if self.writer is None:
+            log.error("Unable to send data, no available transport!")
+            return
+        header = f"Content-Length: {len(body)}\r\nContent-Type: {self.CONTENT_TYPE}; charset={self.CHARSET}\r\n\r\n"
+        written = self.writer.write(header.encode() + body if self._include_headers else body)
+        if inspect.isawaitable(written):
+            asyncio.ensure_future(written)
+
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> Iterator[Any]:
         """A change of a document that is not open is ignored (pygls raises a KeyError, which a client shows as
         "Error in server: KeyError")."""
-        if params.text_document.uri not in self.workspace.text_documents:
-            log.warning("didChange for %s, which is not open: ignored", params.text_document.uri)
+        uri = params.text_document.uri
+        if uri not in self.workspace.text_documents:
+            log.warning("didChange for %s, which is not open: ignored", uri)
             return
-        yield from super().lsp_text_document__did_change(params)
+        source = self.workspace.text_documents[uri].source
+        kept = self.open_texts.get(uri)
+        text = kept if kept is not None and kept.text is source else OpenText(source)
+        for change in params.content_changes:  # each one applied as the edit it is (see OpenText)
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                text = text.changed(change, self.workspace.position_codec)
+            else:
+                text = OpenText(change.text)
+        self.workspace.update_text_document(
+            params.text_document, types.TextDocumentContentChangeWholeDocument(text=text.text)
+        )
+        self.open_texts[uri] = text
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> Iterator[Any]:
+        self.open_texts.pop(params.text_document.uri, None)
+        yield from super().lsp_text_document__did_close(params)
 
 
 HEADER = b"Content-Length:"

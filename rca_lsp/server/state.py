@@ -119,6 +119,11 @@ class ServerState(LanguageServer):
         for problem in problems:
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=problem))
 
+    @property
+    def rca_protocol(self) -> RcaProtocol:
+        assert isinstance(self.protocol, RcaProtocol)
+        return self.protocol
+
     def cancellable(self) -> ContextManager[ShouldStop]:
         """The should-stop check of the request being handled: true once the client cancels it."""
         protocol = self.protocol

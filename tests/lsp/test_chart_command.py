@@ -8,11 +8,15 @@ import asyncio
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 from test_server import client, copy_variant, open_document, wait_for  # noqa: F401 (client: the fixture)
+
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.report.chart import chart_data
 
 CHART_DATA = "rcaLsp.server.chartData"
 
@@ -78,3 +82,15 @@ async def test_bad_arguments_get_one_clear_message(client: LanguageClient) -> No
             await chart(client, *arguments)
         assert expected_text in raised.value.message and "Traceback" not in raised.value.message
     assert not [m for m in client.messages if "Error in server" in m.message]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+@pytest.mark.parametrize("variant", ["param_desync", "tp2_pp2_shard_desync"])
+async def test_the_chart_built_in_a_child_is_the_one_built_here(client: LanguageClient, variant: str) -> None:
+    """The server builds the chart in a forked child and sends its bytes: the same data as chart_data here."""
+    mapping = copy_variant(client, variant)
+    uri = open_document(client, mapping)
+    await wait_for(client, uri, lambda ds: any(d.source == "rca-lsp" for d in ds))
+    data = await chart(client, uri)
+    here = analyze_paths(mapping.parent / "train", mapping.parent / "rollout", mapping)
+    assert data == json.loads(json.dumps(msgspec.to_builtins(chart_data(here))))

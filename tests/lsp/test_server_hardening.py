@@ -13,7 +13,7 @@ import test_server
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
-from test_server import TIMEOUT, copy_variant, open_document, wait_for
+from test_server import TIMEOUT, apply_and_save, copy_variant, open_document, wait_for
 
 from rca_lsp.mapping.msprobe_names import cell_name
 
@@ -177,3 +177,30 @@ async def test_a_pairing_that_fails_unforeseen_is_a_dump_problem_over_the_last_a
     assert "²" in problems(during)[0] and origins(during) == before
     statuses = [getattr(s, "message", "") for s in client.statuses]  # type: ignore[attr-defined]
     assert not [s for s in statuses if "internal error" in s]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_an_incremental_edit_lands_where_the_client_put_it_past_a_line_separator(client: LanguageClient) -> None:
+    """U+2028 inside a JSON string ends no line for LSP (nor for the editor): an incremental change below it is applied
+    on the line the client means. (pygls' own apply splits lines there too, and put this edit one line too high.)"""
+    mapping = copy_variant(client, "healthy_fp32")
+    entries = json.loads(mapping.read_text())
+    text = '{\n  "Module.note\u2028x.Linear.forward.0": "Module.note.Linear.forward.0",\n' + mapping.read_text()[2:]
+    lines = text.split("\n")
+    key = list(entries)[2]
+    line = next(i for i, content in enumerate(lines) if content.startswith(f'  "{key}"'))
+    uri = open_document(client, mapping, text)
+    await wait_for(client, uri, lambda ds: any(d.code == "unknown-train-key" for d in ds))
+    typo = key.replace(".forward.", ".froward.")
+    edit = types.TextEdit(
+        range=types.Range(start=types.Position(line, 3), end=types.Position(line, 3 + len(key))), new_text=typo
+    )
+    apply_and_save(client, uri, edit, version=2)
+    after = await wait_for(
+        client,
+        uri,
+        lambda ds: sum(d.code == "unknown-train-key" for d in ds) == 2 or any(d.code == "json-syntax" for d in ds),
+    )
+    assert not [d for d in after if d.code == "json-syntax"]
+    (flagged,) = [d for d in after if d.code == "unknown-train-key" and d.data["key"] == typo]
+    assert flagged.range.start.line == line
