@@ -114,7 +114,7 @@ class Pipeline:
         if isinstance(pair, Pair):
             await run.step(self.server.watcher.watch, pair.roots())  # off the loop: watchdog lists the folders
             layout, gone = await run.step(dump_layout, None if doc.accept_layout else doc.good_layout, pair)
-            if not gone:  # dumps not loaded yet: the rollout one loads in a child while the mapping is parsed
+            if not gone:  # dumps not loaded yet: the smaller one loads in a child while the mapping is parsed
                 await run.step(self.server.engine.start_loading, pair)
         parsed = await run.step(parse_mapping, str(doc.path), text, doc.latest_parse())
         laps.lap("parse")

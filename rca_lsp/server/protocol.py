@@ -113,8 +113,9 @@ class RcaProtocol(CancellingProtocol):
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> Iterator[Any]:
-        """A change of a document that is not open is ignored (pygls raises a KeyError, which a client shows as
-        "Error in server: KeyError")."""
+        """Each change applied to the open text as the edit it is (OpenText: not a re-split of the whole text per
+        change, as pygls does). A change of a document that is not open is ignored (pygls raises a KeyError, which a
+        client shows as "Error in server: KeyError")."""
         uri = params.text_document.uri
         if uri not in self.workspace.text_documents:
             log.warning("didChange for %s, which is not open: ignored", uri)
