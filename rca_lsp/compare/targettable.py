@@ -19,11 +19,10 @@ import numpy as np
 from rca_lsp.compare.module import SpecTuple
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.compare.statistics import STAT_NAMES, Assessment, assess, shape_relation, within
-from rca_lsp.model.stats import TensorStats, dtype_pair
+from rca_lsp.model.stats import TensorStats, dtype_pair, relative_error
 from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances
 
-KINDS = ("output", "input", "parameters")  # a target's kind, by the first letter of its name
-_KIND_OF = {"o": 0, "i": 1, "p": 2}
+_KIND_OF = {"o": 0, "i": 1, "p": 2}  # output, input, parameters: by the first letter of a target's name
 _ABSENT = (None, None, None, None, None, None)
 _NAN = float("nan")
 _NORM = STAT_NAMES.index("Norm")
@@ -122,8 +121,6 @@ class TargetTable:
     def relative_error(self) -> np.ndarray:
         """model.stats.relative_error of each target (NaN for None): the largest error of its statistics; the
         rows not judged here measure it one by one."""
-        from rca_lsp.model.stats import relative_error
-
         result = np.where(self._simple, self.errors.max(axis=1), np.nan)
         for index in np.flatnonzero(~self._simple).tolist():
             spec = self.specs[index]
