@@ -69,26 +69,35 @@ def test_a_full_disk_in_the_writing_child_is_one_error_in_the_parent(tmp_path: P
     assert list(out.iterdir()) == []
 
 
-def test_a_ctrl_c_while_the_writer_child_is_forked_stops_the_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("other_thread", [False, True], ids=["one thread", "another thread running"])
+def test_a_ctrl_c_while_the_writer_child_is_forked_stops_the_run(tmp_path: Path, other_thread: bool) -> None:
     """Issue 14, item 5: a SIGINT arriving while the child is being forked used to be raised inside fork's
     after-in-parent callbacks, where Python ignores exceptions ("Exception ignored ... KeyboardInterrupt"): the run
     went on and exited 0. The signal is now held back during the fork and interrupts the parent right after it.
-    Made deterministic by sending the SIGINT from such a callback, the one point the real race lands on."""
+    Made deterministic by sending the SIGINT from such a callback, the one point the real race lands on. With
+    another thread alive (a test before left one, a language server has several) the kernel hands the signal to
+    that thread, which the mask of the forking thread does not hold back: this failed now and then in CI."""
     import multiprocessing
     import os
     import signal
 
     armed = [True]
+    if other_thread:
+        release = threading.Event()
+        threading.Thread(target=release.wait, daemon=True).start()
 
     def interrupt_once() -> None:
         if armed and os.getpid() == parent:
             armed.clear()
             os.kill(parent, signal.SIGINT)
+            time.sleep(0.1)  # time for another thread to take it, as it does when the machine is busy
 
     parent = os.getpid()
     os.register_at_fork(after_in_parent=interrupt_once)  # cannot be unregistered: disarmed after one use
     with pytest.raises(KeyboardInterrupt):
         _split_write(tmp_path / "out", lambda: threading.Event().wait(5))
+    if other_thread:
+        release.set()
     assert not armed
     assert list((tmp_path / "out").iterdir()) == []  # no table, no temporary
     assert multiprocessing.active_children() == []  # the child was killed and reaped

@@ -25,8 +25,10 @@ import select
 import signal
 import struct
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import Callable, Iterator, NoReturn
 
 import msgspec
 
@@ -137,6 +139,27 @@ def _is_stopped(pid: int) -> bool:
     return state in (b"T", b"t")
 
 
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """A Ctrl-C during the block (a fork) reaches this process after it, where it raises KeyboardInterrupt (or does
+    what SIGINT's handler does), not inside fork's after-in-parent callbacks, where Python ignores exceptions and the
+    run would go on. Blocking the signal is not enough: it blocks it for this thread only, and the kernel hands a
+    process-directed SIGINT to any thread that does not block it, whose Python handler then runs in the main thread
+    at once. So on the main thread the handler is also replaced for the block by one that notes the signal."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    on_main = threading.current_thread() is threading.main_thread()
+    noted: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum)) if on_main else None
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # one held back by the mask is delivered now...
+        if on_main:
+            signal.signal(signal.SIGINT, previous)
+    if noted:  # ... and one that reached another thread, to the handler of the process
+        signal.raise_signal(signal.SIGINT)
+
+
 class BackgroundWork:
     """Starts `work` in a forked child at once; `result()` waits for its paths (or does the work here)."""
 
@@ -147,11 +170,8 @@ class BackgroundWork:
         # not a daemon: the work may start a BackgroundWork of its own (multiprocessing's daemons cannot); close()
         # ends the child in any case
         self._child = context.Process(target=_work_and_send, args=(work, self._channel, os.getpid()))
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # a Ctrl-C during the fork reaches
-        try:  # the parent, which kills the child
+        with interrupts_held():  # a Ctrl-C during the fork reaches the parent, which kills the child
             self._child.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         self._channel.close_writing()
 
     def result(self) -> list[Path]:
@@ -190,13 +210,10 @@ class ForkedBytes:
     def __init__(self, work: Callable[[], bytes]) -> None:
         self._channel = Channel()
         parent = os.getpid()
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # as BackgroundWork
-        try:
+        with interrupts_held():  # as BackgroundWork
             self._pid: int | None = os.fork()
             if self._pid == 0:
                 _bytes_and_exit(work, self._channel, parent)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         self._channel.close_writing()
 
     @property

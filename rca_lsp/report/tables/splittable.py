@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, TypeVar
 
 from rca_lsp.base.atomicfile import create_temporary, replace_checked, writable_target
+from rca_lsp.base.forkpart import interrupts_held
 from rca_lsp.base.gcpause import paused_gc
 
 EncodeChunk = Callable[[int], tuple[bytes, bytes]]  # chunk index -> (its JSON text, its CSV text)
@@ -49,11 +50,8 @@ def write_split(
         # [next chunk from the front, end of the unclaimed chunks, errno of the child's failure or 0]
         bounds = context.Array("q", [0, chunks, 0])
         child = context.Process(target=_write_front, args=(bounds, fds, encode))
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # a Ctrl-C during the fork reaches
-        try:  # the parent once it is done
+        with interrupts_held():  # a Ctrl-C during the fork reaches the parent once it is done
             child.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         result = parent_work()
         with (
             tempfile.TemporaryFile(dir=paths[0].parent) as json_spool,
