@@ -94,8 +94,13 @@ def test_a_ctrl_c_while_the_writer_child_is_forked_stops_the_run(tmp_path: Path,
 
     parent = os.getpid()
     os.register_at_fork(after_in_parent=interrupt_once)  # cannot be unregistered: disarmed after one use
-    with pytest.raises(KeyboardInterrupt):
-        _split_write(tmp_path / "out", lambda: threading.Event().wait(5))
+    # Python's own Ctrl-C, whatever this process inherited: a shell starts a background job with SIGINT ignored
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _split_write(tmp_path / "out", lambda: threading.Event().wait(5))
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     if other_thread:
         release.set()
     assert not armed
