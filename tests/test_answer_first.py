@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rca_lsp.diagnose.run import analyze_paths
-from rca_lsp.report.outputs import write_outputs
+from rca_lsp.report.outputs import _chunk_progress, write_outputs
 from tests.conftest import FIXTURES
 from tests.test_cli import analyze_args, rca
 
@@ -71,6 +71,25 @@ def _run_on_a_terminal(args: tuple[str, ...], cwd: Path) -> tuple[str, str]:
     return stdout, shown.decode()
 
 
+TABLE_STEMS = ("output_1_key_mapping", "output_2_mapping", "output_3_value_compare", "output_4_module_analysis")
+
+
+def test_the_value_table_is_told_by_tenths_each_once() -> None:
+    said: list[str] = []
+
+    class Told:
+        def wrote_part(self, paths: object) -> None:
+            raise AssertionError("not a part")
+
+        def say(self, text: str) -> None:
+            said.append(text)
+
+    on_chunk = _chunk_progress(Told(), "output_3_value_compare")
+    for done in (1, 2, 3, 9, 10, 11, 27, 28, 29, 30):  # the parent's chunks, the child's taken in between
+        on_chunk(done, 30)
+    assert said == [f"output_3_value_compare: {p}% of 30 chunks of rows" for p in (10, 30, 90, 100)]
+
+
 def test_progress_is_shown_on_a_terminal_and_not_when_piped(tmp_path: Path) -> None:
     args = analyze_args(FIXTURES / "tp2_healthy", tmp_path / "out")
     stdout, shown = _run_on_a_terminal(args, tmp_path)
@@ -78,6 +97,12 @@ def test_progress_is_shown_on_a_terminal_and_not_when_piped(tmp_path: Path) -> N
     assert any("reading the train dump" in line and "2 dump files" in line and "MiB" in line for line in lines)
     assert any("reading the rollout dump" in line for line in lines)
     assert any(line.startswith("rca-lsp: [") and "wrote 13 files" in line for line in lines), shown
+    # after the answer, each output file is named once as it is written (the tables take seconds on 10^5 modules)
+    parts = [line for line in lines if "] wrote output_" in line]
+    named = [name for line in parts for name in line.split("] wrote ")[1].split(" (")[0].split(", ")]
+    tables = [f"{stem}.{ext}" for stem in TABLE_STEMS for ext in ("json", "csv")]
+    assert sorted(named) == sorted(tables + [f"{REPORT}.html", f"{REPORT}.png"]), parts
+    assert all(line.endswith(" MiB)") for line in parts), parts
     assert "Root Cause Evidence Summary" in stdout and "rca-lsp: [" not in stdout
     piped = rca(*args, cwd=tmp_path)
     assert piped.returncode == 0 and piped.stderr == ""

@@ -171,7 +171,13 @@ def run_analyze(args: argparse.Namespace) -> int:
     progress.say(f"writing the root-cause report to {out_dir}")
     try:
         written = write_outputs(
-            analysis, out_dir, fork=True, columns=args.columns, chart=not args.no_chart, on_answer=answer
+            analysis,
+            out_dir,
+            fork=True,
+            columns=args.columns,
+            chart=not args.no_chart,
+            on_answer=answer,
+            progress=progress,
         )
     except OSError as error:  # the file named when the error names one (one not a regular file, see atomicfile)
         where = str(error.filename or out_dir)

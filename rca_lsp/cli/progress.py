@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, TextIO
+from typing import Iterable, Sequence, TextIO
 
 from rca_lsp.dumps.sources import DumpSource
 
@@ -32,6 +32,11 @@ class Progress:
     def wrote(self, paths: Iterable[Path]) -> None:
         written = list(paths)
         self.say(f"wrote {len(written)} files, {_size(written)}")
+
+    def wrote_part(self, paths: Sequence[Path]) -> None:
+        """Files of one output as they are written: named, with their size."""
+        if paths:
+            self.say(f"wrote {', '.join(path.name for path in paths)} ({_size(paths)})")
 
 
 def _size(paths: Iterable[Path]) -> str:

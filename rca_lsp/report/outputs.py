@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import multiprocessing
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
 import orjson
 
@@ -140,12 +140,49 @@ OUTPUT_NAMES = (
 Part = Callable[[Analysis, Path, Meta, ShouldStop], list[Path]]
 
 
+class TablesProgress(Protocol):
+    """What write_outputs tells of the files after the answer (the CLI shows it on a terminal): seconds of
+    silence on a 10^5-module pair otherwise."""
+
+    def wrote_part(self, paths: Sequence[Path]) -> None: ...
+
+    def say(self, text: str) -> None: ...
+
+
+class _Quiet:
+    def wrote_part(self, paths: Sequence[Path]) -> None:
+        pass
+
+    def say(self, text: str) -> None:
+        pass
+
+
 def _write_part(
-    part: Part, analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never
+    part: Part,
+    analysis: Analysis,
+    out_dir: Path,
+    meta: Meta,
+    should_stop: ShouldStop = never,
+    progress: TablesProgress = _Quiet(),
 ) -> list[Path]:
     stop_if(should_stop)
     with paused_gc():
-        return part(analysis, out_dir, meta, should_stop)
+        written = part(analysis, out_dir, meta, should_stop)
+    progress.wrote_part(written)
+    return written
+
+
+def _chunk_progress(progress: TablesProgress, name: str) -> Callable[[int, int], None]:
+    """on_chunk for write_split: the share of `name`'s chunks taken, each tenth once."""
+    said = [0]
+
+    def on_chunk(done: int, chunks: int) -> None:
+        tenth = 10 * done // max(chunks, 1)
+        if tenth > said[0]:
+            said[0] = tenth
+            progress.say(f"{name}: {10 * tenth}% of {chunks} chunks of rows")
+
+    return on_chunk
 
 
 def write_outputs(
@@ -156,11 +193,13 @@ def write_outputs(
     columns: str = "rca",
     chart: bool = True,
     on_answer: Callable[[dict[str, Any]], None] | None = None,
+    progress: TablesProgress = _Quiet(),
 ) -> list[Path]:
     """Write every output file, then the manifest listing them (see manifest); the paths written, the manifest
     last; `columns`: output_3's column names, one of COLUMN_STYLES; `chart`: whether to draw the divergence chart
     (seconds on 10^5 modules). The answer comes first: output_5's JSON and Markdown are written, then
-    `on_answer` is called with the report they hold (the CLI prints its summary), then the chart and the tables.
+    `on_answer` is called with the report they hold (the CLI prints its summary), then the chart and the tables,
+    each file told to `progress` as it is written (and output_3's share done, by tenths).
     With `fork` (single-threaded callers only: forking a threaded process can deadlock), the value-compare
     tables, most of the work, are shared with a child process: it starts on them while this process writes the
     other files, which then takes value-compare chunks from the end; a second child draws the chart meanwhile.
@@ -183,18 +222,25 @@ def write_outputs(
     compare: Part = functools.partial(write_compare, style=columns)
     if not fork:
         parts: list[Part] = [_write_mapping, compare, _write_modules, chart_files]
-        written += [path for part in parts for path in _write_part(part, analysis, out_dir, meta, should_stop)]
+        written += [
+            path for part in parts for path in _write_part(part, analysis, out_dir, meta, should_stop, progress)
+        ]
     elif chart:
         # the chart is seconds of work for one process (10^5 modules): a second child draws it meanwhile
         with BackgroundWork(functools.partial(_write_part, chart_files, analysis, out_dir, meta)) as background:
-            written += _write_forked(analysis, out_dir, meta, columns, [_write_mapping, _write_modules])
-            written += background.result()
+            written += _write_forked(analysis, out_dir, meta, columns, [_write_mapping, _write_modules], progress)
+            chart_paths = background.result()
+            progress.wrote_part(chart_paths)
+            written += chart_paths
     else:
-        written += _write_forked(analysis, out_dir, meta, columns, [_write_mapping, _write_modules, chart_files])
+        others: list[Part] = [_write_mapping, _write_modules, chart_files]
+        written += _write_forked(analysis, out_dir, meta, columns, others, progress)
     return written + [write_manifest(out_dir, meta, written)]
 
 
-def _write_forked(analysis: Analysis, out_dir: Path, meta: Meta, style: str, others: list[Part]) -> list[Path]:
+def _write_forked(
+    analysis: Analysis, out_dir: Path, meta: Meta, style: str, others: list[Part], progress: TablesProgress
+) -> list[Path]:
     """The value-compare tables split with a child (see write_split) while this process writes the `others`."""
     chunks = TargetChunks(analysis)
     columns, list_columns = compare_columns(style, chunks.tensors)
@@ -203,8 +249,11 @@ def _write_forked(analysis: Analysis, out_dir: Path, meta: Meta, style: str, oth
         return encode_chunk(index, list(styled(chunks.rows(index), style)), columns, list_columns)
 
     def other_parts() -> list[Path]:
-        return [path for part in others for path in _write_part(part, analysis, out_dir, meta)]
+        return [path for part in others for path in _write_part(part, analysis, out_dir, meta, never, progress)]
 
     paths = (out_dir / f"{COMPARE_STEM}.json", out_dir / f"{COMPARE_STEM}.csv")
-    written = write_split(paths, table_heads(meta, "rows", columns), JSON_TAIL, chunks.count, encode, other_parts)
+    heads = table_heads(meta, "rows", columns)
+    on_chunk = _chunk_progress(progress, COMPARE_STEM)
+    written = write_split(paths, heads, JSON_TAIL, chunks.count, encode, other_parts, on_chunk)
+    progress.wrote_part(paths)
     return written + list(paths)

@@ -33,9 +33,12 @@ def write_split(
     chunks: int,
     encode: EncodeChunk,
     parent_work: Callable[[], T],
+    on_chunk: Callable[[int, int], None] | None = None,
 ) -> T:
     """Write the JSON and CSV files (head, every chunk in order, tail for the JSON) while running `parent_work`,
-    and return its result. Single-threaded callers only: the child is forked."""
+    and return its result; `on_chunk(done, chunks)` is told, in this process, how many chunks the two processes
+    have taken so far each time this one is done with one of its own. Single-threaded callers only: the child is
+    forked."""
     context = multiprocessing.get_context("fork")
     temporaries: list[Path] = []
     fds: list[int] = []
@@ -57,7 +60,7 @@ def write_split(
             tempfile.TemporaryFile(dir=paths[0].parent) as json_spool,
             tempfile.TemporaryFile(dir=paths[0].parent) as csv_spool,
         ):
-            sizes = _write_back(bounds, encode, json_spool, csv_spool)
+            sizes = _write_back(bounds, chunks, encode, json_spool, csv_spool, on_chunk)
             child.join()
             if bounds[2]:
                 raise OSError(bounds[2], os.strerror(bounds[2]))
@@ -112,7 +115,12 @@ def _write_front(bounds: SynchronizedArray, fds: list[int], encode: EncodeChunk)
 
 
 def _write_back(
-    bounds: SynchronizedArray, encode: EncodeChunk, json_spool: BinaryIO, csv_spool: BinaryIO
+    bounds: SynchronizedArray,
+    chunks: int,
+    encode: EncodeChunk,
+    json_spool: BinaryIO,
+    csv_spool: BinaryIO,
+    on_chunk: Callable[[int, int], None] | None,
 ) -> list[tuple[int, int]]:
     """Chunks from the back, spooled in the order encoded (last chunk first); their sizes."""
     sizes = []
@@ -122,6 +130,10 @@ def _write_back(
             json_spool.write(json_text)
             csv_spool.write(csv_text)
             sizes.append((len(json_text), len(csv_text)))
+            if on_chunk is not None:
+                with bounds.get_lock():
+                    done = bounds[0] + chunks - bounds[1]  # taken from the front by the child, from the back here
+                on_chunk(done, chunks)
     return sizes
 
 
