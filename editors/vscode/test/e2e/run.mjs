@@ -383,8 +383,9 @@ async function problemRows(page, re, filter = '') {
   const out = [];
   for (let i = 0; i < n; i++) {
     const row = rows.nth(i);
-    const text = (await row.innerText().catch(() => '')).replace(/\s+/g, ' ').trim();
-    const aria = (await row.getAttribute('aria-label').catch(() => '')) || '';
+    // a row recycled by the list meanwhile reads as empty at once (a poll asks again), not after 30 s
+    const text = (await row.innerText({ timeout: 1000 }).catch(() => '')).replace(/\s+/g, ' ').trim();
+    const aria = (await row.getAttribute('aria-label', { timeout: 1000 }).catch(() => '')) || '';
     if (re.test(text) || re.test(aria)) {
       out.push({ row, text, aria });
     }
@@ -400,23 +401,16 @@ async function waitProblem(page, re, timeoutMs, filter = '') {
 }
 
 async function statusBarText(page) {
-  const items = page.locator('.statusbar-item', { hasText: 'rca-lsp' });
-  const n = await items.count();
-  const texts = [];
-  for (let i = 0; i < n; i++) {
-    texts.push((await items.nth(i).innerText()).replace(/\s+/g, ' ').trim());
-  }
-  return texts.join(' | ');
+  // one snapshot, as notificationTexts: an item re-rendered between counting and reading is not waited for
+  const texts = await page.locator('.statusbar-item', { hasText: 'rca-lsp' }).allInnerTexts();
+  return texts.map((text) => text.replace(/\s+/g, ' ').trim()).join(' | ');
 }
 
 async function notificationTexts(page) {
-  const toasts = page.locator('.notifications-toasts .notification-toast');
-  const n = await toasts.count();
-  const out = [];
-  for (let i = 0; i < n; i++) {
-    out.push((await toasts.nth(i).innerText()).replace(/\s+/g, ' ').trim());
-  }
-  return out;
+  // one snapshot of the toasts showing: counting them and then reading each by index waited 30 s for a toast that
+  // had faded out in between (a CI flake of the suggest-mapping step)
+  const texts = await page.locator('.notifications-toasts .notification-toast').allInnerTexts();
+  return texts.map((text) => text.replace(/\s+/g, ' ').trim());
 }
 
 async function runCommand(page, title) {
