@@ -11,10 +11,12 @@ from conftest import FIXTURES
 
 from rca_lsp.base.errors import InputError
 from rca_lsp.diagnose.run import analyze_paths
-from rca_lsp.dumps.dump import load_dump_file
+from rca_lsp.dumps import forkload
+from rca_lsp.dumps.dump import ModuleEntry, load_dump_file
 from rca_lsp.dumps.forkload import BackgroundDump
 from rca_lsp.dumps.load import DumpCache
 from rca_lsp.dumps.sources import resolve_dump_source
+from rca_lsp.model.stats import TensorStats
 from rca_lsp.report.root_cause import root_cause_report
 
 KEY = "Module.model.layers.0.mlp.down_proj.Linear.forward.0"
@@ -36,6 +38,21 @@ def test_background_load_gives_the_same_dump(variant: str, threaded: bool) -> No
     )
     assert loaded.keys == direct.keys and loaded.entries == direct.entries
     assert loaded.skipped_keys == direct.skipped_keys
+    for received in loaded.entries.values():  # received as _SentEntry/_SentStats, made the loaded classes
+        assert type(received) is ModuleEntry
+        slots = [received.input, received.output, received.stream_input, received.stream_output]
+        slots += [*received.kwargs.values(), *received.parameters.values()]
+        assert all(type(stats) is TensorStats for stats in slots if stats is not None)
+
+
+def test_the_sent_classes_are_the_loaded_ones_field_for_field() -> None:
+    """The transfer reads statistics back without TensorStats.__post_init__ and then only changes their class:
+    valid while the classes hold the same fields, under the same wire names, with the same defaults."""
+    for sent, loaded in ((forkload._SentStats, TensorStats), (forkload._SentEntry, ModuleEntry)):
+        assert sent.__struct_fields__ == loaded.__struct_fields__
+        assert sent.__struct_encode_fields__ == loaded.__struct_encode_fields__
+        assert sent.__struct_defaults__ == loaded.__struct_defaults__
+        assert sent.__struct_config__.gc == loaded.__struct_config__.gc
 
 
 def test_nonfinite_statistics_survive_the_transfer(tmp_path: Path) -> None:
