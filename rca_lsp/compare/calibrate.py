@@ -210,7 +210,3 @@ def _persists(errors: np.ndarray, index: int, threshold: float) -> bool:
     """Half of the next pairs stay above the threshold (the last pairs of a run have nothing after them)."""
     following = errors[index + 1 : index + 1 + PERSIST_WINDOW]
     return not len(following) or 2 * int(np.count_nonzero(following > threshold)) >= len(following)
-
-
-def calibrate(records: Iterable[ModuleRecord], base: Tolerances) -> Calibration:
-    return ErrorSeries.of(records).calibrate(base)

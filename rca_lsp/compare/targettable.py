@@ -12,6 +12,7 @@ itself: they are few, and their wording is its own. tests/test_target_table.py c
 from __future__ import annotations
 
 from functools import cached_property
+from operator import attrgetter
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -23,7 +24,10 @@ from rca_lsp.model.stats import TensorStats, dtype_pair, relative_error
 from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances
 
 _KIND_OF = {"o": 0, "i": 1, "p": 2}  # output, input, parameters: by the first letter of a target's name
-_ABSENT = (None, None, None, None, None, None)
+_ABSENT = TensorStats()  # a missing side: every statistic, the numel and the dtype None
+_STATISTICS = attrgetter("max", "min", "mean", "norm")
+_NUMEL = attrgetter("numel")
+_DTYPE = attrgetter("dtype")
 _NAN = float("nan")
 _NORM = STAT_NAMES.index("Norm")
 _DTYPE_MATCH = ("match", "mismatch", "unknown")  # statistics.dtype_pair's verdicts
@@ -36,18 +40,17 @@ class _Side(NamedTuple):
 
     values: np.ndarray  # (n, 4) Max, Min, Mean, Norm; NaN where the side or a statistic is missing, or NaN
     numels: np.ndarray  # NaN where the shape is unknown (or the side missing)
-    dtypes: tuple[str | None, ...]
+    dtypes: list[str | None]
 
 
 def _side(stats: list[TensorStats | None]) -> _Side:
-    rows = [(s.max, s.min, s.mean, s.norm, s.numel, s.dtype) if s is not None else _ABSENT for s in stats]
-    if not rows:
-        return _Side(np.zeros((0, 4)), np.zeros(0), ())
-    columns = list(zip(*rows))
-    values = np.array(columns[:4], dtype=np.float64).T
+    present = [s if s is not None else _ABSENT for s in stats]
+    if not present:
+        return _Side(np.zeros((0, 4)), np.zeros(0), [])
+    values = np.array(list(map(_STATISTICS, present)), dtype=np.float64)  # None: NaN
     # float() first: numpy converts Python ints one by one, several times slower
-    numels = np.array([_NAN if n is None else float(n) for n in columns[4]], dtype=np.float64)
-    return _Side(values, numels, columns[5])
+    numels = np.array([_NAN if n is None else float(n) for n in map(_NUMEL, present)], dtype=np.float64)
+    return _Side(values, numels, list(map(_DTYPE, present)))
 
 
 class TargetTable:
@@ -81,19 +84,23 @@ class TargetTable:
         # an unknown numel counts as not empty)
         finite = np.isfinite(train.values).all(axis=1) & np.isfinite(rollout.values).all(axis=1)
         rows = np.flatnonzero(finite & (train.numels != 0) & (rollout.numels != 0))
-        at = rows.tolist()
-        dtypes = [(train.dtypes[i], rollout.dtypes[i]) for i in at]
-        verdicts = {pair: dtype_pair(*pair) for pair in set(dtypes)}
-        codes = {pair: _DTYPE_MATCH.index(verdict[0]) for pair, verdict in verdicts.items()}
+        # each row's pair of dtypes as one code, judged once per distinct pair (a few) instead of once per row
+        listed = list(dict.fromkeys(train.dtypes + rollout.dtypes))
+        code_of = {name: code for code, name in enumerate(listed)}.__getitem__
+        train_codes = np.fromiter(map(code_of, train.dtypes), dtype=np.int64, count=count)
+        rollout_codes = np.fromiter(map(code_of, rollout.dtypes), dtype=np.int64, count=count)
+        distinct, which = np.unique(train_codes[rows] * len(listed) + rollout_codes[rows], return_inverse=True)
+        pairs = [(listed[code // len(listed)], listed[code % len(listed)]) for code in distinct.tolist()]
+        verdicts = [dtype_pair(*pair) for pair in pairs]
         self._dtype_match = np.zeros(count, dtype=np.int8)  # index into _DTYPE_MATCH
-        self._dtype_match[rows] = [codes[pair] for pair in dtypes]
-        same_form = np.array([verdicts[pair][1] for pair in dtypes], dtype=np.bool_)
+        self._dtype_match[rows] = np.array([_DTYPE_MATCH.index(v[0]) for v in verdicts], dtype=np.int8)[which]
+        same_form = np.array([v[1] for v in verdicts], dtype=np.bool_)[which]
         tolerance = np.full(count, np.nan)
         if self._tolerances is not None:
-            by_pair = {pair: self._tolerances.for_dtypes(*pair) for pair in verdicts}
-            tolerance[rows] = [by_pair[pair] for pair in dtypes]
+            tolerance[rows] = np.array([self._tolerances.for_dtypes(*pair) for pair in pairs])[which]
         else:
-            tolerance[rows] = [self.tolerances_of(i).for_dtypes(*pair) for i, pair in zip(at, dtypes)]
+            pair_of = which.tolist()
+            tolerance[rows] = [self.tolerances_of(i).for_dtypes(*pairs[p]) for i, p in zip(rows.tolist(), pair_of)]
         simple = np.zeros(count, dtype=np.bool_)
         simple[rows] = same_form & (tolerance[rows] >= 0.0)
         self._numels = np.nan_to_num(train.numels), np.nan_to_num(rollout.numels)  # unknown: 0, as tensor_scale
