@@ -43,24 +43,30 @@ if TYPE_CHECKING:
 # tolerance from the rollout's while another rank's copy does not
 
 
+class _Numbering(dict[str, int]):
+    """Each text's number, a new text getting the next one: looked up in C (a chart numbers ~20 texts a module)."""
+
+    def __missing__(self, text: str) -> int:
+        number = self[text] = len(self)
+        return number
+
+
 class _Strings:
-    """The string table being built."""
+    """The string table being built; `strings(text)` is the text's index in it."""
 
     def __init__(self) -> None:
-        self.index: dict[str, int] = {"": 0}
+        self.index = _Numbering({"": 0})
 
     def __call__(self, text: str) -> int:
-        found = self.index.get(text)
-        if found is None:
-            found = self.index[text] = len(self.index)
-        return found
+        return self.index[text]
 
     def key(self, key: str, label: str) -> Key:
         """head, label, tail of a dump key (the key whole when the label is not in it)."""
+        number = self.index.__getitem__
         at = key.rfind("." + label + ".")
         if not label or at < 0:
-            return [self(key), 0, 0]
-        return [self(key[: at + 1]), self(label), self(key[at + 1 + len(label) :])]
+            return [number(key), 0, 0]
+        return [number(key[: at + 1]), number(label), number(key[at + 1 + len(label) :])]
 
     def table(self) -> list[str]:
         return list(self.index)
@@ -148,7 +154,11 @@ class _Stats:
     def _add_stats(self, stats: TensorStats) -> int:
         strings = self.strings
         values = (stats.max, stats.min, stats.mean, stats.norm)
-        if all(v is not None and v and math.isfinite(v) for v in values):  # the common case, without 4 calls
+        try:  # the common case, four finite floats (zeros too: float("0") and float("-0") are them), in one test
+            common = math.isfinite(values[0] + values[1] + values[2] + values[3])  # a sum that overflows: not taken
+        except TypeError:  # a None
+            common = False
+        if common:
             rounded: tuple[Number | None, ...] = tuple([float(f"{v:.5g}") for v in values])  # type: ignore[str-format]
         else:
             rounded = tuple([_rounded(v, 5) for v in values])
@@ -174,6 +184,7 @@ class _Labels:
 
     def __init__(self) -> None:
         self.by_head: dict[str, str] = {}
+        self.layers: dict[str, int | None] = {}
 
     def __call__(self, key: str) -> str:
         head = key.rpartition(".")[0]
@@ -181,6 +192,13 @@ class _Labels:
         if found is None:
             found = self.by_head[head] = _call_free_label(head)
         return found or key
+
+    def layer(self, key: str) -> int | None:
+        """layer_index of a module key, once per module (its calls' keys differ in the call index only)."""
+        head = key.rpartition(".")[0]
+        if head not in self.layers:
+            self.layers[head] = layer_index(key)
+        return self.layers[head]
 
 
 def _call_free_label(head: str) -> str:
@@ -250,7 +268,7 @@ def _modules(
         for column in (series["output"], series["input"], series["parameters"])
     ]
     specs, errors = targets.specs, targets.errors
-    key_of, text = strings.key, strings.__call__
+    key_of, text = strings.key, strings.index.__getitem__  # strings(), without a Python call per text
     add_train_key, add_rollout_key = modules.train_key.append, modules.rollout_key.append
     add_label, add_layer, add_bucket = modules.label.append, modules.layer.append, modules.bucket.append
     add_suspect, add_floor = modules.suspect.append, modules.noise_floor.append
@@ -261,7 +279,7 @@ def _modules(
         add_train_key(key_of(comparison.train_key, label))
         add_rollout_key([i for k in comparison.rollout_keys for i in key_of(k, labels(k))])
         add_label(text(label))
-        add_layer(record.layer_index)
+        add_layer(labels.layer(comparison.train_key))  # record.layer_index, parsed once per module
         add_bucket(text(comparison.module_bucket))
         suspect = suspects.get(id(record))
         add_suspect(text(suspect.classification) if suspect is not None else None)
