@@ -147,14 +147,16 @@ def interrupts_held() -> Iterator[None]:
     process-directed SIGINT to any thread that does not block it, whose Python handler then runs in the main thread
     at once. So on the main thread the handler is also replaced for the block by one that notes the signal."""
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    on_main = threading.current_thread() is threading.main_thread()
+    # a handler not set from Python (getsignal: None) could not be put back: left alone, the mask alone holds
+    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
     noted: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum)) if on_main else None
+    if previous is not None:
+        signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # one held back by the mask is delivered now...
-        if on_main:
+        if previous is not None:
             signal.signal(signal.SIGINT, previous)
     if noted:  # ... and one that reached another thread, to the handler of the process
         signal.raise_signal(signal.SIGINT)
