@@ -2,7 +2,8 @@
 
 Parsing and indexing a dump is CPU-bound; on two cores the second dump costs only its transfer: the child sends
 the index as MessagePack, which msgspec writes and reads back in C, into Structs of the same fields that skip the
-statistics' normalisation (done in the child), in ~20% of the time a load takes. If the child fails for any reason, the dump is loaded here instead, so errors read exactly as usual.
+statistics' normalisation (done in the child), in ~20% of the time a load takes. If the child fails for any
+reason, the dump is loaded here instead, so errors read exactly as usual.
 The rank files of one logical dump go another way (BackgroundRanks): the child compares the later ranks with the
 first and sends only where they differ.
 """
@@ -43,7 +44,8 @@ class _SentStats(msgspec.Struct, gc=False):
 
 
 class _SentEntry(msgspec.Struct, gc=False):
-    """ModuleEntry as sent: its fields, its statistics as _SentStats."""
+    """ModuleEntry as sent: its fields, its statistics as _SentStats. Not frozen as ModuleEntry is: a frozen Struct
+    refuses the class assignment that makes it one (see _as_loaded)."""
 
     key: str
     position: int
