@@ -5,7 +5,6 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Iterable, NamedTuple
 
-from rca_lsp.compare.bulk import compare_plain
 from rca_lsp.compare.datagroups import DataGroupChoice
 from rca_lsp.compare.module import ModuleComparison, compare_module
 from rca_lsp.compare.residual import branch_facts
@@ -256,37 +255,26 @@ class Comparator:
                 self.tolerances,
                 branch_facts(self.train, self.rollout, train_keys, rollout_keys),
             )
-            cached = self._record(comparison, train_entries, rollout_entries)
+            if self.tensors is not None and self.tensors.active:
+                comparison = comparison.with_tensor_evidence(self.tensors.evidence(comparison))
+            train_paths, rollout_paths = _paths(train_entries), _paths(rollout_entries)
+            cached = _new(
+                ModuleRecord,
+                (
+                    comparison,
+                    train_entries[-1].position,
+                    rollout_entries[-1].position,
+                    train_entries[0].position,
+                    rollout_entries[0].position,
+                    train_entries[0].call_index,
+                    train_paths,
+                    rollout_paths,
+                    _prefixes(train_paths),
+                    _prefixes(rollout_paths),
+                ),
+            )
             self._cache[(train_keys, rollout_keys)] = cached
         return cached
 
-    def _record(
-        self, comparison: ModuleComparison, train_entries: list[ModuleEntry], rollout_entries: list[ModuleEntry]
-    ) -> ModuleRecord:
-        if self.tensors is not None and self.tensors.active:
-            comparison = comparison.with_tensor_evidence(self.tensors.evidence(comparison))
-        train_paths, rollout_paths = _paths(train_entries), _paths(rollout_entries)
-        return _new(
-            ModuleRecord,
-            (
-                comparison,
-                train_entries[-1].position,
-                rollout_entries[-1].position,
-                train_entries[0].position,
-                rollout_entries[0].position,
-                train_entries[0].call_index,
-                train_paths,
-                rollout_paths,
-                _prefixes(train_paths),
-                _prefixes(rollout_paths),
-            ),
-        )
-
     def records(self, groups: Iterable[tuple[tuple[str, ...], tuple[str, ...]]]) -> list[ModuleRecord]:
-        groups = list(groups)
-        if self._base is None:  # the plain groups not compared yet, in one pass (compare.bulk)
-            todo = [group for group in groups if group not in self._cache]
-            for group, comparison in compare_plain(todo, self.train, self.rollout, self.tolerances).items():
-                entries = [self.train.entries[group[0][0]]], [self.rollout.entries[group[1][0]]]
-                self._cache[group] = self._record(comparison, *entries)
         return [self.record(t, r) for t, r in groups]
