@@ -3,16 +3,18 @@ progress on stderr only when it is a terminal."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from rca_lsp.diagnose.run import analyze_paths
-from rca_lsp.report.outputs import _chunk_progress, write_outputs
+from rca_lsp.report.outputs import BackgroundTables, _chunk_progress, _Quiet, write_outputs
 from tests.conftest import FIXTURES
 from tests.test_cli import analyze_args, rca
 
@@ -31,7 +33,15 @@ def test_the_report_is_written_before_the_tables_and_the_chart(tmp_path: Path, f
 
     written = write_outputs(analysis, tmp_path, fork=fork, chart=chart, on_answer=answer)
     ((report, present),) = seen
-    assert present == [f"{REPORT}.json", f"{REPORT}.md"]
+    files = [name for name in present if not name.startswith(".")]  # not the temporaries of a file being written
+    if fork:  # output_1, 2 and 4 are written by a child meanwhile (see BackgroundTables): maybe already there
+        early = {
+            f"{stem}.{ext}"
+            for stem in ("output_1_key_mapping", "output_2_mapping", "output_4_module_analysis")
+            for ext in ("json", "csv")
+        }
+        files = [name for name in files if name not in early]
+    assert files == [f"{REPORT}.json", f"{REPORT}.md"]
     assert report["top_hypothesis"] and report["run_id"] in (tmp_path / f"{REPORT}.json").read_text()
     assert {p.name for p in written} >= {"output_3_value_compare.json", f"{REPORT}.md"}
     assert (f"{REPORT}.html" in {p.name for p in written}) == chart
@@ -106,3 +116,39 @@ def test_progress_is_shown_on_a_terminal_and_not_when_piped(tmp_path: Path) -> N
     assert "Root Cause Evidence Summary" in stdout and "rca-lsp: [" not in stdout
     piped = rca(*args, cwd=tmp_path)
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_background_tables_are_written_while_the_evidence_is_derived(tmp_path: Path) -> None:
+    """Started when the groups are compared (the CLI's path), the child writes output_1, 2 and 4 before
+    write_outputs is called, under the run id the report then carries."""
+    variant = FIXTURES / "missing_activation"
+    out = tmp_path / "out"
+    with BackgroundTables(out, _Quiet()) as tables:
+        analysis = analyze_paths(
+            variant / "train", variant / "rollout", variant / "mapping_key.json", on_compared=tables.start
+        )
+        early = out / "output_4_module_analysis.json"
+        deadline = time.monotonic() + 60
+        while not early.exists() and time.monotonic() < deadline:  # written by the child alone
+            time.sleep(0.05)
+        assert early.exists()
+        assert not (out / "output_3_value_compare.json").exists()  # written once the answer is
+        written = write_outputs(analysis, out, fork=True, tables=tables)
+    run_id = json.loads((out / f"{REPORT}.json").read_text())["run_id"]
+    names = {p.name for p in written}
+    for stem in ("output_1_key_mapping", "output_2_mapping", "output_4_module_analysis", "output_3_value_compare"):
+        assert {f"{stem}.csv"} <= names
+    assert json.loads(early.read_text())["meta"]["run_id"] == run_id
+    assert json.loads((out / "output_manifest.json").read_text())["run_id"] == run_id
+
+
+def test_a_mapping_the_cli_cannot_use_starts_no_tables(tmp_path: Path) -> None:
+    """The check that stops the run comes before the tables' child starts: nothing is written."""
+    variant = FIXTURES / "missing_activation"
+    broken = tmp_path / "mapping_key.json"
+    broken.write_text((variant / "mapping_key.json").read_text()[:-3])  # cut before its closing brace
+    out = tmp_path / "out"
+    args = ("analyze", "--train", str(variant / "train"), "--rollout", str(variant / "rollout"))
+    result = rca(*args, "--mapping-key", str(broken), "--out-dir", str(out), cwd=tmp_path)
+    assert result.returncode == 2 and "json-syntax" in result.stderr
+    assert not out.exists() or not any(out.iterdir())

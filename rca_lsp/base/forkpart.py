@@ -1,7 +1,7 @@
 """Work done by forked children while this process does the rest, and the pipes that bring their results back.
 
-BackgroundWork: the CLI's root-cause report with its divergence chart (seconds on 10^5 modules, in one process) is
-written on the second core while the tables are. The work returns the paths it wrote (each written atomically); the
+BackgroundWork: the CLI's output_1, 2 and 4 are written on the second core while the analysis goes on, and the
+chart's image is drawn while its page is written. The work returns the paths it wrote (each written atomically); the
 child sends them back. If the child fails for any reason (an exception, a kill), nothing is sent and the work is done
 here instead, so its errors read exactly as usual. Single-threaded callers only: the child is forked.
 
@@ -162,16 +162,29 @@ def interrupts_held() -> Iterator[None]:
         signal.raise_signal(signal.SIGINT)
 
 
-class BackgroundWork:
-    """Starts `work` in a forked child at once; `result()` waits for its paths (or does the work here)."""
+def yield_to_the_parent() -> None:
+    """A child whose work is not what the parent waits for first runs at a lower priority: with more work than
+    cores, the parent's (the chart, on the way to the exit) gets a core of its own."""
+    try:
+        os.nice(BACKGROUND_NICENESS)
+    except OSError:  # not allowed here: it only shares the cores evenly
+        pass
 
-    def __init__(self, work: Work) -> None:
+
+BACKGROUND_NICENESS = 5
+
+
+class BackgroundWork:
+    """Starts `work` in a forked child at once; `result()` waits for its paths (or does the work here). `background`:
+    the child yields to this process (see yield_to_the_parent)."""
+
+    def __init__(self, work: Work, background: bool = False) -> None:
         self._work = work
         context = multiprocessing.get_context("fork")
         self._channel = Channel()
         # not a daemon: the work may start a BackgroundWork of its own (multiprocessing's daemons cannot); close()
         # ends the child in any case
-        self._child = context.Process(target=_work_and_send, args=(work, self._channel, os.getpid()))
+        self._child = context.Process(target=_work_and_send, args=(work, self._channel, os.getpid(), background))
         with interrupts_held():  # a Ctrl-C during the fork reaches the parent, which kills the child
             self._child.start()
         self._channel.close_writing()
@@ -248,8 +261,10 @@ class ForkedBytes:
         self.close()
 
 
-def _work_and_send(work: Work, channel: Channel, parent: int) -> None:
+def _work_and_send(work: Work, channel: Channel, parent: int, background: bool) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if background:
+        yield_to_the_parent()
     _end_with_parent(parent)
     channel.close_reading()  # the parent's end: held here too, a dead parent's pipe would never break (EPIPE)
     try:

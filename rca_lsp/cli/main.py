@@ -6,8 +6,9 @@ import argparse
 import logging
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Iterator, NoReturn, Sequence
 
 from rca_lsp import __version__
 from rca_lsp.base.display import shown
@@ -16,12 +17,12 @@ from rca_lsp.cli import export as export_cli
 from rca_lsp.cli import suggest as suggest_cli
 from rca_lsp.cli.progress import Progress
 from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
-from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.diagnose.analysis import Analysis, Compared
 from rca_lsp.diagnose.run import analyze_paths, raise_if_unusable
 from rca_lsp.dumps.stepjoin import steps_joined
 from rca_lsp.model.tolerance import Tolerances, checked_tolerance
 from rca_lsp.report.markdown import NOTHING_COMPARED
-from rca_lsp.report.outputs import write_outputs
+from rca_lsp.report.outputs import BackgroundTables, write_outputs
 from rca_lsp.report.root_cause import confidence_text
 from rca_lsp.report.tables.columns import COLUMN_STYLES
 
@@ -131,6 +132,17 @@ def _summary(analysis: Analysis, report: dict[str, Any], out_dir: Path, chart: b
     return "\n".join(map(shown, lines))  # keys and paths: no line break or bidi control shown as it is
 
 
+def _warn_of_issues(analysis: Analysis, mapping: Path) -> None:
+    for issue in analysis.issues[:10]:
+        key = f" (key {issue.key!r})" if issue.key else ""
+        print(
+            shown(f"warning: {mapping}:{analysis.mapping.line_of(issue.span)}: {issue.code}: {issue.message}{key}"),
+            file=sys.stderr,
+        )
+    if len(analysis.issues) > 10:
+        print(f"warning: ... {len(analysis.issues) - 10} more mapping problems (see output_5)", file=sys.stderr)
+
+
 def run_analyze(args: argparse.Namespace) -> int:
     given = [args.train, args.rollout, args.mapping_key]
     if args.demo or not any(given):
@@ -143,49 +155,60 @@ def run_analyze(args: argparse.Namespace) -> int:
         train, rollout, mapping = Path(args.train), Path(args.rollout), Path(args.mapping_key)
     train_options, rollout_options = side_options(args)
     progress = Progress()
-    analysis = analyze_paths(
-        train,
-        rollout,
-        mapping,
-        _tolerances(args.tolerance),
-        fork=True,
-        train_options=train_options,
-        rollout_options=rollout_options,
-        progress=progress,
-    )
-    raise_if_unusable(analysis.mapping)
-    for issue in analysis.issues[:10]:
-        key = f" (key {issue.key!r})" if issue.key else ""
-        print(
-            shown(f"warning: {mapping}:{analysis.mapping.line_of(issue.span)}: {issue.code}: {issue.message}{key}"),
-            file=sys.stderr,
-        )
-    if len(analysis.issues) > 10:
-        print(f"warning: ... {len(analysis.issues) - 10} more mapping problems (see output_5)", file=sys.stderr)
     out_dir = Path(args.out_dir or "rca_out")
 
-    def answer(report: dict[str, Any]) -> None:  # printed as soon as output_5 is written, before the tables
-        print(_summary(analysis, report, out_dir, not args.no_chart), flush=True)
-        progress.say(f"writing the tables{' and the chart' if not args.no_chart else ''} to {out_dir}")
+    def compared(result: Compared) -> None:  # the groups compared: the tables are written from now on
+        raise_if_unusable(result.mapping)
+        progress.say(f"writing the tables to {out_dir} meanwhile")
+        with _output_errors(out_dir):
+            tables.start(result)
 
-    progress.say(f"writing the root-cause report to {out_dir}")
-    try:
-        written = write_outputs(
-            analysis,
-            out_dir,
+    with BackgroundTables(out_dir, progress) as tables:
+        analysis = analyze_paths(
+            train,
+            rollout,
+            mapping,
+            _tolerances(args.tolerance),
             fork=True,
-            columns=args.columns,
-            chart=not args.no_chart,
-            on_answer=answer,
+            train_options=train_options,
+            rollout_options=rollout_options,
             progress=progress,
+            on_compared=compared,
         )
-    except OSError as error:  # the file named when the error names one (one not a regular file, see atomicfile)
-        where = str(error.filename or out_dir)
-        raise InputError(where, f"cannot write the output files: {error.strerror or error}") from None
+        _warn_of_issues(analysis, mapping)
+
+        def answer(report: dict[str, Any]) -> None:  # printed as soon as output_5 is written, before the rest
+            print(_summary(analysis, report, out_dir, not args.no_chart), flush=True)
+            if not args.no_chart:
+                progress.say(f"drawing the chart in {out_dir}")
+
+        progress.say(f"writing the root-cause report to {out_dir}")
+        with _output_errors(out_dir):
+            written = write_outputs(
+                analysis,
+                out_dir,
+                fork=True,
+                columns=args.columns,
+                chart=not args.no_chart,
+                on_answer=answer,
+                progress=progress,
+                tables=tables,
+            )
     progress.wrote(written)
     if args.exit_when_done:
         _exit_without_teardown()
     return 0
+
+
+@contextmanager
+def _output_errors(out_dir: Path) -> Iterator[None]:
+    """An OSError writing the outputs as one line naming the file, when the error names one (one not a regular
+    file, see atomicfile), else the folder."""
+    try:
+        yield
+    except OSError as error:
+        where = str(error.filename or out_dir)
+        raise InputError(where, f"cannot write the output files: {error.strerror or error}") from None
 
 
 def _exit_without_teardown() -> NoReturn:

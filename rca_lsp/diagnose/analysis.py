@@ -11,6 +11,7 @@ import bisect
 from dataclasses import dataclass, replace
 from functools import cached_property
 from operator import attrgetter
+from typing import Callable
 
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.compare.calibrate import Calibration, ErrorSeries
@@ -42,14 +43,40 @@ class MappingRow:
 
 
 @dataclass
-class Analysis:
+class Compared:
+    """The mapping's groups compared and judged under the calibrated thresholds: all that the tables (output_1..4)
+    read, ready before the root-cause evidence is derived (the CLI starts writing them meanwhile)."""
+
     comparator: Comparator
     mapping: ParsedMapping
+    usable: Usable
+    records: list[ModuleRecord]  # output_4, in train order
+
+    @property
+    def train(self) -> Dump:
+        return self.comparator.train
+
+    @property
+    def rollout(self) -> Dump:
+        return self.comparator.rollout
+
+    @cached_property
+    def targets(self) -> TargetTable:
+        """Every compared target of the records as columns (output_3 and the chart read them; built once per
+        process that writes them)."""
+        return target_table(self.records)
+
+    @cached_property
+    def rows(self) -> list[MappingRow]:
+        """output_1, built only when the output files are written."""
+        return _rows(self.train, self.mapping, self.usable)
+
+
+@dataclass
+class Analysis(Compared):
     flagged: list[MappingEntry]  # entries naming keys that are not in the dumps, in file order
     issues: list[MappingIssue]
-    usable: Usable
     owners: Owners
-    records: list[ModuleRecord]  # output_4, in train order
     by_train_key: dict[str, ModuleRecord]
     matched_train: set[str]
     matched_rollout: set[str]
@@ -62,14 +89,6 @@ class Analysis:
     series: ErrorSeries  # the errors calibrated, kept to calibrate again after an edit
     judge: Comparator  # the comparator under those thresholds (comparator itself when nothing was tightened)
 
-    @property
-    def train(self) -> Dump:
-        return self.comparator.train
-
-    @property
-    def rollout(self) -> Dump:
-        return self.comparator.rollout
-
     @cached_property
     def structural(self) -> list[ModuleRecord]:
         return [r for evidence in self.calls.values() for r in evidence.structural]
@@ -81,17 +100,6 @@ class Analysis:
     @property
     def top_hypothesis(self) -> str:
         return hypothesis(self.suspects[0] if self.suspects else None)[0]
-
-    @cached_property
-    def targets(self) -> TargetTable:
-        """Every compared target of the records as columns (output_3 and the chart read them; built once, before
-        the processes writing them fork)."""
-        return target_table(self.records)
-
-    @cached_property
-    def rows(self) -> list[MappingRow]:
-        """output_1, built only when the output files are written."""
-        return _rows(self.train, self.mapping, self.usable)
 
 
 def _data_note(comparator: Comparator) -> str | None:
@@ -161,14 +169,23 @@ def _unmapped_between(train: Dump, positions: list[int], matched: set[str]) -> d
     return attached
 
 
-def analyze(mapping: ParsedMapping, comparator: Comparator, previous: Analysis | None = None) -> Analysis:
+OnCompared = Callable[[Compared], None]
+
+
+def analyze(
+    mapping: ParsedMapping,
+    comparator: Comparator,
+    previous: Analysis | None = None,
+    on_compared: OnCompared | None = None,
+) -> Analysis:
     """Validate the mapping against the dumps, compare every mapped group, and derive the root-cause evidence.
-    `previous` (an analysis of an earlier version of the mapping) lets unchanged parts be reused."""
+    `previous` (an analysis of an earlier version of the mapping) lets unchanged parts be reused; without it,
+    `on_compared` is called once the groups are compared and judged, before the evidence is derived."""
     mapping = mapping.for_dumps(comparator.train, comparator.rollout)
     with paused_gc():
         if previous is not None and previous.comparator is comparator:
             return _update(mapping, previous)
-        return _analyze(mapping, comparator)
+        return _analyze(mapping, comparator, on_compared)
 
 
 def _issues(mapping: ParsedMapping, flagged: list[MappingEntry], comparator: Comparator) -> list[MappingIssue]:
@@ -217,13 +234,15 @@ def _calibrated(comparator: Comparator, series: ErrorSeries) -> tuple[Calibratio
     return calibration, comparator.with_tolerances(calibration.tolerances(comparator.tolerances))
 
 
-def _analyze(mapping: ParsedMapping, comparator: Comparator) -> Analysis:
+def _analyze(mapping: ParsedMapping, comparator: Comparator, on_compared: OnCompared | None = None) -> Analysis:
     train, rollout = comparator.train, comparator.rollout
     usable = _usable_mapping(mapping.effective(), train, rollout)
     groups = build_groups(usable, train, rollout)
     series = ErrorSeries.of(comparator.records(groups))
     calibration, judge = _calibrated(comparator, series)
     records = judge.records(groups)
+    if on_compared is not None:
+        on_compared(Compared(comparator, mapping, usable, records))
     matched_train = {k for r in records for k in r.comparison.train_keys}
     matched_rollout = {k for r in records for k in r.comparison.rollout_keys}
     unmatched = (UnmatchedPositions(train, matched_train), UnmatchedPositions(rollout, matched_rollout))
@@ -232,24 +251,24 @@ def _analyze(mapping: ParsedMapping, comparator: Comparator) -> Analysis:
     unmapped = {call: _unmapped_between(train, keys, matched_train) for call, keys in comparator.train_calls.items()}
     flagged = unknown_entries(mapping.entries, train, rollout)
     return Analysis(
-        comparator,
-        mapping,
-        flagged,
-        _issues(mapping, flagged, comparator),
-        usable,
-        owners_of(usable),
-        records,
-        {k: r for r in records for k in r.comparison.train_keys},
-        matched_train,
-        matched_rollout,
-        calls,
-        unmatched,
-        unmapped,
-        _all_calls(unmapped),
-        ranked_suspects(calls.values()),
-        calibration,
-        series,
-        judge,
+        comparator=comparator,
+        mapping=mapping,
+        usable=usable,
+        records=records,
+        flagged=flagged,
+        issues=_issues(mapping, flagged, comparator),
+        owners=owners_of(usable),
+        by_train_key={k: r for r in records for k in r.comparison.train_keys},
+        matched_train=matched_train,
+        matched_rollout=matched_rollout,
+        calls=calls,
+        unmatched=unmatched,
+        unmapped_by_call=unmapped,
+        unmapped_between=_all_calls(unmapped),
+        suspects=ranked_suspects(calls.values()),
+        calibration=calibration,
+        series=series,
+        judge=judge,
     )
 
 

@@ -13,7 +13,7 @@ from rca_lsp.base.inputfile import read_regular_file
 from rca_lsp.base.jsonload import text_position
 from rca_lsp.compare.datagroups import DataGroupChoice, choose_data_group
 from rca_lsp.compare.records import Comparator
-from rca_lsp.diagnose.analysis import Analysis, analyze
+from rca_lsp.diagnose.analysis import Analysis, OnCompared, analyze
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.dumps.forkload import BackgroundDump, BackgroundRanks
 from rca_lsp.dumps.load import DumpCache
@@ -84,9 +84,10 @@ def analyze_paths(
     train_options: SideOptions = SideOptions(),
     rollout_options: SideOptions = SideOptions(),
     progress: RunProgress | None = None,
+    on_compared: OnCompared | None = None,
 ) -> Analysis:
     """With `fork` (single-threaded callers only), the rollout dump is loaded by a child process meanwhile;
-    `progress` is told each phase as it starts."""
+    `progress` is told each phase as it starts; `on_compared`: see analyze."""
     cache = cache or DumpCache()
     with (
         _background_load(rollout, rollout_options if fork else None) as background,
@@ -111,7 +112,7 @@ def analyze_paths(
             f"comparing {len(parsed.entries)} mapping entries over {len(train_dump.keys)} train and "
             f"{len(rollout_dump.keys)} rollout module calls"
         )
-    return analyze(parsed, comparator)
+    return analyze(parsed, comparator, on_compared=on_compared)
 
 
 class RunProgress(Protocol):

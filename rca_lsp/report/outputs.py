@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
@@ -15,7 +16,7 @@ from rca_lsp.base.cancel import ShouldStop, never, stop_if
 from rca_lsp.base.forkpart import BackgroundWork
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.compare.records import ModuleRecord
-from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.diagnose.analysis import Analysis, Compared
 from rca_lsp.report.answer import ANSWER_NAMES, write_answer, write_chart
 from rca_lsp.report.manifest import forget_manifest, new_run_id, write_manifest
 from rca_lsp.report.root_cause import root_cause_report
@@ -55,7 +56,7 @@ MODULE_COLUMNS = (
 )
 
 
-def _mapping_rows(analysis: Analysis) -> list[tuple[Any, ...]]:
+def _mapping_rows(analysis: Compared) -> list[tuple[Any, ...]]:
     return [
         (
             r.train_key,
@@ -95,7 +96,7 @@ def _module_row(record: ModuleRecord) -> tuple[Any, ...]:
     )
 
 
-def _meta(analysis: Analysis, run_id: str) -> Meta:
+def _meta(analysis: Compared, run_id: str) -> Meta:
     return {
         "tool": "rca-lsp",
         "version": __version__,
@@ -106,7 +107,7 @@ def _meta(analysis: Analysis, run_id: str) -> Meta:
     }
 
 
-def _write_mapping(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never) -> list[Path]:
+def _write_mapping(analysis: Compared, out_dir: Path, meta: Meta, should_stop: ShouldStop = never) -> list[Path]:
     written = write_table(out_dir, "output_1_key_mapping", meta, "rows", MAPPING_COLUMNS, _mapping_rows(analysis), (1,))
     matched = [(r.train_key, r.rollout_keys) for r in analysis.rows if r.rollout_keys]
     write_atomically(out_dir / "output_2_mapping.json", _json(dict(matched)))
@@ -122,7 +123,7 @@ def _until_stopped(items: Iterable[T], should_stop: ShouldStop) -> Iterator[T]:
         yield item
 
 
-def _write_modules(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never) -> list[Path]:
+def _write_modules(analysis: Compared, out_dir: Path, meta: Meta, should_stop: ShouldStop = never) -> list[Path]:
     rows = (_module_row(r) for r in _until_stopped(analysis.records, should_stop))
     return write_table(out_dir, "output_4_module_analysis", meta, "records", MODULE_COLUMNS, rows, (2, 3))
 
@@ -137,7 +138,7 @@ OUTPUT_NAMES = (
 )
 
 
-Part = Callable[[Analysis, Path, Meta, ShouldStop], list[Path]]
+Part = Callable[[Compared, Path, Meta, ShouldStop], list[Path]]
 
 
 class TablesProgress(Protocol):
@@ -159,7 +160,7 @@ class _Quiet:
 
 def _write_part(
     part: Part,
-    analysis: Analysis,
+    analysis: Compared,
     out_dir: Path,
     meta: Meta,
     should_stop: ShouldStop = never,
@@ -185,6 +186,57 @@ def _chunk_progress(progress: TablesProgress, name: str) -> Callable[[int, int],
     return on_chunk
 
 
+class BackgroundTables:
+    """output_1, output_2 and output_4 (their rows come straight off the compared groups) written by a forked child
+    from the moment the groups are compared (see analysis.Compared), while this process derives the root-cause
+    evidence and writes the answer: the second core, idle during the analysis, takes that part of the output early.
+    Give `start` as the analysis's `on_compared`, then this to write_outputs. Single-threaded callers only: the
+    child is forked."""
+
+    def __init__(self, out_dir: Path, progress: TablesProgress) -> None:
+        self._out_dir, self._progress = out_dir, progress
+        self._work: BackgroundWork | None = None
+        self.meta: Meta | None = None  # the run's, once started
+
+    def start(self, compared: Compared) -> None:
+        self.meta = _begin(compared, self._out_dir)
+        parts: list[Part] = [_write_mapping, _write_modules]
+        self._work = BackgroundWork(
+            functools.partial(_write_parts, parts, compared, self._out_dir, self.meta, self._progress), background=True
+        )
+
+    def result(self) -> list[Path]:
+        """The paths the child wrote (or, if it failed, this process wrote: its error reads as usual)."""
+        assert self._work is not None
+        return self._work.result()
+
+    def close(self) -> None:
+        """Ends the child if it still runs (an error or a Ctrl-C before its result was taken)."""
+        if self._work is not None:
+            self._work.close()
+
+    def __enter__(self) -> BackgroundTables:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _begin(compared: Compared, out_dir: Path) -> Meta:
+    """The output folder made ready for a run (created, killed runs' temporaries and the manifest removed): the
+    run's meta."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out_dir, OUTPUT_NAMES)
+    forget_manifest(out_dir)
+    return _meta(compared, new_run_id())
+
+
+def _write_parts(
+    parts: list[Part], compared: Compared, out_dir: Path, meta: Meta, progress: TablesProgress
+) -> list[Path]:
+    return [path for part in parts for path in _write_part(part, compared, out_dir, meta, never, progress)]
+
+
 def write_outputs(
     analysis: Analysis,
     out_dir: Path,
@@ -194,52 +246,47 @@ def write_outputs(
     chart: bool = True,
     on_answer: Callable[[dict[str, Any]], None] | None = None,
     progress: TablesProgress = _Quiet(),
+    tables: BackgroundTables | None = None,
 ) -> list[Path]:
     """Write every output file, then the manifest listing them (see manifest); the paths written, the manifest
     last; `columns`: output_3's column names, one of COLUMN_STYLES; `chart`: whether to draw the divergence chart
     (seconds on 10^5 modules). The answer comes first: output_5's JSON and Markdown are written, then
     `on_answer` is called with the report they hold (the CLI prints its summary), then the chart and the tables,
     each file told to `progress` as it is written (and output_3's share done, by tenths).
-    With `fork` (single-threaded callers only: forking a threaded process can deadlock), the value-compare
-    tables, most of the work, are shared with a child process: it starts on them while this process writes the
-    other files, which then takes value-compare chunks from the end; a second child draws the chart meanwhile.
+    With `fork` (single-threaded callers only: forking a threaded process can deadlock), the work is shared with
+    forked children: output_1, 2 and 4 by `tables` (started early on this analysis, else here), output_3 by a
+    child and this process once the chart is drawn (see write_split), the chart's image by another.
     Without `fork`, raises Cancelled once `should_stop` says so: files written by then stay, the one being written
     is dropped, no manifest is written. Temporary files that killed runs left in `out_dir` are removed first."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(out_dir, OUTPUT_NAMES)
-    forget_manifest(out_dir)
-    meta = _meta(analysis, new_run_id())
     fork = fork and "fork" in multiprocessing.get_all_start_methods()
-    report = {"run_id": meta["run_id"], **root_cause_report(analysis)}
-    written = write_answer(analysis, out_dir, report, chart)
-    if on_answer is not None:
-        on_answer(report)
+    with tables if tables is not None else BackgroundTables(out_dir, progress) if fork else nullcontext() as early:
+        if early is not None and early.meta is None:
+            early.start(analysis)
+        meta = early.meta if early is not None and early.meta is not None else _begin(analysis, out_dir)
+        report = {"run_id": meta["run_id"], **root_cause_report(analysis)}
+        written = write_answer(analysis, out_dir, report, chart)
+        if on_answer is not None:
+            on_answer(report)
 
-    def chart_files(analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop) -> list[Path]:
-        return write_chart(analysis, out_dir, report, chart, fork)
+        def chart_files(_: Compared, out_dir: Path, meta: Meta, should_stop: ShouldStop) -> list[Path]:
+            return write_chart(analysis, out_dir, report, chart, fork)  # the whole analysis: the suspects too
 
-    analysis.targets  # built once, before forking: the chart's and the value table's processes share it
-    compare: Part = functools.partial(write_compare, style=columns)
-    if not fork:
-        parts: list[Part] = [_write_mapping, compare, _write_modules, chart_files]
-        written += [
-            path for part in parts for path in _write_part(part, analysis, out_dir, meta, should_stop, progress)
-        ]
-    elif chart:
-        # the chart is seconds of work for one process (10^5 modules): a second child draws it meanwhile
-        with BackgroundWork(functools.partial(_write_part, chart_files, analysis, out_dir, meta)) as background:
-            written += _write_forked(analysis, out_dir, meta, columns, [_write_mapping, _write_modules], progress)
-            chart_paths = background.result()
-            progress.wrote_part(chart_paths)
-            written += chart_paths
-    else:
-        others: list[Part] = [_write_mapping, _write_modules, chart_files]
-        written += _write_forked(analysis, out_dir, meta, columns, others, progress)
+        if early is None:
+            compare: Part = functools.partial(write_compare, style=columns)
+            parts: list[Part] = [_write_mapping, compare, _write_modules, chart_files]
+            written += [
+                path for part in parts for path in _write_part(part, analysis, out_dir, meta, should_stop, progress)
+            ]
+        else:
+            with paused_gc():
+                analysis.targets  # built before the value table's child forks: both read it
+            written += _write_forked(analysis, out_dir, meta, columns, [chart_files], progress)
+            written += early.result()
     return written + [write_manifest(out_dir, meta, written)]
 
 
 def _write_forked(
-    analysis: Analysis, out_dir: Path, meta: Meta, style: str, others: list[Part], progress: TablesProgress
+    analysis: Compared, out_dir: Path, meta: Meta, style: str, others: list[Part], progress: TablesProgress
 ) -> list[Path]:
     """The value-compare tables split with a child (see write_split) while this process writes the `others`."""
     chunks = TargetChunks(analysis)
@@ -249,7 +296,7 @@ def _write_forked(
         return encode_chunk(index, list(styled(chunks.rows(index), style)), columns, list_columns)
 
     def other_parts() -> list[Path]:
-        return [path for part in others for path in _write_part(part, analysis, out_dir, meta, never, progress)]
+        return _write_parts(others, analysis, out_dir, meta, progress)
 
     paths = (out_dir / f"{COMPARE_STEM}.json", out_dir / f"{COMPARE_STEM}.csv")
     heads = table_heads(meta, "rows", columns)

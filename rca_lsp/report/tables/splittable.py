@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, TypeVar
 
 from rca_lsp.base.atomicfile import create_temporary, replace_checked, writable_target
-from rca_lsp.base.forkpart import interrupts_held
+from rca_lsp.base.forkpart import interrupts_held, yield_to_the_parent
 from rca_lsp.base.gcpause import paused_gc
 
 EncodeChunk = Callable[[int], tuple[bytes, bytes]]  # chunk index -> (its JSON text, its CSV text)
@@ -99,6 +99,7 @@ def _write_front(bounds: SynchronizedArray, fds: list[int], encode: EncodeChunk)
     """The child's part. Ctrl-C is the parent's to handle (it kills the child); a failed write (a full disk) is
     handed to the parent as its errno, to be reported in one line there, not as the child's traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    yield_to_the_parent()  # the parent's work (the chart) is what the run waits for
     try:
         with (
             paused_gc(),

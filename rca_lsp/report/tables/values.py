@@ -11,7 +11,7 @@ from rca_lsp.base.cancel import ShouldStop, never, stop_if
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.compare.statistics import STAT_NAMES, priority_for
 from rca_lsp.compare.targettable import TargetTable
-from rca_lsp.diagnose.analysis import Analysis
+from rca_lsp.diagnose.analysis import Compared
 from rca_lsp.model.stats import TensorStats
 from rca_lsp.report.tables.cells import marked_non_finite
 from rca_lsp.report.tables.columns import MSPROBE_LIST_COLUMNS, VERDICT_COLUMNS, msprobe_rows
@@ -113,7 +113,7 @@ def target_rows(
 class TargetChunks:
     """output_3 by chunk of CHUNK rows, each computed on its own: two processes share the table's work."""
 
-    def __init__(self, analysis: Analysis) -> None:
+    def __init__(self, analysis: Compared) -> None:
         self._table = analysis.targets
         self._records = analysis.records
         self.tensors = has_tensor_evidence(analysis.records)
@@ -148,7 +148,7 @@ def _chunks(chunks: TargetChunks, should_stop: ShouldStop) -> Iterator[tuple[Any
 
 
 def write_compare(
-    analysis: Analysis, out_dir: Path, meta: Meta, should_stop: ShouldStop = never, style: str = "rca"
+    analysis: Compared, out_dir: Path, meta: Meta, should_stop: ShouldStop = never, style: str = "rca"
 ) -> list[Path]:
     """output_3 in one process."""
     chunks = TargetChunks(analysis)
