@@ -152,3 +152,24 @@ def test_a_mapping_the_cli_cannot_use_starts_no_tables(tmp_path: Path) -> None:
     result = rca(*args, "--mapping-key", str(broken), "--out-dir", str(out), cwd=tmp_path)
     assert result.returncode == 2 and "json-syntax" in result.stderr
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_without_fork_the_cli_writes_every_table_itself(tmp_path: Path, monkeypatch) -> None:
+    """A platform that cannot fork (Windows): no background tables, the same files, one process."""
+    from rca_lsp.base import forkpart
+    from rca_lsp.cli import main as cli
+    from rca_lsp.report import outputs
+
+    started: list[object] = []
+    monkeypatch.setattr(cli, "can_fork", lambda: False)
+    monkeypatch.setattr(outputs, "can_fork", lambda: False)
+    monkeypatch.setattr(forkpart.BackgroundWork, "__init__", lambda *args, **kwargs: started.append(args))
+    variant = FIXTURES / "missing_activation"
+    assert cli.main(list(analyze_args(variant, tmp_path / "out"))) == 0
+    assert not started
+    manifest = json.loads((tmp_path / "out" / "output_manifest.json").read_text())
+    assert {f["name"] for f in manifest["files"]} >= {
+        f"{stem}.{ext}"
+        for stem in ("output_1_key_mapping", "output_2_mapping", "output_3_value_compare", "output_4_module_analysis")
+        for ext in ("json", "csv")
+    }

@@ -162,6 +162,11 @@ def interrupts_held() -> Iterator[None]:
         signal.raise_signal(signal.SIGINT)
 
 
+def can_fork() -> bool:
+    """Whether this platform forks (not Windows): else every part is done in this process."""
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
 def yield_to_the_parent() -> None:
     """A child whose work is not what the parent waits for first runs at a lower priority: with more work than
     cores, the parent's (the chart, on the way to the exit) gets a core of its own."""

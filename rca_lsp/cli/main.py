@@ -13,6 +13,7 @@ from typing import Any, Iterator, NoReturn, Sequence
 from rca_lsp import __version__
 from rca_lsp.base.display import shown
 from rca_lsp.base.errors import InputError
+from rca_lsp.base.forkpart import can_fork
 from rca_lsp.cli import export as export_cli
 from rca_lsp.cli import suggest as suggest_cli
 from rca_lsp.cli.progress import Progress
@@ -158,10 +159,11 @@ def run_analyze(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir or "rca_out")
 
     def compared(result: Compared) -> None:  # the groups compared: the tables are written from now on
-        raise_if_unusable(result.mapping)
-        progress.say(f"writing the tables to {out_dir} meanwhile")
-        with _output_errors(out_dir):
-            tables.start(result)
+        raise_if_unusable(result.mapping)  # before anything is written
+        if can_fork():
+            progress.say(f"writing the tables to {out_dir} meanwhile")
+            with _output_errors(out_dir):
+                tables.start(result)
 
     with BackgroundTables(out_dir, progress) as tables:
         analysis = analyze_paths(

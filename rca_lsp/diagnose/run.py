@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import ContextManager, Protocol
 
 from rca_lsp.base.errors import InputError
+from rca_lsp.base.forkpart import can_fork
 from rca_lsp.base.inputfile import read_regular_file
 from rca_lsp.base.jsonload import text_position
 from rca_lsp.compare.datagroups import DataGroupChoice, choose_data_group
@@ -126,7 +126,7 @@ class RunProgress(Protocol):
 def _background_load(
     path: str | os.PathLike[str], options: SideOptions | None
 ) -> ContextManager[BackgroundDump | None]:
-    if options is None or "fork" not in multiprocessing.get_all_start_methods():
+    if options is None or not can_fork():
         return nullcontext()
     try:
         return BackgroundDump(options.resolve(path))
@@ -139,7 +139,7 @@ def _background_ranks(
 ) -> ContextManager[BackgroundRanks | None]:
     """The train side's later ranks compared in a child from the start (while the mapping is parsed), when the
     side has several."""
-    if options is None or "fork" not in multiprocessing.get_all_start_methods():
+    if options is None or not can_fork():
         return nullcontext()
     try:
         source = options.resolve(path)

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import msgspec
 
-from rca_lsp.base.forkpart import Channel, ForkedBytes
+from rca_lsp.base.forkpart import Channel, ForkedBytes, can_fork
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.base.inputfile import read_regular_file
 from rca_lsp.dumps.dump import Disagreement, Dump, JoinedSteps, ModuleEntry, ParallelInfo, load_dump_file
@@ -227,7 +227,7 @@ def _as_loaded(entries: list[_SentEntry]) -> list[ModuleEntry]:
 def load_files_forked(paths: Sequence[Path]) -> list[Dump]:
     """Several dump files (the ranks of one logical dump), read on both cores (BackgroundRanks). Single-threaded
     callers only."""
-    if len(paths) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    if len(paths) < 2 or not can_fork():
         return load_rank_files(paths)
     with BackgroundRanks(paths) as background:
         return background.load(paths)

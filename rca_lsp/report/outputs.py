@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import multiprocessing
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
@@ -13,7 +12,7 @@ import orjson
 from rca_lsp import __version__
 from rca_lsp.base.atomicfile import remove_stale_temporaries, write_atomically
 from rca_lsp.base.cancel import ShouldStop, never, stop_if
-from rca_lsp.base.forkpart import BackgroundWork
+from rca_lsp.base.forkpart import BackgroundWork, can_fork
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.diagnose.analysis import Analysis, Compared
@@ -258,9 +257,10 @@ def write_outputs(
     child and this process once the chart is drawn (see write_split), the chart's image by another.
     Without `fork`, raises Cancelled once `should_stop` says so: files written by then stay, the one being written
     is dropped, no manifest is written. Temporary files that killed runs left in `out_dir` are removed first."""
-    fork = fork and "fork" in multiprocessing.get_all_start_methods()
-    with tables if tables is not None else BackgroundTables(out_dir, progress) if fork else nullcontext() as early:
-        if early is not None and early.meta is None:
+    fork = fork and can_fork()
+    early = (tables or BackgroundTables(out_dir, progress)) if fork else None
+    with early if early is not None else nullcontext():
+        if early is not None and early.meta is None:  # started here: the analysis is every stage
             early.start(analysis)
         meta = early.meta if early is not None and early.meta is not None else _begin(analysis, out_dir)
         report = {"run_id": meta["run_id"], **root_cause_report(analysis)}
