@@ -160,3 +160,28 @@ else:
     for pid in alive:
         psutil.Process(pid).kill()
     assert alive == []
+
+
+def test_the_rollout_is_loaded_by_a_child_only_when_this_process_has_as_much_to_do(tmp_path: Path, monkeypatch) -> None:
+    """A small train dump against a large rollout (hundreds of decode steps): the rollout is loaded here, its
+    transfer from a child would cost more than the child saves; the same analysis either way."""
+    from rca_lsp.diagnose import run
+
+    variant = FIXTURES / "missing_activation"
+    paths = (variant / "train", variant / "rollout", variant / "mapping_key.json")
+    children: list[object] = []
+    real = run.BackgroundDump
+
+    def counted(source: object) -> object:
+        children.append(source)
+        return real(source)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run, "BackgroundDump", counted)
+    forked = run.analyze_paths(*paths, fork=True)
+    assert len(children) == 1  # the train dump and mapping weigh about what the rollout does: a child loads it
+    monkeypatch.setattr(run, "TRANSFER_SHARE", 1e6)  # as if the rollout were a million times the train side
+    here = run.analyze_paths(*paths, fork=True)
+    assert len(children) == 1
+    assert [r.comparison.output_consistency for r in here.records] == [
+        r.comparison.output_consistency for r in forked.records
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import ContextManager, Protocol
 
 from rca_lsp.base.errors import InputError
@@ -86,11 +87,14 @@ def analyze_paths(
     progress: RunProgress | None = None,
     on_compared: OnCompared | None = None,
 ) -> Analysis:
-    """With `fork` (single-threaded callers only), the rollout dump is loaded by a child process meanwhile;
+    """With `fork` (single-threaded callers only), the rollout dump is loaded by a child process meanwhile (unless
+    the train dump and the mapping are too small for that to pay);
     `progress` is told each phase as it starts; `on_compared`: see analyze."""
     cache = cache or DumpCache()
     with (
-        _background_load(rollout, rollout_options if fork else None) as background,
+        _background_load(
+            rollout, rollout_options if fork else None, _own_bytes(train, train_options, mapping) if fork else None
+        ) as background,
         _background_ranks(train, train_options if fork else None) as ranks,
     ):
         parsed = read_mapping_file(mapping)
@@ -123,15 +127,42 @@ class RunProgress(Protocol):
     def say(self, text: str) -> None: ...
 
 
+# A dump loaded by a child comes back encoded (MessagePack there, decoded here): about half of what loading it here
+# costs. The child pays only when this process has at least that much work of its own meanwhile.
+TRANSFER_SHARE = 0.5
+
+
 def _background_load(
-    path: str | os.PathLike[str], options: SideOptions | None
+    path: str | os.PathLike[str], options: SideOptions | None, own_bytes: int | None
 ) -> ContextManager[BackgroundDump | None]:
+    """The rollout dump loaded by a child while this process reads `own_bytes` of files itself (the mapping and the
+    train dump; None: unknown, taken for enough), when that is worth the transfer."""
     if options is None or not can_fork():
         return nullcontext()
     try:
-        return BackgroundDump(options.resolve(path))
+        source = options.resolve(path)
     except InputError:  # reported by the usual load, after any problem with the mapping or the train dump
         return nullcontext()
+    if own_bytes is not None and own_bytes < TRANSFER_SHARE * sum(map(_file_size, source.files)):
+        return nullcontext()  # e.g. a small train dump against a rollout of hundreds of decode steps
+    return BackgroundDump(source)
+
+
+def _own_bytes(train: str | os.PathLike[str], options: SideOptions, mapping: str | os.PathLike[str]) -> int | None:
+    """The bytes of the mapping and train dump files, which this process reads itself (None when the train side
+    cannot be resolved: the usual load reports why)."""
+    try:
+        files = options.resolve(train).files
+    except InputError:
+        return None
+    return sum(map(_file_size, (*files, Path(mapping))))
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # reported by the usual load
+        return 0
 
 
 def _background_ranks(
