@@ -219,11 +219,16 @@ class Dump:
         # by its Max, compared in C) are the only ones looked at.
         containers = [k for k, e in entries.items() if (e.path, e.call_index) in with_stream]
         wanted = {signature for k in containers if (signature := _exact_signature(entries[k].output)) is not None}
-        maxima = {signature[1] for signature in wanted}
+        maxima, values = {signature[1] for signature in wanted}, {signature[1:] for signature in wanted}
         by_output: dict[tuple[Any, ...], dict[tuple[str, int], str]] = {}
         for key in keys:
             output = entries[key].output
-            if output is not None and output.max in maxima and (signature := _exact_signature(output)) in wanted:
+            if (
+                output is not None
+                and output.max in maxima  # few maxima repeat: one look in C first, ...
+                and (output.max, output.min, output.mean, output.norm) in values  # ... bf16 ones do: then all four
+                and (signature := _exact_signature(output)) in wanted
+            ):
                 by_output.setdefault(signature, {})[(entries[key].path, entries[key].call_index)] = key
         returns: dict[str, str] = {}
         for group in by_output.values():
@@ -240,11 +245,16 @@ class Dump:
         self._returns_reduced_sums(returns, with_stream)
         takes: dict[str, str] = {}
         handed = {signature: [k for k in group.values() if k in returns] for signature, group in by_output.items()}
-        handed_maxima = {signature[1] for signature, found in handed.items() if found}
+        handed_values = {signature[1:] for signature, found in handed.items() if found}
+        handed_maxima = {found[0] for found in handed_values}
         for key in keys if returns else ():
             entry = entries[key]
             given = entry.input
-            if given is None or given.max not in handed_maxima:
+            if (
+                given is None
+                or given.max not in handed_maxima
+                or (given.max, given.min, given.mean, given.norm) not in handed_values
+            ):
                 continue
             signature = _exact_signature(given)
             if signature is None:
@@ -264,12 +274,14 @@ class Dump:
         nearest ancestor holding a fused-residual module whose output has that shape and Mean (within float32
         rounding of its scale)."""
         entries = self.entries
-        by_place = {(e.path, e.call_index): k for k, e in entries.items()}
+        by_place: dict[tuple[str, int], str] | None = None  # built at the first summed output: most dumps have none
         for key in reversed(self.keys):  # a container before its children: the nearest descendant is named
             entry = entries[key]
             summed = entry.output
             if summed is None or summed.mean is None or summed.max is not None or summed.norm is not None:
                 continue
+            if by_place is None:
+                by_place = {(e.path, e.call_index): k for k, e in entries.items()}
             parts = entry.path.split(".")
             for depth in range(len(parts) - 1, 0, -1):
                 place = (".".join(parts[:depth]), entry.call_index)
