@@ -205,3 +205,55 @@ def test_suggest_mapping_pairs_train_micro_batches_with_the_rollout_calls_holdin
     analysis = analyze_paths(tmp_path / "train", tmp_path / "rollout", mapping)
     assert analysis.suspects == [] and len(analysis.records) == 2
     assert all(r.comparison.output_consistency == "aligned" for r in analysis.records)
+
+
+def test_scalar_tensors_joined_over_calls_are_flat() -> None:
+    """A 0-d tensor per call (a scalar kwarg or loss at every decode step) has no dim to join along: the joined
+    statistics are those of the flat vector of the calls' values, not an error."""
+    from rca_lsp.compare.calls import _joined
+    from rca_lsp.model.stats import TensorStats
+
+    parts = [TensorStats(dtype="torch.float32", shape=(), max=v, min=v, mean=v, norm=abs(v)) for v in (0.5, -2.0, 1.5)]
+    joined = _joined(parts)  # type: ignore[arg-type]
+    assert joined is not None and joined.shape == (3,) and joined.numel == 3
+    assert (joined.max, joined.min, joined.norm) == (1.5, -2.0, (0.25 + 4.0 + 2.25) ** 0.5)
+    assert joined.mean == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_aggregate_is_the_statistics_of_the_concatenation(seed: int) -> None:
+    """aggregate against the statistics computed from the parts' definitions, with unknown statistics and sizes."""
+    import math
+
+    from rca_lsp.model.stats import TensorStats, aggregate
+
+    rng = random.Random(seed)
+    for _ in range(200):
+        parts = []
+        for _ in range(rng.randint(1, 6)):
+            value = lambda: rng.choice([None] + [rng.uniform(-3, 3)] * 9)  # noqa: E731
+            shape = rng.choice([None, (rng.randint(1, 4), 8)])
+            parts.append(
+                TensorStats(
+                    dtype="torch.float32",
+                    shape=shape,
+                    max=value(),
+                    min=value(),
+                    mean=value(),
+                    norm=abs(rng.uniform(0, 5)) if rng.random() > 0.1 else None,
+                )
+            )
+        got = aggregate(parts)
+        if len(parts) == 1:
+            assert got is parts[0]  # one part is its own concatenation
+            continue
+        numels = [p.numel for p in parts]
+        total = sum(numels) if all(n is not None for n in numels) else None
+        assert got.shape == ((total,) if total is not None else None)
+        assert got.max == (max(p.max for p in parts) if all(p.max is not None for p in parts) else None)
+        assert got.min == (min(p.min for p in parts) if all(p.min is not None for p in parts) else None)
+        norms = [p.norm for p in parts]
+        assert got.norm == (math.sqrt(math.fsum(n * n for n in norms)) if None not in norms else None)
+        means = [p.mean for p in parts]
+        expected = math.fsum(m * n for m, n in zip(means, numels)) / total if total and None not in means else None
+        assert got.mean == expected

@@ -53,8 +53,18 @@ def is_all_calls_key(key: str) -> bool:
 
 def _joined_shape(shapes: list[tuple[int, ...] | None]) -> tuple[int, ...] | None:
     """The concatenation's shape, when the calls' shapes differ in one dim only (the sequence)."""
+    try:
+        distinct = set(shapes)
+    except TypeError:  # a malformed dump's shape holding lists: looked at one by one below
+        distinct = set()
+    if len(distinct) == 1:  # every call the same shape (one token per decode step): the common case, in C
+        (first,) = distinct
+        if not first:  # unknown, or 0-d (a scalar per call: no dim to join along, flat)
+            return None
+        dim = next((d for d, size in enumerate(first) if size != 1), 0)
+        return first[:dim] + (first[dim] * len(shapes),) + first[dim + 1 :]
     known = [s for s in shapes if s is not None]
-    if len(known) != len(shapes) or len({len(s) for s in known}) != 1:
+    if len(known) != len(shapes) or len({len(s) for s in known}) != 1 or not known[0]:
         return None
     first = known[0]
     differing = [d for d in range(len(first)) if len({s[d] for s in known}) > 1]
