@@ -87,9 +87,9 @@ def analyze_paths(
     progress: RunProgress | None = None,
     on_compared: OnCompared | None = None,
 ) -> Analysis:
-    """With `fork` (single-threaded callers only), the rollout dump is loaded by a child process meanwhile (unless
-    the train dump and the mapping are too small for that to pay);
-    `progress` is told each phase as it starts; `on_compared`: see analyze."""
+    """With `fork` (single-threaded callers only), the rollout dump is loaded by a child process meanwhile, unless
+    the train dump and the mapping are too small for that to pay (see TRANSFER_SHARE); `progress` is told each
+    phase as it starts; `on_compared`: see analyze."""
     cache = cache or DumpCache()
     with (
         _background_load(
