@@ -20,12 +20,11 @@ import numpy as np
 from rca_lsp.compare.module import SpecTuple
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.compare.statistics import STAT_NAMES, Assessment, assess, shape_relation, within
-from rca_lsp.model.stats import TensorStats, dtype_pair, relative_error
+from rca_lsp.model.stats import TensorStats, dtype_pair, four_statistics, relative_error
 from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances
 
 _KIND_OF = {"o": 0, "i": 1, "p": 2}  # output, input, parameters: by the first letter of a target's name
 _ABSENT = TensorStats()  # a missing side: every statistic, the numel and the dtype None
-_STATISTICS = attrgetter("max", "min", "mean", "norm")
 _NUMEL = attrgetter("numel")
 _DTYPE = attrgetter("dtype")
 _NAN = float("nan")
@@ -47,7 +46,7 @@ def _side(stats: list[TensorStats | None]) -> _Side:
     present = [s if s is not None else _ABSENT for s in stats]
     if not present:
         return _Side(np.zeros((0, 4)), np.zeros(0), [])
-    values = np.array(list(map(_STATISTICS, present)), dtype=np.float64)  # None: NaN
+    values = np.array(list(map(four_statistics, present)), dtype=np.float64)  # None: NaN
     # float() first: numpy converts Python ints one by one, several times slower
     numels = np.array([_NAN if n is None else float(n) for n in map(_NUMEL, present)], dtype=np.float64)
     return _Side(values, numels, list(map(_DTYPE, present)))

@@ -17,7 +17,7 @@ from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.base.inputfile import read_regular_file
 from rca_lsp.base.jsonload import loads_lenient, nesting_reported, quote_literals
 from rca_lsp.model.keys import parse_module_key
-from rca_lsp.model.stats import TensorStats, is_integer_dtype, leading_size
+from rca_lsp.model.stats import TensorStats, four_statistics, is_integer_dtype, leading_size
 
 _EMPTY: Mapping[str, "TensorStats"] = MappingProxyType({})
 
@@ -96,10 +96,8 @@ def _exact_signature(stats: TensorStats | None) -> tuple[Any, ...] | None:
     """What identifies one float tensor among a dump's: its shape and all four statistics (None if not all known)."""
     if stats is None or not stats.observable or is_integer_dtype(stats.dtype) or not stats.numel:
         return None
-    values = (stats.max, stats.min, stats.mean, stats.norm)
-    if any(type(v) is not float for v in values):
-        return None
-    return (stats.shape, *values)
+    values = four_statistics(stats)
+    return (stats.shape, *values) if all(type(v) is float for v in values) else None
 
 
 def _nested(a: str, b: str) -> bool:
@@ -223,13 +221,10 @@ class Dump:
         by_output: dict[tuple[Any, ...], dict[tuple[str, int], str]] = {}
         for key in keys:
             output = entries[key].output
-            if (
-                output is not None
-                and output.max in maxima  # few maxima repeat: one look in C first, ...
-                and (output.max, output.min, output.mean, output.norm) in values  # ... bf16 ones do: then all four
-                and (signature := _exact_signature(output)) in wanted
-            ):
-                by_output.setdefault(signature, {})[(entries[key].path, entries[key].call_index)] = key
+            # bfloat16 maxima repeat: all four statistics looked up (in C) before a signature is built
+            if output is not None and output.max in maxima and four_statistics(output) in values:
+                if (signature := _exact_signature(output)) in wanted:
+                    by_output.setdefault(signature, {})[(entries[key].path, entries[key].call_index)] = key
         returns: dict[str, str] = {}
         for group in by_output.values():
             for (path, call), key in group.items() if len(group) > 1 else ():
@@ -250,11 +245,7 @@ class Dump:
         for key in keys if returns else ():
             entry = entries[key]
             given = entry.input
-            if (
-                given is None
-                or given.max not in handed_maxima
-                or (given.max, given.min, given.mean, given.norm) not in handed_values
-            ):
+            if given is None or given.max not in handed_maxima or four_statistics(given) not in handed_values:
                 continue
             signature = _exact_signature(given)
             if signature is None:

@@ -114,6 +114,7 @@ def aggregate(
 
 
 _AGGREGATED = operator.attrgetter("numel", "max", "min", "mean", "norm", "dtype")
+four_statistics = operator.attrgetter("max", "min", "mean", "norm")  # (Max, Min, Mean, Norm) of a TensorStats, in C
 
 
 def _joint_dtype(dtypes: set[str | None]) -> str | None:
