@@ -52,26 +52,21 @@ def is_all_calls_key(key: str) -> bool:
 
 
 def _joined_shape(shapes: list[tuple[int, ...] | None]) -> tuple[int, ...] | None:
-    """The concatenation's shape, when the calls' shapes differ in one dim only (the sequence)."""
+    """The concatenation's shape, when the calls' shapes differ in one dim only (the sequence); None (flat) when a
+    shape is unknown or 0-d (a scalar per call: no dim to join along)."""
     try:
-        distinct = set(shapes)
-    except TypeError:  # a malformed dump's shape holding lists: looked at one by one below
-        distinct = set()
-    if len(distinct) == 1:  # every call the same shape (one token per decode step): the common case, in C
-        (first,) = distinct
-        if not first:  # unknown, or 0-d (a scalar per call: no dim to join along, flat)
-            return None
-        dim = next((d for d, size in enumerate(first) if size != 1), 0)
-        return first[:dim] + (first[dim] * len(shapes),) + first[dim + 1 :]
-    known = [s for s in shapes if s is not None]
-    if len(known) != len(shapes) or len({len(s) for s in known}) != 1 or not known[0]:
+        distinct = set(shapes)  # every call the same shape, mostly (one token per decode step): looked at once
+    except TypeError:  # a malformed dump's shape holding lists
         return None
-    first = known[0]
+    known = {s for s in distinct if s}
+    if len(known) != len(distinct) or len({len(s) for s in known}) != 1:
+        return None
+    first = next(iter(known))
     differing = [d for d in range(len(first)) if len({s[d] for s in known}) > 1]
     if len(differing) > 1:
         return None
     dim = differing[0] if differing else next((d for d, size in enumerate(first) if size != 1), 0)
-    return first[:dim] + (sum(s[dim] for s in known),) + first[dim + 1 :]
+    return first[:dim] + (sum(s[dim] for s in shapes if s),) + first[dim + 1 :]
 
 
 def _joined(parts: list[TensorStats | None], with_mean: bool = True) -> TensorStats | None:

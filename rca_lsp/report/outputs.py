@@ -231,9 +231,14 @@ def _begin(compared: Compared, out_dir: Path) -> Meta:
 
 
 def _write_parts(
-    parts: list[Part], compared: Compared, out_dir: Path, meta: Meta, progress: TablesProgress
+    parts: list[Part],
+    compared: Compared,
+    out_dir: Path,
+    meta: Meta,
+    progress: TablesProgress,
+    should_stop: ShouldStop = never,
 ) -> list[Path]:
-    return [path for part in parts for path in _write_part(part, compared, out_dir, meta, never, progress)]
+    return [path for part in parts for path in _write_part(part, compared, out_dir, meta, should_stop, progress)]
 
 
 def write_outputs(
@@ -274,9 +279,7 @@ def write_outputs(
         if early is None:
             compare: Part = functools.partial(write_compare, style=columns)
             parts: list[Part] = [_write_mapping, compare, _write_modules, chart_files]
-            written += [
-                path for part in parts for path in _write_part(part, analysis, out_dir, meta, should_stop, progress)
-            ]
+            written += _write_parts(parts, analysis, out_dir, meta, progress, should_stop)
         else:
             with paused_gc():
                 analysis.targets  # built before the value table's child forks: both read it
