@@ -9,12 +9,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
+
 from rca_lsp.compare.module import ModuleComparison, SpecTuple
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.diagnose.rootcause import Suspect
 from rca_lsp.model.keys import is_activation_like, layer_index, parse_module_key
 from rca_lsp.model.stats import TensorStats, relative_error
-from rca_lsp.model.tolerance import normalise_dtype
+from rca_lsp.model.tolerance import Tolerances, normalise_dtype
 from rca_lsp.report.chart_ranks import rank_views
 from rca_lsp.report.chart_schema import (
     CHART_VERSION,
@@ -32,6 +34,7 @@ from rca_lsp.report.chart_schema import (
     TargetSeries,
     TargetStats,
 )
+from rca_lsp.report.significant import significant
 
 if TYPE_CHECKING:
     from rca_lsp.diagnose.analysis import Analysis
@@ -143,32 +146,30 @@ class _Stats:
         # a module's output as its parent's); each object is held here, so its id is not reused meanwhile
         self.known: dict[int, tuple[TensorStats, int]] = {}
 
-    def __call__(self, stats: TensorStats | None) -> int | None:
+    def __call__(self, stats: TensorStats | None, rounded: list[float] | None = None) -> int | None:
+        """The entry of `stats`; `rounded`: its four statistics rounded already (`rounded_rows`), when known."""
         if stats is None:
             return None
         found = self.known.get(id(stats))
         if found is None:
-            found = self.known[id(stats)] = (stats, self._add_stats(stats))
+            numbers: Sequence[Number | None] = rounded or [
+                _rounded(v, 5) for v in (stats.max, stats.min, stats.mean, stats.norm)
+            ]
+            text = self.strings.index.__getitem__
+            entry = (text(stats.dtype or ""), text(_shape(stats.shape)), *numbers)
+            index = self.index
+            found = self.known[id(stats)] = (stats, index.setdefault(entry, len(index)))  # type: ignore[arg-type]
         return found[1]
 
-    def _add_stats(self, stats: TensorStats) -> int:
-        strings = self.strings
-        values = (stats.max, stats.min, stats.mean, stats.norm)
-        try:  # the common case, four finite floats (zeros too: float("0") and float("-0") are them), in one test
-            common = math.isfinite(values[0] + values[1] + values[2] + values[3])  # a sum that overflows: not taken
-        except TypeError:  # a None
-            common = False
-        if common:
-            rounded: tuple[Number | None, ...] = tuple([float(f"{v:.5g}") for v in values])  # type: ignore[str-format]
-        else:
-            rounded = tuple([_rounded(v, 5) for v in values])
-        return self.add((strings(stats.dtype or ""), strings(_shape(stats.shape)), *rounded))  # type: ignore[arg-type]
-
-    def add(self, entry: Stats) -> int:
-        found = self.index.get(entry)
-        if found is None:
-            found = self.index[entry] = len(self.index)
-        return found
+    @staticmethod
+    def rounded_rows(values: np.ndarray) -> list[list[float] | None]:
+        """Rows of four statistics (a target table's values) rounded as `__call__` rounds them, by arrays; None
+        where that is not sure (a missing or non-finite statistic, a rare near-half): rounded from the object."""
+        rounded, exact = significant(values, 5)
+        rows: list[list[float] | None] = rounded.tolist()
+        for row in np.flatnonzero(~exact.all(axis=1)).tolist():
+            rows[row] = None
+        return rows
 
     def table(self) -> list[Stats]:
         return list(self.index)
@@ -228,22 +229,61 @@ def _layers(modules: ChartModules, strings: list[str]) -> list[LayerSpan]:
     return spans
 
 
+def _error_cells(errors: np.ndarray) -> list[Number | None]:
+    """`_error` of each relative error (NaN: none), by arrays where the rounding is sure."""
+    rounded, exact = significant(errors, 4)
+    cells: list[Number | None] = rounded.tolist()
+    for at in np.flatnonzero(~exact).tolist():
+        value = float(errors[at])
+        cells[at] = None if value != value else _error(value)
+    return cells
+
+
 class _Targets:
     """The analysis's target table as the chart reads it: per record (by identity) its targets, and the worst
-    target of each kind (output, input, parameters) by relative error."""
+    target of each kind (output, input, parameters) by relative error, with what the chart shows of them."""
 
     def __init__(self, analysis: Analysis) -> None:
-        table = analysis.targets
+        self.table = table = analysis.targets
         self.specs = table.specs
         self.starts = table.starts.tolist()
-        self.errors = [None if e != e else e for e in table.relative_error.tolist()]  # NaN: no error
-        self.worst = table.worst_by_kind().tolist()
+        self.worst = table.worst_by_kind()
         self.position = {id(record): index for index, record in enumerate(analysis.records)}
 
-    def of(self, record: ModuleRecord) -> tuple[list[SpecTuple], list[int]]:
-        """The record's targets and its worst target of each kind (-1: none of that kind)."""
+    def own(self, record: ModuleRecord) -> list[SpecTuple]:
+        """The record's targets."""
         at = self.position[id(record)]
-        return self.specs[self.starts[at] : self.starts[at + 1]], self.worst[at]
+        return self.specs[self.starts[at] : self.starts[at + 1]]
+
+    def worst_of(self, records: Sequence[ModuleRecord]) -> np.ndarray:
+        """(records, 3) each record's worst target of each kind (-1: none of that kind)."""
+        position = self.position
+        return self.worst[np.array([position[id(r)] for r in records], dtype=np.intp).reshape(-1)]
+
+    def errors(self, rows: np.ndarray) -> list[Number | None]:
+        """The chart's error cell of each target row (-1: None)."""
+        cells = _error_cells(self.table.relative_error[rows])
+        for at in np.flatnonzero(rows < 0).tolist():
+            cells[at] = None
+        return cells
+
+    def tolerances(self, rows: np.ndarray, tolerances: Tolerances, thresholds: _Thresholds) -> list[int | None]:
+        """The threshold (its index) each target row (-1: None) is judged by under `tolerances`; thresholds new to
+        the table numbered in the order of the rows, each distinct pair of dtypes looked up once."""
+        table = self.table
+        width = len(table.dtypes)
+        pairs = np.where(rows >= 0, table.train_dtype[rows] * width + table.rollout_dtype[rows], -1)
+        distinct, first, which = np.unique(pairs, return_index=True, return_inverse=True)
+        index: list[int | None] = [None] * len(distinct)
+        for at in np.argsort(first).tolist():
+            code = int(distinct[at])
+            if code >= 0:
+                index[at] = thresholds(tolerances.for_dtypes(table.dtypes[code // width], table.dtypes[code % width]))
+        return [index[at] for at in which.tolist()]
+
+    def statistics(self, rows: np.ndarray) -> tuple[list[list[float] | None], list[list[float] | None]]:
+        """Both sides' statistics of each target row rounded for the statistics table (`_Stats.rounded_rows`)."""
+        return _Stats.rounded_rows(self.table.train_values[rows]), _Stats.rounded_rows(self.table.rollout_values[rows])
 
 
 def _modules(
@@ -257,23 +297,27 @@ def _modules(
     targets: _Targets,
     labels: _Labels,
 ) -> ChartModules:
-    tolerances = analysis.judge.tolerances
     floors = {d: (None if c.fallback else thresholds(c.floor)) for d, c in analysis.calibration.by_dtype.items()}
     series = {kind: _series() for kind in TARGET_KINDS}
     modules = ChartModules(
         [], [], [], [], [], [], [], series["output"], series["input"], series["parameters"], [], [], {}
     )
-    columns = [
-        (column.error.append, column.tolerance.append, column.target.append, column.consistency.append)
-        for column in (series["output"], series["input"], series["parameters"])
-    ]
-    specs, errors = targets.specs, targets.errors
+    kinds = (series["output"], series["input"], series["parameters"])
+    # the numbers by arrays; the strings (numbered in order of appearance) record by record below
+    worst = targets.worst_of(records)
+    tolerance = targets.tolerances(worst.reshape(-1), analysis.judge.tolerances, thresholds)  # record by record
+    for kind, column in enumerate(kinds):
+        column.error.extend(targets.errors(worst[:, kind]))
+        column.tolerance.extend(tolerance[kind :: len(kinds)])
+    output_train, output_rollout = targets.statistics(worst[:, 0])
+    columns = [(column.target.append, column.consistency.append) for column in kinds]
+    specs = targets.specs
     key_of, text = strings.key, strings.index.__getitem__  # strings(), without a Python call per text
     add_train_key, add_rollout_key = modules.train_key.append, modules.rollout_key.append
     add_label, add_layer, add_bucket = modules.label.append, modules.layer.append, modules.bucket.append
     add_suspect, add_floor = modules.suspect.append, modules.noise_floor.append
     add_output_train, add_output_rollout = modules.output_train.append, modules.output_rollout.append
-    for index, record in enumerate(records):
+    for index, (record, rows) in enumerate(zip(records, worst.tolist())):
         comparison = record.comparison
         label = labels(comparison.train_key)
         add_train_key(key_of(comparison.train_key, label))
@@ -284,26 +328,18 @@ def _modules(
         suspect = suspects.get(id(record))
         add_suspect(text(suspect.classification) if suspect is not None else None)
         add_floor(floors.get(normalise_dtype(comparison.output_dtype) or ""))
-        own, worst = targets.of(record)
-        for at, (add_error, add_tolerance, add_target, add_consistency), consistency in zip(
-            worst, columns, _consistencies(comparison)
-        ):
-            if at < 0:
-                add_error(None)
-                add_tolerance(None)
-                add_target(None)
-            else:
-                target, _, _, train, rollout, _ = specs[at]
-                dtypes = (train.dtype if train else None, rollout.dtype if rollout else None)
-                add_error(_error(errors[at]))
-                add_tolerance(thresholds(tolerances.for_dtypes(*dtypes)))
-                add_target(text(target))
+        for at, (add_target, add_consistency), consistency in zip(rows, columns, _consistencies(comparison)):
+            add_target(text(specs[at][0]) if at >= 0 else None)
             add_consistency(text(consistency))
-        output = specs[worst[0]] if worst[0] >= 0 else None
-        add_output_train(stats(output[3]) if output is not None else None)
-        add_output_rollout(stats(output[4]) if output is not None else None)
+        if rows[0] >= 0:
+            output = specs[rows[0]]
+            add_output_train(stats(output[3], output_train[index]))
+            add_output_rollout(stats(output[4], output_rollout[index]))
+        else:
+            add_output_train(None)
+            add_output_rollout(None)
         if index in marked:
-            modules.details[index] = [TargetStats(text(s[0]), stats(s[3]), stats(s[4])) for s in own]
+            modules.details[index] = [TargetStats(text(s[0]), stats(s[3]), stats(s[4])) for s in targets.own(record)]
     return modules
 
 
