@@ -98,19 +98,21 @@ def branch_facts(
     def source(found: dict[str, str], keys: Sequence[str]) -> str | None:
         if not found:
             return None
+        if len(keys) == 1:  # most pairs: one module, one call
+            return found.get(keys[0])
         sources = [found.get(key) for key in keys]
         return sources[0] if None not in sources and len({key.rpartition(".")[0] for key in keys}) == 1 else None
 
     train_found, rollout_found = train.branch_outputs, rollout.branch_outputs
     if not (train_found.returns or rollout_found.returns):
         return None  # no module hands on a branch output (every `takes` names one of `returns`)
-    facts = BranchFacts(
+    facts = (
         source(train_found.returns, train_keys),
         source(rollout_found.returns, rollout_keys),
         source(train_found.takes, train_keys),
         source(rollout_found.takes, rollout_keys),
     )
-    return facts if any(facts) else None
+    return BranchFacts._make(facts) if any(facts) else None
 
 
 def branch_reading(train: ModuleEntry, rollout: ModuleEntry, facts: BranchFacts, judge: Judge) -> StreamReading | None:
