@@ -114,7 +114,7 @@ def quick_verdict(
         return "missing", 0
     if _identical_statistics(train, rollout):
         return "aligned", 0  # synced weights, untouched activations
-    scale = -1.0  # computed once a statistic differs: identical statistics need neither scale nor tolerance
+    scale = tolerance = -1.0  # computed once a statistic differs: identical statistics need neither
     compared = bad = beyond_mean = False
     flags = 0
     for name, t, r in statistic_pairs(train, rollout):
@@ -133,7 +133,8 @@ def quick_verdict(
         elif not bad:
             if scale < 0.0:
                 scale = comparison_scale(train, rollout, dtype_match)
-            bad = stat_error(name, t, r, scale) > tolerances.for_dtypes(train.dtype, rollout.dtype)
+                tolerance = tolerances.for_dtypes(train.dtype, rollout.dtype)
+            bad = stat_error(name, t, r, scale) > tolerance
     if not compared or not (bad or beyond_mean):
         return "missing", flags  # nothing compared, or a Mean alone: agreeing Means do not show agreeing tensors
     return ("mismatch" if bad else "aligned"), flags
