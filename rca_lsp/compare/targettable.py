@@ -88,7 +88,7 @@ class TargetTable:
         code_of = {name: code for code, name in enumerate(listed)}.__getitem__
         train_codes = np.fromiter(map(code_of, train.dtypes), dtype=np.int64, count=count)
         rollout_codes = np.fromiter(map(code_of, rollout.dtypes), dtype=np.int64, count=count)
-        self.dtypes = listed  # each target's dtypes (None: a side missing) as indexes into this list:
+        self.dtypes = listed  # the dtypes met (None: a side missing); each target's two as indexes into it:
         self.train_dtype, self.rollout_dtype = train_codes, rollout_codes
         distinct, which = np.unique(train_codes[rows] * len(listed) + rollout_codes[rows], return_inverse=True)
         pairs = [(listed[code // len(listed)], listed[code % len(listed)]) for code in distinct.tolist()]
