@@ -14,6 +14,7 @@ from rca_lsp.compare.calls import fold_calls
 from rca_lsp.compare.elementwise import MISMATCH, SlotEvidence
 from rca_lsp.compare.residual import BranchFacts, GroupConsistency, branch_reading, stream_reading
 from rca_lsp.compare.statistics import (
+    IDENTICAL,
     NONFINITE_BOTH,
     Consistency,
     TargetComparison,
@@ -237,7 +238,9 @@ class ModuleComparison:
         rollout, self.rollout_calls = fold_calls(rollout, tol)
         self._train = tuple(train)
         self._rollout = tuple(rollout)
-        self._judged: list[tuple[TensorStats | None, TensorStats | None]] = []  # for judged_alike
+        # what `judged` tells: the pairs judged, but those of identical statistics (an error of 0)
+        self._judged: list[tuple[TensorStats | None, TensorStats | None]] = []
+        self._judged_identical = False
         judge = self._judge
         reading = stream_reading(train[0], rollout[0], judge) if len(train) == len(rollout) == 1 else None
         if reading is None and branch is not None and len(train) == len(rollout) == 1:
@@ -393,28 +396,30 @@ class ModuleComparison:
         self._kwarg_pairs = []
 
     def _judge(self, train: TensorStats | None, rollout: TensorStats | None) -> tuple[Consistency, int]:
-        self._judged.append((train, rollout))
-        return quick_verdict(train, rollout, self._tol)
+        verdict = quick_verdict(train, rollout, self._tol)
+        if verdict[1] & IDENTICAL:
+            self._judged_identical = True
+        else:
+            self._judged.append((train, rollout))
+        return verdict
 
     def judged_under(self, tol: Tolerances) -> "ModuleComparison":
         """This comparison with its detailed comparisons (output_3, hover) made under other tolerances; only for
-        tolerances under which judged_alike holds, so the verdicts stay as they are."""
+        tolerances under which no verdict changes (see `judged`)."""
         copy = object.__new__(ModuleComparison)
-        copy.__dict__.update(
-            {name: value for name, value in self.__dict__.items() if name not in ("_details", "kwargs")}
-        )
+        state = copy.__dict__
+        state.update(self.__dict__)
+        state.pop("_details", None)  # built under our tolerances: built again under `tol` when asked
+        state.pop("kwargs", None)
         copy._tol = tol
         return copy
 
-    def judged_alike(self, low: float, high: float) -> bool:
-        """Whether every verdict is the same under any tolerance between `low` and `high`: no compared statistic's
-        error lies in (low, high] (what calibration needs to know to keep this comparison). Errors are measured
-        here, when a calibration asks, not for every comparison of every analysis."""
-        for train, rollout in self._judged:
-            error = relative_error(train, rollout)
-            if error is not None and low < error <= high:
-                return False
-        return True
+    @property
+    def judged(self) -> tuple[list[tuple[TensorStats | None, TensorStats | None]], bool]:
+        """The pairs of statistics the verdicts were judged on but those that were identical, and whether there
+        were such (an error of 0): what decides whether the verdicts hold under other tolerances (records'
+        `Comparator._share_alike` measures their errors when a calibration asks, not in every analysis)."""
+        return self._judged, self._judged_identical
 
     @property
     def tolerances(self) -> Tolerances:

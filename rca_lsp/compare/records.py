@@ -5,14 +5,20 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Iterable, NamedTuple
 
+import numpy as np
+
 from rca_lsp.compare.datagroups import DataGroupChoice
 from rca_lsp.compare.module import ModuleComparison, compare_module
 from rca_lsp.compare.residual import branch_facts
+from rca_lsp.compare.targettable import relative_errors
 from rca_lsp.compare.tensorpass import TensorPass
 from rca_lsp.dumps.dump import Dump, ModuleEntry
 from rca_lsp.mapping.validate import Suggestions
 from rca_lsp.model.keys import block_of, layer_index
+from rca_lsp.model.stats import TensorStats
 from rca_lsp.model.tolerance import Tolerances
+
+Group = tuple[tuple[str, ...], tuple[str, ...]]  # a mapping group: its train keys and its rollout keys
 
 
 class ModuleRecord(NamedTuple):  # a NamedTuple built with tuple.__new__: 10^5 are made per analysis
@@ -192,7 +198,7 @@ class Comparator:
         self.tolerances = tolerances
         # which data-parallel group of the train side is compared, and why (None: one group)
         self.data_choice: DataGroupChoice | None = base.data_choice if base is not None else data_choice
-        self._cache: dict[tuple[tuple[str, ...], tuple[str, ...]], ModuleRecord] = {}
+        self._cache: dict[Group, ModuleRecord] = {}
         self.suggestions: Suggestions = base.suggestions if base is not None else {}  # fuzzy lookups, unknown keys
         self._base = base
         # A base record none of whose errors lies between the tightest new and the loosest old tolerance of the
@@ -238,43 +244,67 @@ class Comparator:
             calls.setdefault(entries[key].call_index, []).append(position)
         return calls
 
-    def record(self, train_keys: tuple[str, ...], rollout_keys: tuple[str, ...]) -> ModuleRecord:
-        cached = self._cache.get((train_keys, rollout_keys))
-        if cached is None and self._base is not None:
-            shared = self._base.record(train_keys, rollout_keys)
-            if shared.comparison.judged_alike(*self._changes_between):  # the same verdicts, reported under ours
-                cached = self._cache[(train_keys, rollout_keys)] = shared._replace(
-                    comparison=shared.comparison.judged_under(self.tolerances)
-                )
-        if cached is None:
-            train_entries = [self.train.entries[k] for k in train_keys]
-            rollout_entries = [self.rollout.entries[k] for k in rollout_keys]
-            comparison = compare_module(
-                train_entries,
-                rollout_entries,
-                self.tolerances,
-                branch_facts(self.train, self.rollout, train_keys, rollout_keys),
-            )
-            if self.tensors is not None and self.tensors.active:
-                comparison = comparison.with_tensor_evidence(self.tensors.evidence(comparison))
-            train_paths, rollout_paths = _paths(train_entries), _paths(rollout_entries)
-            cached = _new(
-                ModuleRecord,
-                (
-                    comparison,
-                    train_entries[-1].position,
-                    rollout_entries[-1].position,
-                    train_entries[0].position,
-                    rollout_entries[0].position,
-                    train_entries[0].call_index,
-                    train_paths,
-                    rollout_paths,
-                    _prefixes(train_paths),
-                    _prefixes(rollout_paths),
-                ),
-            )
-            self._cache[(train_keys, rollout_keys)] = cached
-        return cached
+    def records(self, groups: Iterable[Group]) -> list[ModuleRecord]:
+        """A record per group, each compared once; under calibrated tolerances, the base comparator's record
+        wherever none of its verdicts can change (`_share_alike`)."""
+        groups = list(groups)
+        cache = self._cache
+        if self._base is not None:
+            self._share_alike([group for group in groups if group not in cache])
+        return [cache.get(group) or self._compared(group) for group in groups]
 
-    def records(self, groups: Iterable[tuple[tuple[str, ...], tuple[str, ...]]]) -> list[ModuleRecord]:
-        return [self.record(t, r) for t, r in groups]
+    def _share_alike(self, groups: list[Group]) -> None:
+        """Takes on the base's records of `groups` whose verdicts are the same under these tolerances: none of their
+        judged statistics' errors lies between the tightest new and the loosest old tolerance (`_changes_between`),
+        so each is aligned or a mismatch either way. Calibration re-judges every group of an analysis, so the
+        errors are measured at once, as arrays (one by one they cost ~5 us a pair)."""
+        if not groups:
+            return
+        low, high = self._changes_between
+        shared = self._base.records(groups) if self._base is not None else []
+        pairs: list[tuple[TensorStats | None, TensorStats | None]] = []
+        counts, identical = [], []
+        for record in shared:
+            judged, same = record.comparison.judged
+            pairs += judged
+            counts.append(len(judged))
+            identical.append(same)
+        errors = relative_errors(pairs)
+        changes = np.zeros(len(shared), dtype=np.bool_)
+        changes[np.repeat(np.arange(len(shared)), counts)[(errors > low) & (errors <= high)]] = True
+        if low < 0.0 <= high:  # identical statistics: an error of 0
+            changes |= np.array(identical, dtype=np.bool_)
+        for group, record, changed in zip(groups, shared, changes.tolist()):
+            if not changed:  # the same verdicts, reported under our tolerances
+                comparison = record.comparison.judged_under(self.tolerances)
+                self._cache[group] = _new(ModuleRecord, (comparison, *record[1:]))
+
+    def _compared(self, group: Group) -> ModuleRecord:
+        train_keys, rollout_keys = group
+        train_entries = [self.train.entries[k] for k in train_keys]
+        rollout_entries = [self.rollout.entries[k] for k in rollout_keys]
+        comparison = compare_module(
+            train_entries,
+            rollout_entries,
+            self.tolerances,
+            branch_facts(self.train, self.rollout, train_keys, rollout_keys),
+        )
+        if self.tensors is not None and self.tensors.active:
+            comparison = comparison.with_tensor_evidence(self.tensors.evidence(comparison))
+        train_paths, rollout_paths = _paths(train_entries), _paths(rollout_entries)
+        record = self._cache[group] = _new(
+            ModuleRecord,
+            (
+                comparison,
+                train_entries[-1].position,
+                rollout_entries[-1].position,
+                train_entries[0].position,
+                rollout_entries[0].position,
+                train_entries[0].call_index,
+                train_paths,
+                rollout_paths,
+                _prefixes(train_paths),
+                _prefixes(rollout_paths),
+            ),
+        )
+        return record

@@ -17,8 +17,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from rca_lsp.compare.module import SpecTuple
-from rca_lsp.compare.records import ModuleRecord
+from rca_lsp.compare.module import ModuleComparison, SpecTuple
 from rca_lsp.compare.statistics import STAT_NAMES, Assessment, assess, shape_relation, within
 from rca_lsp.model.stats import TensorStats, dtype_pair, four_statistics, relative_error
 from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances
@@ -187,14 +186,23 @@ class TargetTable:
         return worst
 
 
-def target_table(records: Sequence[ModuleRecord]) -> TargetTable:
-    """The targets of `records` as `ModuleComparison.spec_tuples` lists them, under each comparison's tolerances."""
+def target_table(comparisons: Sequence[ModuleComparison]) -> TargetTable:
+    """The targets of `comparisons` (one record's each) as `ModuleComparison.spec_tuples` lists them, under each
+    comparison's tolerances."""
     specs: list[SpecTuple] = []
     starts = [0]
-    for record in records:
-        specs += record.comparison.spec_tuples()
+    for comparison in comparisons:
+        specs += comparison.spec_tuples()
         starts.append(len(specs))
-    return TargetTable(specs, starts, [record.comparison.tolerances for record in records])
+    return TargetTable(specs, starts, [comparison.tolerances for comparison in comparisons])
+
+
+def relative_errors(pairs: Sequence[tuple[TensorStats | None, TensorStats | None]]) -> np.ndarray:
+    """model.stats.relative_error of many (train, rollout) pairs at once (NaN for None), as the target table
+    measures its targets. Errors do not depend on tolerances (any will do: they only say which rows a table
+    judges, and those it does not it measures one by one)."""
+    specs: list[SpecTuple] = [("output.0", "", "", train, rollout, False) for train, rollout in pairs]
+    return TargetTable(specs, [0, len(specs)], [Tolerances()]).relative_error
 
 
 def _tensor_scale(values: np.ndarray, numel: np.ndarray) -> np.ndarray:
