@@ -250,10 +250,10 @@ class Comparator:
         groups = list(groups)
         cache = self._cache
         if self._base is not None:
-            self._share_alike([group for group in groups if group not in cache])
+            self._share_alike(self._base, [group for group in groups if group not in cache])
         return [cache.get(group) or self._compared(group) for group in groups]
 
-    def _share_alike(self, groups: list[Group]) -> None:
+    def _share_alike(self, base: Comparator, groups: list[Group]) -> None:
         """Takes on the base's records of `groups` whose verdicts are the same under these tolerances: none of their
         judged statistics' errors lies between the tightest new and the loosest old tolerance (`_changes_between`),
         so each is aligned or a mismatch either way. Calibration re-judges every group of an analysis, so the
@@ -261,7 +261,7 @@ class Comparator:
         if not groups:
             return
         low, high = self._changes_between
-        shared = self._base.records(groups) if self._base is not None else []
+        shared = base.records(groups)
         pairs: list[tuple[TensorStats | None, TensorStats | None]] = []
         counts, identical = [], []
         for record in shared:
