@@ -7,7 +7,7 @@ output_3) are built on first access, so an analysis of 10^5 groups does not buil
 from __future__ import annotations
 
 import math
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import NamedTuple, Sequence
 
 from rca_lsp.compare.calls import fold_calls
@@ -108,8 +108,13 @@ def _routers_of_other_forms(train: Sequence[ModuleEntry], rollout: Sequence[Modu
     """A router against a router of another class (Megatron TopKRouter against HF MixtralTopKRouter, ...)."""
     if len(train) != 1 or len(rollout) != 1:
         return False
-    classes = (train[0].class_name, rollout[0].class_name)
-    return classes[0] != classes[1] and any("router" in name.lower() for name in classes)
+    return _routers_of_other_classes(train[0].class_name, rollout[0].class_name)
+
+
+@lru_cache(maxsize=4096)
+def _routers_of_other_classes(train_class: str, rollout_class: str) -> bool:
+    """Asked for every 1:1 group: a dump pair has a few hundred class pairs."""
+    return train_class != rollout_class and ("router" in train_class.lower() or "router" in rollout_class.lower())
 
 
 def _summarise(states: Sequence[Consistency]) -> Consistency:
@@ -450,6 +455,11 @@ class ModuleComparison:
                 self.input_args_consistency = "mismatch"
             elif slot.startswith("input_kwargs."):
                 self.kwargs_consistency = "mismatch"
+
+    @property
+    def joins_calls(self) -> bool:
+        """Whether either side joined several calls (`calls_note` says how): asked of every record, built for few."""
+        return bool(self.train_calls or self.rollout_calls)
 
     @property
     def calls_note(self) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import cached_property
+from itertools import chain
 from typing import Iterable, NamedTuple
 
 import numpy as np
@@ -76,14 +78,12 @@ def build_groups(
     mapping: dict[str, tuple[str, ...]], train: Dump, rollout: Dump
 ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """Connected train/rollout key sets: a rollout key named by several train keys joins them (N:1)."""
-    owners: dict[str, int] = {}
-    for rollout_keys in mapping.values():
-        for rollout_key in rollout_keys:
-            owners[rollout_key] = owners.get(rollout_key, 0) + 1
+    owners = Counter(chain.from_iterable(mapping.values()))  # counted in C: a decode group names hundreds of calls
+    named_by = owners.__getitem__
     groups: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
     shared: dict[str, tuple[str, ...]] = {}
     for train_key, rollout_keys in mapping.items():
-        if all(owners[k] == 1 for k in rollout_keys):
+        if max(map(named_by, rollout_keys), default=1) == 1:
             groups.append(
                 ((train_key,), rollout_keys if len(rollout_keys) == 1 else _by_position(rollout_keys, rollout))
             )
@@ -148,7 +148,13 @@ def regroup(
 
 
 def _by_position(keys: Iterable[str], dump: Dump) -> tuple[str, ...]:
-    return tuple(sorted(keys, key=lambda k: dump.entries[k].position))
+    """The keys in dump order; those of a group over decode steps (hundreds of calls) mostly come in it already."""
+    entries = dump.entries
+    keyed = [(entries[k].position, k) for k in keys]
+    if all(a[0] < b[0] for a, b in zip(keyed, keyed[1:])):
+        return tuple([k for _, k in keyed])
+    keyed.sort()
+    return tuple([k for _, k in keyed])
 
 
 def _joined_groups(
@@ -239,9 +245,8 @@ class Comparator:
     def train_calls(self) -> dict[int, list[int]]:
         """Dump positions of each call index's train keys, ascending."""
         calls: dict[int, list[int]] = {}
-        entries = self.train.entries
-        for position, key in enumerate(self.train.keys):
-            calls.setdefault(entries[key].call_index, []).append(position)
+        for position, entry in enumerate(self.train.ordered_entries):
+            calls.setdefault(entry.call_index, []).append(position)
         return calls
 
     def records(self, groups: Iterable[Group]) -> list[ModuleRecord]:

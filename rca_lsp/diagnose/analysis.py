@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, replace
 from functools import cached_property
+from itertools import chain
 from operator import attrgetter
 from typing import Callable
 
@@ -243,8 +244,9 @@ def _analyze(mapping: ParsedMapping, comparator: Comparator, on_compared: OnComp
     records = judge.records(groups)
     if on_compared is not None:
         on_compared(Compared(comparator, mapping, usable, records))
-    matched_train = {k for r in records for k in r.comparison.train_keys}
-    matched_rollout = {k for r in records for k in r.comparison.rollout_keys}
+    # a record's keys are its group's
+    matched_train = set(chain.from_iterable(train_keys for train_keys, _ in groups))
+    matched_rollout = set(chain.from_iterable(rollout_keys for _, rollout_keys in groups))
     unmatched = (UnmatchedPositions(train, matched_train), UnmatchedPositions(rollout, matched_rollout))
     root_cause = RootCauseAnalysis(train, rollout, unmatched, _data_note(comparator))
     calls = {call: root_cause.call_evidence(rs) for call, rs in _by_call(records).items()}
@@ -258,7 +260,7 @@ def _analyze(mapping: ParsedMapping, comparator: Comparator, on_compared: OnComp
         flagged=flagged,
         issues=_issues(mapping, flagged, comparator),
         owners=owners_of(usable),
-        by_train_key={k: r for r in records for k in r.comparison.train_keys},
+        by_train_key={k: r for (train_keys, _), r in zip(groups, records) for k in train_keys},
         matched_train=matched_train,
         matched_rollout=matched_rollout,
         calls=calls,

@@ -48,7 +48,8 @@ class UnmatchedPositions:
     @property
     def positions(self) -> list[int]:
         if self._positions is None:
-            self._positions = [p for p, key in enumerate(self._dump.keys) if key not in self._matched]
+            matched = map(self._matched.__contains__, self._dump.keys)  # looked up in C
+            self._positions = [p for p, found in enumerate(matched) if not found]
         return self._positions
 
 

@@ -16,7 +16,7 @@ from rca_lsp.base.errors import InputError
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.base.inputfile import read_regular_file
 from rca_lsp.base.jsonload import loads_lenient, nesting_reported, quote_literals
-from rca_lsp.model.keys import parse_module_key
+from rca_lsp.model.keys import split_module_key
 from rca_lsp.model.stats import TensorStats, four_statistics, is_integer_dtype, leading_size
 
 _EMPTY: Mapping[str, "TensorStats"] = MappingProxyType({})
@@ -187,6 +187,12 @@ class Dump:
     rank_entry_cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @cached_property
+    def ordered_entries(self) -> list[ModuleEntry]:
+        """The entries in dump order, for passes over all of them: looking each key up again costs several times a
+        pass (10^5 keys scattered through memory)."""
+        return list(map(self.entries.__getitem__, self.keys))
+
+    @cached_property
     def _calls(self) -> dict[str, list[str]]:
         """`Module.<path>.<Class>.forward` -> its call keys in call order."""
         calls: dict[str, list[str]] = {}
@@ -205,7 +211,7 @@ class Dump:
         """Where a module hands on a branch output, the residual stream carried outside its outputs (SGLang's
         decoder layers return their MLP's output; the residual is added by the next fused-residual norm): see
         BranchOutputs."""
-        entries, keys = self.entries, self.keys
+        entries = self.entries
         with_stream: set[tuple[str, int]] = set()  # (path, call) of modules containing a fused-residual module
         for entry in entries.values():
             if entry.stream_output is not None:
@@ -219,12 +225,12 @@ class Dump:
         wanted = {signature for k in containers if (signature := _exact_signature(entries[k].output)) is not None}
         maxima, values = {signature[1] for signature in wanted}, {signature[1:] for signature in wanted}
         by_output: dict[tuple[Any, ...], dict[tuple[str, int], str]] = {}
-        for key in keys:
-            output = entries[key].output
+        for entry in self.ordered_entries:
+            output = entry.output
             # bfloat16 maxima repeat: all four statistics looked up (in C) before a signature is built
             if output is not None and output.max in maxima and four_statistics(output) in values:
                 if (signature := _exact_signature(output)) in wanted:
-                    by_output.setdefault(signature, {})[(entries[key].path, entries[key].call_index)] = key
+                    by_output.setdefault(signature, {})[(entry.path, entry.call_index)] = entry.key
         returns: dict[str, str] = {}
         for group in by_output.values():
             for (path, call), key in group.items() if len(group) > 1 else ():
@@ -242,8 +248,7 @@ class Dump:
         handed = {signature: [k for k in group.values() if k in returns] for signature, group in by_output.items()}
         handed_values = {signature[1:] for signature, found in handed.items() if found}
         handed_maxima = {found[0] for found in handed_values}
-        for key in keys if returns else ():
-            entry = entries[key]
+        for entry in self.ordered_entries if returns else ():
             given = entry.input
             if given is None or given.max not in handed_maxima or four_statistics(given) not in handed_values:
                 continue
@@ -256,7 +261,7 @@ class Dump:
                 if entries[k].position < entry.position and not _nested(entries[k].path, entry.path)
             ]
             if producers:
-                takes[key] = max(producers, key=lambda k: entries[k].position)
+                takes[entry.key] = max(producers, key=lambda k: entries[k].position)
         return BranchOutputs(returns, takes)
 
     def _returns_reduced_sums(self, returns: dict[str, str], with_stream: set[tuple[str, int]]) -> None:
@@ -266,8 +271,7 @@ class Dump:
         rounding of its scale)."""
         entries = self.entries
         by_place: dict[tuple[str, int], str] | None = None  # built at the first summed output: most dumps have none
-        for key in reversed(self.keys):  # a container before its children: the nearest descendant is named
-            entry = entries[key]
+        for entry in reversed(self.ordered_entries):  # a container before its children: the nearest descendant is named
             summed = entry.output
             if summed is None or summed.mean is None or summed.max is not None or summed.norm is not None:
                 continue
@@ -283,19 +287,18 @@ class Dump:
                 if full is not None and full.shape == summed.shape and full.norm is not None and full.numel:
                     scale = full.norm / math.sqrt(full.numel)
                     if type(full.mean) is float and abs(full.mean - summed.mean) <= 1e-5 * scale:
-                        returns.setdefault(ancestor, key)
+                        returns.setdefault(ancestor, entry.key)
                 break
 
     @cached_property
     def earlier_call_before(self) -> list[int]:
         """For each position, the last earlier position whose key belongs to an earlier call (-1 if none): where a
         call's modules start, for scans that must not run into the previous call."""
-        entries, keys = self.entries, self.keys
+        calls = [entry.call_index for entry in self.ordered_entries]
         found: list[int] = []
         stack: list[int] = []  # positions with increasing call indexes: the previous smaller element
-        for position, key in enumerate(keys):
-            call = entries[key].call_index
-            while stack and entries[keys[stack[-1]]].call_index >= call:
+        for position, call in enumerate(calls):
+            while stack and calls[stack[-1]] >= call:
                 stack.pop()
             found.append(stack[-1] if stack else -1)
             stack.append(position)
@@ -457,7 +460,7 @@ def _tensor_map(nodes: Any) -> Mapping[str, TensorStats]:
 
 
 def _entry(key: str, position: int, raw: Any) -> ModuleEntry | None:
-    parsed = parse_module_key(key)
+    parsed = split_module_key(key)
     if parsed is None or parsed.direction != "forward" or type(raw) is not _RawEntry:
         return None
     kwargs = _tensor_map(raw.input_kwargs)
@@ -541,7 +544,7 @@ def index_entries(path: str, data: Mapping[str, RawValue | ModuleEntry], task: A
             entry = _entry(key, len(keys), raw)
         if entry is None:
             skipped += 1
-            if raw is None and (parsed := parse_module_key(key)) is not None and parsed.direction == "forward":
+            if raw is None and (parsed := split_module_key(key)) is not None and parsed.direction == "forward":
                 null_keys.append(key)
             continue
         keys.append(key)

@@ -18,9 +18,10 @@ class ModuleKey(NamedTuple):  # parsed for every key of both dumps: a tuple buil
     call_index: int
 
 
-@lru_cache(maxsize=1 << 18)
-def parse_module_key(key: str) -> ModuleKey | None:
-    """Split `Module.<path>.<Class>.forward.<n>`; None for API-level or malformed keys."""
+def split_module_key(key: str) -> ModuleKey | None:
+    """Split `Module.<path>.<Class>.forward.<n>`; None for API-level or malformed keys. Not cached: what loading a
+    dump calls once per key (a cache of 10^5 keys seen once costs more than splitting them, and pushes out the keys
+    asked about again and again, see parse_module_key)."""
     if not key.startswith(MODULE_PREFIXES):
         return None
     head, _, index = key.rpartition(".")
@@ -32,6 +33,9 @@ def parse_module_key(key: str) -> ModuleKey | None:
     if not class_name or not path:
         return None
     return ModuleKey(prefix, path, class_name, direction, int(index))
+
+
+parse_module_key = lru_cache(maxsize=1 << 18)(split_module_key)  # split_module_key, for keys asked about repeatedly
 
 
 def layer_index(key: str) -> int | None:

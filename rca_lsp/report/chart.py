@@ -412,7 +412,7 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
         if boundary is not None:
             marked.add(boundary.index)
         modules = _modules(records, analysis, suspects, marked, strings, stats, thresholds, targets, labels)
-        note = next((r.comparison.calls_note for r in records if r.comparison.calls_note), "")
+        note = next((r.comparison.calls_note for r in records if r.comparison.joins_calls), "")
         calls.append(
             ChartCall(
                 call,

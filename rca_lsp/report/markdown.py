@@ -248,7 +248,7 @@ def _provenance(analysis: "Analysis", report: dict[str, Any]) -> list[str]:
         lines += [f"  - {md_text(note)}" for note in summary["notes"]]
     for row in report["disagreements"][:MAX_ROWS]:
         lines.append(f"- Disagreement ({row['side']}) {md_code(row['key'])}: {md_text(row['message'])}")
-    joined = [r for r in analysis.records if r.comparison.calls_note]
+    joined = [r for r in analysis.records if r.comparison.joins_calls]
     if joined:
         lines.append(
             f"- {len(joined)} mapped groups join several calls along the sequence, e.g. "
