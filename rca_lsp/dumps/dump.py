@@ -16,6 +16,7 @@ from rca_lsp.base.errors import InputError
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.base.inputfile import read_regular_file
 from rca_lsp.base.jsonload import loads_lenient, nesting_reported, quote_literals
+from rca_lsp.dumps.keylines import find_lines
 from rca_lsp.model.keys import split_module_key
 from rca_lsp.model.stats import TensorStats, four_statistics, is_integer_dtype, leading_size
 
@@ -366,33 +367,8 @@ class Dump:
             file, original = self.file_key(key)
             by_file.setdefault(file, []).append((key, original))
         for file, pairs in by_file.items():
-            for (key, _), line in zip(pairs, _find_lines(file, [original for _, original in pairs])):
+            for (key, _), line in zip(pairs, find_lines(file, [original for _, original in pairs])):
                 self._line_cache[key] = (file, line) if line is not None else None
-
-
-def _find_lines(path: str, keys: list[str]) -> list[int | None]:
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return [None] * len(keys)
-    lines: list[int | None] = []
-    offset = line = 0
-    for key in keys:
-        found = data.find(quoted_key(key), offset)
-        if found < 0:
-            found = data.find(quoted_key(key))  # not where dump order says: search the whole file once
-            if found < 0:
-                lines.append(None)
-                continue
-            offset = line = 0
-        line += data.count(b"\n", offset, found)
-        offset = found
-        lines.append(line)
-    return lines
-
-
-def quoted_key(key: str) -> bytes:
-    return b'"' + key.encode() + b'"'
 
 
 def _tensor(node: Any) -> TensorStats | None:

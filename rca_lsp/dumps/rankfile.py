@@ -9,7 +9,7 @@ import mmap
 from pathlib import Path
 from typing import Any, Sequence
 
-from rca_lsp.dumps.dump import quoted_key
+from rca_lsp.dumps.keylines import quoted_key
 
 _WINDOW = 1 << 20  # bytes read after the key: an entry is a few KB, a module with many kwargs some 100 KB
 
