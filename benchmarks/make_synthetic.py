@@ -63,6 +63,7 @@ class Config:
     decode_tokens: int = 64
     tp: int = 1  # train tensor-parallel ranks
     decode_steps: int = 0  # > 0: rollout decode calls (1 token each) after the prefill, against one train forward
+    float_dtype: str = BF16  # of activations and weights; float32 makes calibration tighten (see --dtype)
 
     def __post_init__(self) -> None:
         if self.tp > 1 and self.decode_steps:
@@ -184,12 +185,14 @@ def overflowed(t: Tensor) -> Tensor:
 
 
 class StatGen:
-    """Seeded source of plausible statistics: bf16-exact Max/Min, float32 Mean/Norm."""
+    """Seeded source of plausible statistics: bf16-exact Max/Min, float32 Mean/Norm (`float_dtype` names them)."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, float_dtype: str = BF16) -> None:
         self._rng = random.Random(seed)
+        self._float_dtype = float_dtype
 
-    def float_tensor(self, shape: tuple[int, ...], std: float, dtype: str = BF16, offset: float = 0.0) -> Tensor:
+    def float_tensor(self, shape: tuple[int, ...], std: float, dtype: str | None = None, offset: float = 0.0) -> Tensor:
+        dtype = dtype or self._float_dtype
         rng = self._rng
         mean = offset + std * rng.gauss(0.0, 0.02)
         norm = math.sqrt(numel(shape) * (std**2 + mean**2)) * rng.uniform(0.97, 1.03)
@@ -197,10 +200,10 @@ class StatGen:
         bottom = to_bf16(offset - std * rng.uniform(3.0, 8.0))
         return Tensor(dtype, shape, top, bottom, to_f32(mean), to_f32(norm))
 
-    def activation(self, shape: tuple[int, ...], dtype: str = BF16) -> Tensor:
+    def activation(self, shape: tuple[int, ...], dtype: str | None = None) -> Tensor:
         return self.float_tensor(shape, std=self._rng.lognormvariate(0.0, 0.8), dtype=dtype)
 
-    def weight(self, shape: tuple[int, ...], dtype: str = BF16) -> Tensor:
+    def weight(self, shape: tuple[int, ...], dtype: str | None = None) -> Tensor:
         return self.float_tensor(shape, std=self._rng.uniform(0.01, 0.03), dtype=dtype)
 
     def norm_weight(self, shape: tuple[int, ...]) -> Tensor:
@@ -435,7 +438,7 @@ class Synth:
 
     def __init__(self, cfg: Config, train: DumpWriter | CallAggregator, rollout: DumpWriter) -> None:
         self.cfg = cfg
-        self.gen = StatGen(cfg.seed)
+        self.gen = StatGen(cfg.seed, cfg.float_dtype)
         self.train_dump = train
         self.rollout_dump = rollout
         self.mapping: dict[str, str | list[str]] = {}
@@ -492,7 +495,7 @@ class Synth:
             self._params[name] = make()
         return self._params[name]
 
-    def weight(self, name: str, shape: tuple[int, ...], dtype: str = BF16, split: int | None = None) -> Node:
+    def weight(self, name: str, shape: tuple[int, ...], dtype: str | None = None, split: int | None = None) -> Node:
         return self.param(name, lambda: self.tensor(lambda s: self.gen.weight(s, dtype), shape, split))
 
     def norm_weight(self, name: str) -> Node:
@@ -502,7 +505,7 @@ class Synth:
         self,
         rollout_shape: tuple[int, ...],
         train_shape: tuple[int, ...] | None = None,
-        dtype: str = BF16,
+        dtype: str | None = None,
         diverged: bool | None = None,
         split: int | None = None,
     ) -> Pair:
@@ -822,6 +825,13 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, bool]:
         help="rollout decode calls after the prefill (replaces --calls), against one train forward",
     )
     parser.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float32"),
+        default=defaults.float_dtype.rpartition(".")[2],
+        help="activations' and weights' dtype: float32 statistics calibrate below the fixed tolerance (as CPU dumps "
+        "do), so the analysis judges every group again; bfloat16's never do",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="read the files back and check merged ranks / aggregated calls against the other side",
@@ -838,6 +848,7 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, bool]:
             qkv=args.qkv,
             tp=args.tp,
             decode_steps=args.decode_steps,
+            float_dtype=f"torch.{args.dtype}",
             kv_heads=max(defaults.kv_heads, args.tp),
         )
     except ValueError as error:
