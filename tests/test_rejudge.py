@@ -40,8 +40,8 @@ def test_shared_records_are_what_comparing_anew_gives(variant: str) -> None:
     anew = Comparator(analysis.train, analysis.rollout, analysis.judge.tolerances).records(groups)
     assert [_verdicts(r) for r in analysis.records] == [_verdicts(r) for r in anew]
     base = analysis.comparator.records(groups)
-    # a shared record keeps the base comparison's state (the very list of its judged pairs)
-    shared = [r for r, b in zip(analysis.records, base) if r.comparison.judged[0] is b.comparison.judged[0]]
+    # a shared record keeps the base comparison's state (the very list of its judged errors)
+    shared = [r for r, b in zip(analysis.records, base) if r.comparison.judged_errors is b.comparison.judged_errors]
     assert len(shared) > len(groups) / 2, f"{variant}: {len(shared)} of {len(groups)} records shared"
 
 

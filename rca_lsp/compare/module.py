@@ -14,10 +14,10 @@ from rca_lsp.compare.calls import fold_calls
 from rca_lsp.compare.elementwise import MISMATCH, SlotEvidence
 from rca_lsp.compare.residual import BranchFacts, GroupConsistency, branch_reading, stream_reading
 from rca_lsp.compare.statistics import (
-    IDENTICAL,
     NONFINITE_BOTH,
     Consistency,
     TargetComparison,
+    Verdict,
     compare_target,
     quick_verdict,
 )
@@ -243,9 +243,7 @@ class ModuleComparison:
         rollout, self.rollout_calls = fold_calls(rollout, tol)
         self._train = tuple(train)
         self._rollout = tuple(rollout)
-        # what `judged` tells: the pairs judged, but those of identical statistics (an error of 0)
-        self._judged: list[tuple[TensorStats | None, TensorStats | None]] = []
-        self._judged_identical = False
+        self._errors: list[float] = []  # see judged_errors
         judge = self._judge
         reading = stream_reading(train[0], rollout[0], judge) if len(train) == len(rollout) == 1 else None
         if reading is None and branch is not None and len(train) == len(rollout) == 1:
@@ -260,7 +258,7 @@ class ModuleComparison:
         self.input_args_consistency: Consistency
         self.parameter_consistency: GroupConsistency
         self.kwargs_consistency: GroupConsistency
-        self.output_consistency, flags = judge(self._output_train, self._output_rollout)
+        self.output_consistency, flags, _ = judge(self._output_train, self._output_rollout)
         self.output_nonfinite_both = bool(flags & NONFINITE_BOTH)
         pairs = _pairwise(train, rollout)
         if reading is not None:
@@ -400,17 +398,15 @@ class ModuleComparison:
         self.kwargs_consistency = "not_applicable"
         self._kwarg_pairs = []
 
-    def _judge(self, train: TensorStats | None, rollout: TensorStats | None) -> tuple[Consistency, int]:
+    def _judge(self, train: TensorStats | None, rollout: TensorStats | None) -> Verdict:
         verdict = quick_verdict(train, rollout, self._tol)
-        if verdict[1] & IDENTICAL:
-            self._judged_identical = True
-        else:
-            self._judged.append((train, rollout))
+        if verdict[2] and verdict[0] != "mismatch":
+            self._errors.append(verdict[2])
         return verdict
 
     def judged_under(self, tol: Tolerances) -> "ModuleComparison":
         """This comparison with its detailed comparisons (output_3, hover) made under other tolerances; only for
-        tolerances under which no verdict changes (see `judged`)."""
+        tolerances under which no verdict changes (see `judged_errors`)."""
         copy = object.__new__(ModuleComparison)
         state = copy.__dict__
         state.update(self.__dict__)
@@ -420,11 +416,11 @@ class ModuleComparison:
         return copy
 
     @property
-    def judged(self) -> tuple[list[tuple[TensorStats | None, TensorStats | None]], bool]:
-        """The pairs of statistics the verdicts were judged on but those that were identical, and whether there
-        were such (an error of 0): what decides whether the verdicts hold under other tolerances (records'
-        `Comparator._share_alike` measures their errors when a calibration asks, not in every analysis)."""
-        return self._judged, self._judged_identical
+    def judged_errors(self) -> list[float]:
+        """The largest relative error of each pair of statistics judged whose verdict tighter tolerances could
+        change: not a mismatch (which stays one), not of equal statistics (an error of 0, within any tolerance).
+        What decides whether the verdicts hold under calibrated tolerances (records' `Comparator._share_alike`)."""
+        return self._errors
 
     @property
     def tolerances(self) -> Tolerances:

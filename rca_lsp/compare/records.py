@@ -12,12 +12,10 @@ import numpy as np
 from rca_lsp.compare.datagroups import DataGroupChoice
 from rca_lsp.compare.module import ModuleComparison, compare_module
 from rca_lsp.compare.residual import branch_facts
-from rca_lsp.compare.targettable import relative_errors
 from rca_lsp.compare.tensorpass import TensorPass
 from rca_lsp.dumps.dump import Dump, ModuleEntry
 from rca_lsp.mapping.validate import Suggestions
 from rca_lsp.model.keys import block_of, layer_index
-from rca_lsp.model.stats import TensorStats
 from rca_lsp.model.tolerance import Tolerances
 
 Group = tuple[tuple[str, ...], tuple[str, ...]]  # a mapping group: its train keys and its rollout keys
@@ -259,26 +257,20 @@ class Comparator:
         return [cache.get(group) or self._compared(group) for group in groups]
 
     def _share_alike(self, base: Comparator, groups: list[Group]) -> None:
-        """Takes on the base's records of `groups` whose verdicts are the same under these tolerances: none of their
-        judged statistics' errors lies between the tightest new and the loosest old tolerance (`_changes_between`),
-        so each is aligned or a mismatch either way. Calibration re-judges every group of an analysis, so the
-        errors are measured at once, as arrays (one by one they cost ~5 us a pair)."""
+        """Takes on the base's records of `groups` whose verdicts are the same under these tolerances: none of the
+        errors that could change a verdict of theirs (`ModuleComparison.judged_errors`, measured as they were
+        judged) lies between the tightest new and the loosest old tolerance (`_changes_between`): each is within
+        the tighter tolerance too, or was beyond the looser one already. Calibration re-judges every group of an
+        analysis: this costs a pass over their errors, not a comparison each."""
         if not groups:
             return
         low, high = self._changes_between
         shared = base.records(groups)
-        pairs: list[tuple[TensorStats | None, TensorStats | None]] = []
-        counts, identical = [], []
-        for record in shared:
-            judged, same = record.comparison.judged
-            pairs += judged
-            counts.append(len(judged))
-            identical.append(same)
-        errors = relative_errors(pairs)
+        errors = [record.comparison.judged_errors for record in shared]
+        counts = list(map(len, errors))
+        measured = np.fromiter(chain.from_iterable(errors), dtype=np.float64, count=sum(counts))
         changes = np.zeros(len(shared), dtype=np.bool_)
-        changes[np.repeat(np.arange(len(shared)), counts)[(errors > low) & (errors <= high)]] = True
-        if low < 0.0 <= high:  # identical statistics: an error of 0
-            changes |= np.array(identical, dtype=np.bool_)
+        changes[np.repeat(np.arange(len(shared)), counts)[(measured > low) & (measured <= high)]] = True
         for group, record, changed in zip(groups, shared, changes.tolist()):
             if not changed:  # the same verdicts, reported under our tolerances
                 comparison = record.comparison.judged_under(self.tolerances)

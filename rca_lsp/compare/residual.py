@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable, Literal, NamedTuple, Sequence
 
-from rca_lsp.compare.statistics import Consistency
+from rca_lsp.compare.statistics import Verdict
 from rca_lsp.dumps.dump import Dump, ModuleEntry
 from rca_lsp.model.stats import TensorStats, sum_of
 
@@ -22,7 +22,7 @@ class StreamReading(NamedTuple):
     note: str
 
 
-Judge = Callable[[TensorStats | None, TensorStats | None], tuple[Consistency, int]]  # quick_verdict, errors kept
+Judge = Callable[[TensorStats | None, TensorStats | None], Verdict]  # quick_verdict, errors kept
 
 
 GroupConsistency = Literal["aligned", "mismatch", "missing", "partial", "not_applicable"]

@@ -98,24 +98,27 @@ _IDENTICAL_ERRORS = (0.0, "ok") * 4  # what _stat_cells gives each statistic of 
 
 NONFINITE_BOTH = 1
 NONFINITE_ONE_SIDE = 2
-IDENTICAL = 4  # every statistic known, finite and the same on both sides: a relative error of 0
 
 
-def quick_verdict(
-    train: TensorStats | None, rollout: TensorStats | None, tolerances: Tolerances
-) -> tuple[Consistency, int]:
-    """The consistency `compare_target` would give, plus non-finite flags, without building any objects.
+Verdict = tuple[Consistency, int, float]  # quick_verdict's: consistency, flags, the largest error measured
+
+
+def quick_verdict(train: TensorStats | None, rollout: TensorStats | None, tolerances: Tolerances) -> Verdict:
+    """The consistency `compare_target` would give, plus non-finite flags, without building any objects; and,
+    unless a mismatch, the largest relative error of a statistic (model.stats.relative_error; 0 when none was
+    measured): what says whether the verdict holds under tighter tolerances (a mismatch always does).
 
     Every target of every mapped pair goes through this; the detailed comparison is built only when shown.
     """
     if train is None or rollout is None or not train.observable or not rollout.observable:
-        return "missing", 0
+        return "missing", 0, 0.0
     dtype_match, same_form = dtype_pair(train.dtype, rollout.dtype)
     if not same_form:
-        return "missing", 0
+        return "missing", 0, 0.0
     if _identical_statistics(train, rollout):
-        return "aligned", IDENTICAL  # synced weights, untouched activations
+        return "aligned", 0, 0.0  # synced weights, untouched activations
     scale = tolerance = -1.0  # computed once a statistic differs: identical statistics need neither
+    worst = 0.0
     compared = bad = beyond_mean = False
     flags = 0
     for name, t, r in statistic_pairs(train, rollout):
@@ -135,10 +138,13 @@ def quick_verdict(
             if scale < 0.0:
                 scale = comparison_scale(train, rollout, dtype_match)
                 tolerance = tolerances.for_dtypes(train.dtype, rollout.dtype)
-            bad = stat_error(name, t, r, scale) > tolerance
+            error = stat_error(name, t, r, scale)
+            bad = error > tolerance
+            if error > worst:
+                worst = error
     if not compared or not (bad or beyond_mean):
-        return "missing", flags  # nothing compared, or a Mean alone: agreeing Means do not show agreeing tensors
-    return ("mismatch" if bad else "aligned"), flags
+        return "missing", flags, worst  # nothing compared, or a Mean alone: agreeing Means do not show agreeing tensors
+    return ("mismatch" if bad else "aligned"), flags, worst
 
 
 # What compare_target and output_3 need of one target: (errors, tolerance, dtype_match, shape_relation,

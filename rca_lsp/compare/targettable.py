@@ -197,14 +197,6 @@ def target_table(comparisons: Sequence[ModuleComparison]) -> TargetTable:
     return TargetTable(specs, starts, [comparison.tolerances for comparison in comparisons])
 
 
-def relative_errors(pairs: Sequence[tuple[TensorStats | None, TensorStats | None]]) -> np.ndarray:
-    """model.stats.relative_error of many (train, rollout) pairs at once (NaN for None), as the target table
-    measures its targets. Errors do not depend on tolerances (any will do: they only say which rows a table
-    judges, and those it does not it measures one by one)."""
-    specs: list[SpecTuple] = [("output.0", "", "", train, rollout, False) for train, rollout in pairs]
-    return TargetTable(specs, [0, len(specs)], [Tolerances()]).relative_error
-
-
 def _tensor_scale(values: np.ndarray, numel: np.ndarray) -> np.ndarray:
     """model.stats.tensor_scale on finite statistics: RMS from the Norm, else the largest absolute extreme."""
     rms = values[:, _NORM] / np.sqrt(numel)
