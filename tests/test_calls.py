@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from builders import tensor, write_dump, write_mapping
 
+from rca_lsp.compare.records import Comparator, build_groups
 from rca_lsp.diagnose.run import analyze_paths
 from rca_lsp.dumps.load import DumpCache
+from rca_lsp.model.tolerance import Tolerances
 from rca_lsp.report.root_cause import root_cause_report
 from rca_lsp.suggest import suggest_mapping
 
@@ -42,7 +44,7 @@ def make(
     tmp_path: Path,
     *,
     decode_scale: float = 1.0,
-    weight_change: bool = False,
+    weight_change: float = 0.0,  # relative change of the down projection's weight in call 2
     explicit: bool = False,
     mask: bool = False,
 ) -> tuple[Path, Path, Path]:
@@ -63,7 +65,7 @@ def make(
         part = slice(start * HIDDEN, (start + tokens) * HIDDEN)
         start += tokens
         scale = decode_scale if call > 0 else 1.0
-        weight = [w * 1.01 for w in down_w] if weight_change and call == 2 else down_w
+        weight = [w * (1 + weight_change) for w in down_w] if call == 2 else down_w
         mask_node = {"attention_mask": tensor([-1e9, 0.0] if call == 0 else [0.0, 0.0])} if mask else None
         rollout[f"{R}.input_layernorm.Qwen2RMSNorm.forward.{call}"] = entry(
             node(x[part], tokens), node(y[part], tokens), norm_w, mask_node
@@ -107,11 +109,29 @@ def test_a_decode_only_fault_is_found_inside_the_module(tmp_path: Path) -> None:
 
 
 def test_weights_that_change_between_calls_are_a_finding(tmp_path: Path) -> None:
-    analysis = analyze_paths(*make(tmp_path, weight_change=True))
+    analysis = analyze_paths(*make(tmp_path, weight_change=0.01))
     first = analysis.suspects[0]
     assert first.classification == "call_parameter_disagreement"
     assert "calls 0 and 2 disagree" in first.rationale
     assert [r["across"] for r in root_cause_report(analysis)["disagreements"]] == ["calls"]
+
+
+def test_weights_that_change_within_the_tolerance_disagree_under_a_tighter_one(tmp_path: Path) -> None:
+    """Calibration judges again under tighter tolerances, sharing the records none of whose verdicts can change:
+    a weight that changed between calls by less than the fixed tolerance but more than the tighter one is a
+    disagreement under it, as comparing anew finds."""
+    analysis = analyze_paths(*make(tmp_path, weight_change=1e-5))
+    assert analysis.suspects == []  # within float32's fixed 1e-4
+    groups = build_groups(analysis.usable, analysis.train, analysis.rollout)
+    base = Comparator(analysis.train, analysis.rollout, Tolerances())
+    base.records(groups)
+    tight = Tolerances({**Tolerances().by_dtype, "float32": 1e-6})
+    shared = base.with_tolerances(tight).records(groups)
+    anew = Comparator(analysis.train, analysis.rollout, tight).records(groups)
+    buckets = [r.comparison.module_bucket for r in anew]
+    assert "call_parameter_disagreement" in buckets
+    assert [r.comparison.module_bucket for r in shared] == buckets
+    assert [r.comparison.disagreements for r in shared] == [r.comparison.disagreements for r in anew]
 
 
 def test_attention_masks_are_not_compared_across_joined_calls(tmp_path: Path) -> None:

@@ -32,6 +32,9 @@ class CallSummary(NamedTuple):
 
     calls: tuple[int, ...]
     tokens: tuple[int | None, ...]
+    # the parameters' differences across the calls that are within the tolerance: a tighter one (calibration's)
+    # could make them a disagreement
+    differences_within: tuple[float, ...] = ()
 
     def describe(self) -> str:
         counts = self.tokens
@@ -85,9 +88,11 @@ def _comparable_kwarg(name: str) -> bool:
     return not any(token in lowered for token in _NOT_COMPARABLE_KWARGS)
 
 
-def _parameters(calls: Sequence[ModuleEntry], tolerances: Tolerances) -> list[Disagreement]:
+def _parameters(calls: Sequence[ModuleEntry], tolerances: Tolerances) -> tuple[list[Disagreement], list[float]]:
+    """The parameters whose copies in later calls differ from the first call's beyond the tolerance; and the
+    differences within it."""
     first = calls[0]
-    found = []
+    found, within = [], []
     for name, stats in first.parameters.items():
         differing, worst = [], 0.0
         for call in calls[1:]:
@@ -95,16 +100,25 @@ def _parameters(calls: Sequence[ModuleEntry], tolerances: Tolerances) -> list[Di
             if other is None or other == stats:  # the same weights in every call: the common case
                 continue
             error = copy_difference(stats, other)  # None: a call without statistics, which is no difference
-            if error is not None and error > tolerances.for_dtypes(stats.dtype):
+            if error is None:
+                continue
+            if error > tolerances.for_dtypes(stats.dtype):
                 differing.append(call.call_index)
                 worst = max(worst, error)
+            else:
+                within.append(error)
         if differing:
             found.append(Disagreement(f"parameters.{name}", "calls", first.call_index, tuple(differing), worst))
-    return found
+    return found, within
 
 
 def join_calls(calls: Sequence[ModuleEntry], tolerances: Tolerances) -> ModuleEntry:
     """Several calls of one module as one entry (the first call's, with every slot joined along the sequence)."""
+    return _joined_calls(calls, tolerances)[0]
+
+
+def _joined_calls(calls: Sequence[ModuleEntry], tolerances: Tolerances) -> tuple[ModuleEntry, list[float]]:
+    """join_calls, and the parameters' differences across the calls within the tolerance (see CallSummary)."""
     first = calls[0]
     with_mean = not _is_probability(first)
     kwargs = {
@@ -112,8 +126,9 @@ def join_calls(calls: Sequence[ModuleEntry], tolerances: Tolerances) -> ModuleEn
         for name in first.kwargs
         if _comparable_kwarg(name) and (joined := _joined([c.kwargs.get(name) for c in calls])) is not None
     }
-    disagreements = tuple(d for c in calls for d in c.disagreements) + tuple(_parameters(calls, tolerances))
-    return msgspec.structs.replace(
+    differing, within = _parameters(calls, tolerances)
+    disagreements = tuple(d for c in calls for d in c.disagreements) + tuple(differing)
+    entry = msgspec.structs.replace(
         first,
         key=all_calls_key(first.key),
         position=calls[-1].position,
@@ -124,6 +139,7 @@ def join_calls(calls: Sequence[ModuleEntry], tolerances: Tolerances) -> ModuleEn
         stream_output=_joined([c.stream_output for c in calls]),
         disagreements=disagreements,
     )
+    return entry, within
 
 
 def fold_calls(entries: Sequence[ModuleEntry], tolerances: Tolerances) -> tuple[list[ModuleEntry], list[CallSummary]]:
@@ -142,11 +158,13 @@ def fold_calls(entries: Sequence[ModuleEntry], tolerances: Tolerances) -> tuple[
             folded.append(calls[0])
             continue
         calls.sort(key=lambda e: e.call_index)
-        folded.append(join_calls(calls, tolerances))
+        joined, within = _joined_calls(calls, tolerances)
+        folded.append(joined)
         summaries.append(
             CallSummary(
                 tuple(c.call_index for c in calls),
                 tuple(leading_size(c.output) if c.output is not None else None for c in calls),
+                tuple(within),
             )
         )
     return folded, summaries

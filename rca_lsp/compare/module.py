@@ -243,7 +243,10 @@ class ModuleComparison:
         rollout, self.rollout_calls = fold_calls(rollout, tol)
         self._train = tuple(train)
         self._rollout = tuple(rollout)
-        self._errors: list[float] = []  # see judged_errors
+        # see judged_errors: those of the judged pairs, and those of parameters across the joined calls
+        self._errors = [
+            error for summary in (*self.train_calls, *self.rollout_calls) for error in summary.differences_within
+        ]
         judge = self._judge
         reading = stream_reading(train[0], rollout[0], judge) if len(train) == len(rollout) == 1 else None
         if reading is None and branch is not None and len(train) == len(rollout) == 1:
@@ -418,8 +421,10 @@ class ModuleComparison:
     @property
     def judged_errors(self) -> list[float]:
         """The largest relative error of each pair of statistics judged whose verdict tighter tolerances could
-        change: not a mismatch (which stays one), not of equal statistics (an error of 0, within any tolerance).
-        What decides whether the verdicts hold under calibrated tolerances (records' `Comparator._share_alike`)."""
+        change: not a mismatch (which stays one), not of equal statistics (an error of 0, within any tolerance);
+        and the differences of parameters across joined calls within the tolerance (a tighter one could make them
+        a disagreement). What decides whether the verdicts hold under calibrated tolerances (records'
+        `Comparator._share_alike`)."""
         return self._errors
 
     @property
