@@ -22,7 +22,7 @@ from bench_common import BENCH_DIR, benchmark_parser
 from rca_lsp.diagnose.run import analyze_paths
 from rca_lsp.report import outputs
 from rca_lsp.report.tables.cells import csv_table
-from rca_lsp.report.tables.values import compare_columns, styled, target_rows
+from rca_lsp.report.tables.values import TargetChunks, compare_columns, styled
 from rca_lsp.report.tables.writer import CHUNK, encode_chunk
 
 TABLES = BENCH_DIR / "data" / "tables"
@@ -51,7 +51,8 @@ def main() -> None:
     _ensure(args.data_dir)
     data = args.data_dir
     analysis = analyze_paths(data / "train", data / "rollout", data / "mapping_key.json")
-    compare = target_rows(analysis.targets, analysis.records, 0, len(analysis.targets.specs), False)
+    chunks = TargetChunks(analysis)
+    compare = [row for index in range(chunks.count) for row in chunks.rows(index)]
     tables: dict[str, tuple[Sequence[str], Sequence[int], list[Sequence[Any]]]] = {
         "output_1": (outputs.MAPPING_COLUMNS, (1,), outputs._mapping_rows(analysis)),
         "output_3 rca": (*compare_columns("rca", False), compare),

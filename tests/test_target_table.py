@@ -1,6 +1,7 @@
 """The columnar target table judges every target exactly as `statistics.assess` and `stats.relative_error` do, one by
-one: the same tuples, the same floats to the last bit, whatever the statistics hold (equal, close, far, missing,
-non-finite, integer against floating, no elements), the dtypes and the tolerances."""
+one: output_3's rows built from its arrays are those built target by target through `assess`, the same floats to
+the last bit, whatever the statistics hold (equal, close, far, missing, non-finite, integer against floating, no
+elements), the dtypes, the tolerances and the record's output verdict (a parameter's priority depends on it)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rca_lsp.compare.statistics import assess
 from rca_lsp.compare.targettable import TargetTable
 from rca_lsp.model.stats import TensorStats, relative_error
 from rca_lsp.model.tolerance import Tolerances
+from rca_lsp.report.tables.values import target_row, target_rows
 
 DTYPES = ["torch.float32", "torch.bfloat16", "torch.float16", "torch.int64", "torch.bool", None, "torch.float64"]
 SHAPES = [(4, 2), (8,), (2, 1, 4), (0,), None, (1, 8)]
@@ -58,6 +59,7 @@ tolerances = st.sampled_from(
 @settings(max_examples=300, deadline=None)
 @given(st.lists(pair(), min_size=1, max_size=12), st.lists(tolerances, min_size=1, max_size=3), st.data())
 def test_the_table_judges_as_assess_does(pairs, per_record, data) -> None:
+    outputs = data.draw(st.lists(st.sampled_from(["aligned", "mismatch"]), min_size=3, max_size=3))
     specs = [(data.draw(st.sampled_from(TARGETS)), "t", "r", t, r, False) for t, r in pairs]
     cuts = sorted(
         data.draw(st.lists(st.integers(0, len(specs)), min_size=len(per_record) - 1, max_size=len(per_record) - 1))
@@ -65,9 +67,9 @@ def test_the_table_judges_as_assess_does(pairs, per_record, data) -> None:
     starts = [0, *cuts, len(specs)]
     table = TargetTable(specs, starts, per_record)
     owner = [next(i for i in range(len(per_record)) if starts[i] <= at < starts[i + 1]) for at in range(len(specs))]
-    expected = [assess(s[0], s[3], s[4], per_record[owner[i]]) for i, s in enumerate(specs)]
-    assert repr(table.assessments(0, len(specs))) == repr(expected)
+    expected = [target_row(s, per_record[owner[i]], outputs[owner[i]]) for i, s in enumerate(specs)]
+    assert repr(target_rows(table, 0, len(specs), outputs)) == repr(expected)
     middle = len(specs) // 2
-    assert repr(table.assessments(middle, len(specs))) == repr(expected[middle:])
+    assert repr(target_rows(table, middle, len(specs), outputs)) == repr(expected[middle:])
     errors = [relative_error(s[3], s[4]) for s in specs]
     assert repr([None if math.isnan(e) else e for e in table.relative_error.tolist()]) == repr(errors)

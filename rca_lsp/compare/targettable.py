@@ -18,7 +18,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from rca_lsp.compare.module import ModuleComparison, SpecTuple
-from rca_lsp.compare.statistics import STAT_NAMES, Assessment, assess, shape_relation, within
+from rca_lsp.compare.statistics import STAT_NAMES
 from rca_lsp.model.stats import TensorStats, dtype_pair, four_statistics, relative_error
 from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances
 
@@ -30,6 +30,7 @@ _NAN = float("nan")
 _NORM = STAT_NAMES.index("Norm")
 _DTYPE_MATCH = ("match", "mismatch", "unknown")  # statistics.dtype_pair's verdicts
 _MISMATCH = _DTYPE_MATCH.index("mismatch")
+STATUSES = ("ok", "warn", "alert")  # a statistic's status, as statistics._stat_cells names it
 
 
 class _Side(NamedTuple):
@@ -65,7 +66,7 @@ class TargetTable:
         shared = len({id(t) for t in tolerances}) <= 1
         self._tolerances = tolerances[0] if shared and tolerances else None
         self._per_record_tolerances = None if shared else list(tolerances)
-        self._simple = self._simple_rows(train, rollout)
+        self.simple = self._simple_rows(train, rollout)  # the rows judged by the arrays (see _simple_rows)
 
     def tolerances_of(self, index: int) -> Tolerances:
         """The tolerances target `index` is judged under."""
@@ -122,48 +123,33 @@ class TargetTable:
     @cached_property
     def bad(self) -> np.ndarray:
         """(n, 4) statistics beyond their tolerance (warn or alert) on simple rows."""
-        return (self.errors > self.tolerance[:, None]) & self._simple[:, None]
+        return (self.errors > self.tolerance[:, None]) & self.simple[:, None]
 
     @cached_property
     def relative_error(self) -> np.ndarray:
         """model.stats.relative_error of each target (NaN for None): the largest error of its statistics; the
         rows not judged here measure it one by one."""
-        result = np.where(self._simple, self.errors.max(axis=1), np.nan)
-        for index in np.flatnonzero(~self._simple).tolist():
+        result = np.where(self.simple, self.errors.max(axis=1), np.nan)
+        for index in np.flatnonzero(~self.simple).tolist():
             spec = self.specs[index]
             error = relative_error(spec[3], spec[4])
             result[index] = np.nan if error is None else error
         return result
 
-    def assessments(self, start: int, stop: int) -> list[Assessment]:
-        """`statistics.assess` of targets start..stop-1: from the arrays for the simple rows (the same tuples),
-        by `assess` itself for the others."""
-        specs = self.specs[start:stop]
-        errors = self.errors[start:stop].tolist()
-        tolerance = self.tolerance[start:stop].tolist()
-        bad = self.bad[start:stop].tolist()
-        simple = self._simple[start:stop].tolist()
-        dtype_match = self._dtype_match[start:stop].tolist()
-        found: list[Assessment] = []
-        for offset, spec in enumerate(specs):
-            if not simple[offset]:
-                found.append(assess(spec[0], spec[3], spec[4], self.tolerances_of(start + offset)))
-                continue
-            target, train, rollout = spec[0], spec[3], spec[4]
-            error, tol, beyond = errors[offset], tolerance[offset], bad[offset]
-            match = _DTYPE_MATCH[dtype_match[offset]]
-            note = f"; dtype {train.dtype} vs {rollout.dtype}" if match == "mismatch" else ""  # type: ignore[union-attr]
-            relation = shape_relation(train, rollout)  # type: ignore[arg-type]
-            if True in beyond:
-                worst = _worst(error, beyond)
-                statuses = [_status(e, tol) for e in error]
-                cells = (error[0], statuses[0], error[1], statuses[1], error[2], statuses[2], error[3], statuses[3])
-                reason = f"{target}: {STAT_NAMES[worst]} differs by {error[worst]:.3g} relative (tolerance {tol:g})"
-                found.append((cells, tol, match, relation, "mismatch", "mismatch", reason + note))
-            else:
-                cells = (error[0], "ok", error[1], "ok", error[2], "ok", error[3], "ok")
-                found.append((cells, tol, match, relation, "aligned", "match", within(target, tol) + note))
-        return found
+    @cached_property
+    def status_codes(self) -> np.ndarray:
+        """(n, 4) each statistic's status on simple rows as an index into STATUSES: ok within the tolerance, warn
+        within WARN_FACTOR times it, else alert (statistics._stat_cells' rule)."""
+        errors, tolerance = self.errors, self.tolerance[:, None]
+        return np.where(errors <= tolerance, 0, np.where(errors <= tolerance * WARN_FACTOR, 1, 2)).astype(np.int8)
+
+    def dtype_names(self, codes: np.ndarray) -> list[str | None]:
+        """The dtypes of `codes` (train_dtype or rollout_dtype entries)."""
+        return np.array(self.dtypes, dtype=object)[codes].tolist()  # type: ignore[no-any-return]
+
+    def dtype_match_names(self, rows: np.ndarray) -> list[str]:
+        """statistics.dtype_pair's verdict of each of the simple `rows`."""
+        return np.array(_DTYPE_MATCH, dtype=object)[self._dtype_match[rows]].tolist()  # type: ignore[no-any-return]
 
     def worst_by_kind(self) -> np.ndarray:
         """(records, 3) the index of each record's target of each kind with the largest relative error (the first
@@ -211,16 +197,3 @@ def _comparison_scale(
     dtypes differ."""
     scale_t, scale_r = _tensor_scale(t, numel_t), _tensor_scale(r, numel_r)
     return np.where(mismatch, np.maximum(scale_r, scale_t), np.where(scale_r != 0.0, scale_r, scale_t))
-
-
-def _worst(errors: list[float], bad: list[bool]) -> int:
-    """The statistic `statistics._verdict` names: the first of the largest errors among those beyond tolerance."""
-    best = -1
-    for index in range(4):
-        if bad[index] and (best < 0 or errors[index] > errors[best]):
-            best = index
-    return best
-
-
-def _status(error: float, tolerance: float) -> str:
-    return "ok" if error <= tolerance else ("warn" if error <= tolerance * WARN_FACTOR else "alert")
