@@ -10,6 +10,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rca_lsp.compare.statistics import quick_verdict
 from rca_lsp.compare.targettable import TargetTable
 from rca_lsp.model.stats import TensorStats, relative_error
 from rca_lsp.model.tolerance import Tolerances
@@ -73,3 +74,14 @@ def test_the_table_judges_as_assess_does(pairs, per_record, data) -> None:
     assert repr(target_rows(table, middle, len(specs), outputs)) == repr(expected[middle:])
     errors = [relative_error(s[3], s[4]) for s in specs]
     assert repr([None if math.isnan(e) else e for e in table.relative_error.tolist()]) == repr(errors)
+
+
+@settings(max_examples=500, deadline=None)
+@given(pair(), tolerances)
+def test_an_aligned_verdict_measures_the_relative_error(sides, tolerance) -> None:
+    """ModuleComparison.output_error takes the output's error from its verdict when that judged it aligned with
+    every statistic finite: then the verdict measured each statistic, and the largest is relative_error's."""
+    train, rollout = sides
+    consistency, flags, measured = quick_verdict(train, rollout, tolerance)
+    if consistency == "aligned" and not flags:
+        assert repr(measured) == repr(relative_error(train, rollout))

@@ -261,7 +261,8 @@ class ModuleComparison:
         self.input_args_consistency: Consistency
         self.parameter_consistency: GroupConsistency
         self.kwargs_consistency: GroupConsistency
-        self.output_consistency, flags, _ = judge(self._output_train, self._output_rollout)
+        output_verdict = judge(self._output_train, self._output_rollout)
+        self.output_consistency, flags, _ = output_verdict
         self.output_nonfinite_both = bool(flags & NONFINITE_BOTH)
         pairs = _pairwise(train, rollout)
         if reading is not None:
@@ -299,6 +300,9 @@ class ModuleComparison:
         self._other_batches = any(part.other_batches for part in (*train, *rollout))
         if self._other_batches:  # its activations were left out: judged by the parameters, as fused experts are
             self._output_by_parameters()
+        # the relative error of the output: one point of the run's error-along-depth series (a module's input is
+        # the output of the one before, already a point of it)
+        self.output_error = self._output_error(output_verdict)
         self.train_disagreements = tuple(d for part in self._train for d in part.disagreements)
         self.disagreements = self.train_disagreements + tuple(d for part in self._rollout for d in part.disagreements)
         self._apply_disagreements()
@@ -437,10 +441,11 @@ class ModuleComparison:
         stats = self._output_train or self._output_rollout
         return stats.dtype if stats is not None else None
 
-    @cached_property
-    def output_error(self) -> float | None:
-        """The relative error of the output: one point of the run's error-along-depth series (a module's input is
-        the output of the one before, already a point of it)."""
+    def _output_error(self, verdict: Verdict) -> float | None:
+        """model.stats.relative_error of the output, None where it is infinite; taken from the output's verdict when
+        that measured every statistic (aligned, each finite): the same number (tests/test_target_table.py)."""
+        if self._output_train is not None and verdict[0] == "aligned" and not verdict[1]:
+            return verdict[2]
         error = relative_error(self._output_train, self._output_rollout)
         return None if error == math.inf else error
 
