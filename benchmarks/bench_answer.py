@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from bench_analyze import analyze_argv, ensure_dataset, floor_argv, warm_page_cache
+from bench_analyze import analyze_argv, ensure_dataset, floor_argv, warm_caches
 from bench_common import LARGE, benchmark_parser
 
 SUMMARY = "Root Cause Evidence Summary"
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     data_dir = args.data_dir.resolve()
     paths = ensure_dataset(data_dir)
-    warm_page_cache(paths)
+    warm_caches(paths)
     out_dir = data_dir / "answer_out"
     answers, totals, floors = [], [], []
     for i in range(max(args.repeat, 1)):

@@ -23,7 +23,7 @@ from bench_analyze import (
     measure,
     ratio_cell,
     report_inputs,
-    warm_page_cache,
+    warm_caches,
 )
 from bench_common import DECODE, LARGE, DataSet, DatasetPaths, benchmark_parser
 
@@ -46,7 +46,7 @@ def per_mib(outcome: Outcome, field: str, size_mib: float) -> str:
 
 def run_set(label: str, data_dir: Path, dataset: DataSet, repeat: int, timeout_s: float) -> SetResult:
     paths = ensure_dataset(data_dir, dataset)
-    warm_page_cache(paths)
+    warm_caches(paths)
     print(f"{label}: {data_dir}", flush=True)
     floor, analyze = measure(paths, data_dir, repeat, timeout_s)
     return SetResult(label, paths, floor, analyze)

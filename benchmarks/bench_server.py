@@ -51,7 +51,7 @@ from bench_analyze import (
     kill_group,
     run_child,
     summarize,
-    warm_page_cache,
+    warm_caches,
 )
 from bench_answer import SUMMARY
 from bench_common import (
@@ -958,7 +958,7 @@ def prepare(data_dir: Path, work: Path, entries: int, spec: DataSet) -> tuple[Wo
     (work / "ws").mkdir()
     workspace = make_workspace(work / "ws", data_dir, dataset.mapping_key, entries)
     paths = DatasetPaths(dataset.train_dump, dataset.rollout_dump, workspace.mapping, dataset.train_ranks)
-    warm_page_cache(paths)
+    warm_caches(paths)
     return workspace, paths, logs
 
 

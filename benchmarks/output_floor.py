@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from bench_analyze import analyze_argv, ensure_dataset, floor_argv, warm_page_cache
+from bench_analyze import analyze_argv, ensure_dataset, floor_argv, warm_caches
 from bench_common import LARGE, benchmark_parser
 
 _TABLES = ("output_1_key_mapping", "output_2_mapping", "output_3_value_compare", "output_4_module_analysis")
@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     paths = ensure_dataset(args.data_dir)
-    warm_page_cache(paths)
+    warm_caches(paths)
     with tempfile.TemporaryDirectory() as out_dir:
         subprocess.run(analyze_argv(paths, Path(out_dir)), check=True, stdout=subprocess.DEVNULL)
         files = {path.name: path.read_bytes() for path in Path(out_dir).iterdir() if path.is_file()}
