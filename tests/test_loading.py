@@ -280,3 +280,19 @@ def test_statistics_quoted_literals_and_literals_without_spaces(tmp_path: Path) 
     stats = DumpCache().get(path).entries[KEY].input
     assert stats is not None and stats.max == math.inf and stats.min == -math.inf
     assert math.isnan(stats.mean) and math.isnan(stats.norm) and stats.observable
+
+
+def test_equal_dtypes_and_shapes_are_one_object_and_odd_shapes_keep_their_own(tmp_path: Path) -> None:
+    """A dump's tensors share one object per distinct dtype and shape (memory held for the session); a shape that is
+    not a list of sizes (a float in it: no element count) is never taken for the equal list of integers."""
+    keys = [f"Module.m.layers.{i}.Linear.forward.0" for i in range(3)]
+    nodes = [
+        tensor([1.0, 2.0], shape=[2, 1]),
+        tensor([3.0, 4.0], shape=[2, 1]),
+        {**tensor([1.0, 2.0]), "shape": [2.0, 1]},
+    ]
+    data = {key: {"input_args": [], "input_kwargs": {}, "output": [node]} for key, node in zip(keys, nodes)}
+    dump = DumpCache().get(write_dump(tmp_path / "dump.json", data))
+    first, second, odd = (dump.entries[key].output for key in keys)
+    assert first.shape == (2, 1) and first.shape is second.shape and first.dtype is second.dtype
+    assert odd.shape == (2.0, 1) and type(odd.shape[0]) is float and odd.numel is None
