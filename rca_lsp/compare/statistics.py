@@ -201,7 +201,7 @@ def assess(target: str, train: TensorStats | None, rollout: TensorStats | None, 
             "not_comparable",
             f"{target} is {train.dtype} on train and {rollout.dtype} on rollout: not the same tensor form",
         )
-    note = f"; dtype {train.dtype} vs {rollout.dtype}" if dtype_match == "mismatch" else ""
+    note = dtype_note(dtype_match, train.dtype, rollout.dtype)
     if tol >= 0.0 and _identical_statistics(train, rollout):  # every error 0.0, every status "ok"
         return _IDENTICAL_ERRORS, tol, dtype_match, relation, "aligned", "match", within(target, tol) + note
     scale = comparison_scale(train, rollout, dtype_match)
@@ -248,7 +248,7 @@ def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float) -> tupl
         return (
             "mismatch",
             "mismatch",
-            f"{target}: {worst.name} differs by {worst.rel_err:.3g} relative (tolerance {tol:g})",
+            differs(target, worst.name, worst.rel_err or 0.0, tol),
         )
     if all(s.name == "Mean" for s in compared):
         return (
@@ -261,6 +261,15 @@ def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float) -> tupl
 
 
 @lru_cache(maxsize=1024)
+def differs(target: str, statistic: str, error: float, tol: float) -> str:
+    return f"{target}: {statistic} differs by {error:.3g} relative (tolerance {tol:g})"
+
+
+def dtype_note(match: str, train: str | None, rollout: str | None) -> str:
+    """What a target's reason adds when its two dtypes differ (`match`: dtype_pair's verdict)."""
+    return f"; dtype {train} vs {rollout}" if match == "mismatch" else ""
+
+
 def within(target: str, tol: float) -> str:
     return f"{target}: within {tol:g}"
 

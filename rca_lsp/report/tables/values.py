@@ -11,7 +11,7 @@ import numpy as np
 
 from rca_lsp.base.cancel import ShouldStop, never, stop_if
 from rca_lsp.compare.module import SpecTuple
-from rca_lsp.compare.statistics import STAT_NAMES, assess, priority_for, shape_relation, within
+from rca_lsp.compare.statistics import STAT_NAMES, assess, differs, dtype_note, priority_for, shape_relation, within
 from rca_lsp.compare.targettable import STATUSES, TargetTable
 from rca_lsp.diagnose.analysis import Compared
 from rca_lsp.model.stats import TensorStats
@@ -141,19 +141,21 @@ def _array_rows(
     train_dtypes = table.dtype_names(table.train_dtype[rows])
     rollout_dtypes = table.dtype_names(table.rollout_dtype[rows])
     dtype_matches = table.dtype_match_names(rows)
-    mismatch = table.bad[rows].any(axis=1)
+    bad = table.bad[rows]
+    mismatch = bad.any(axis=1)
     consistency = np.where(mismatch, "mismatch", "aligned").astype(object).tolist()
     statuses_of_value = np.where(mismatch, "mismatch", "match").astype(object).tolist()
     reasons = _reasons(targets, tolerances, dtype_matches, train_dtypes, rollout_dtypes)
     priorities = list(map(priority_for, consistency, relations))
     mismatched = np.flatnonzero(mismatch)
-    bad = table.bad[rows[mismatched]]
-    worst = np.where(bad, errors[mismatched], -np.inf).argmax(axis=1)  # the first of the largest beyond tolerance
+    worst = np.where(bad[mismatched], errors[mismatched], -np.inf).argmax(
+        axis=1
+    )  # the first of the largest beyond tolerance
     worst_errors = errors[mismatched, worst].tolist()
     for offset, stat, error in zip(mismatched.tolist(), worst.tolist(), worst_errors):
         target, tol = targets[offset], tolerances[offset]
-        reason = f"{target}: {STAT_NAMES[stat]} differs by {error:.3g} relative (tolerance {tol:g})"
-        reasons[offset] = reason + _dtype_note(dtype_matches[offset], train_dtypes[offset], rollout_dtypes[offset])
+        note = dtype_note(dtype_matches[offset], train_dtypes[offset], rollout_dtypes[offset])
+        reasons[offset] = differs(target, STAT_NAMES[stat], error, tol) + note
         priorities[offset] = _priority("mismatch", relations[offset], target, output_consistency[owners[offset]])
     return list(
         zip(
@@ -179,10 +181,6 @@ def _array_rows(
     )
 
 
-def _dtype_note(match: str, train: str | None, rollout: str | None) -> str:
-    return f"; dtype {train} vs {rollout}" if match == "mismatch" else ""
-
-
 def _reasons(
     targets: list[str],
     tolerances: list[float],
@@ -195,7 +193,7 @@ def _reasons(
     spelled: dict[tuple[str, float, str], str] = {}
     reasons = []
     for target, tol, match, train, rollout in zip(targets, tolerances, matches, train_dtypes, rollout_dtypes):
-        note = _dtype_note(match, train, rollout)
+        note = dtype_note(match, train, rollout)
         reason = spelled.get((target, tol, note))
         if reason is None:
             reason = spelled[(target, tol, note)] = within(target, tol) + note
