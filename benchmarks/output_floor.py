@@ -1,9 +1,17 @@
 """Output floor: what writing an `analyze` run's files costs by itself, against the parse floor.
 
-A lower bound on a whole run's work beside parsing, whatever the analysis: the files' bytes written from memory
-(page-cache writes, no fsync), and the tables encoded again from ready Python rows by orjson (JSON row objects,
-and the CSV's rows as JSON arrays, which become CSV lines by replacing their brackets), without building any row. Each as CPU seconds
-(user + system) and as a ratio to the parse floor's CPU, measured alternately in one run, median of --repeat.
+A lower bound on a whole run's work beside parsing, whatever the analysis: the files' bytes written (page-cache
+writes, no fsync), and the tables encoded again from ready Python rows by orjson (JSON row objects, and the CSV's
+rows as JSON arrays, which become CSV lines by replacing their brackets), without building any row. Each as CPU
+seconds (user + system) and as a ratio to the parse floor's CPU, measured alternately in one run, median of
+--repeat.
+
+The files are written as a run writes them: a fresh process reads them, then writes them into a directory that did
+not exist, --settle seconds after the last copy was deleted (a run writes its outputs seconds in). Written into
+the pages a just-deleted copy freed, the same bytes cost a tenth of that; on a virtual machine that returns free
+memory to its host (the development VM does), pages left free for a few seconds are new again, and the kernel's
+copy into them costs ~15 us a page (2026-12-04: 600 MiB, 2.0-3.3 s of system time after 3-10 s, 0.16 s at once;
+`perf` puts ~10% of an e64c8 run's CPU samples in that copy).
 
     .venv/bin/python benchmarks/output_floor.py --data-dir benchmarks/data/e64c8 --repeat 3
 
@@ -17,6 +25,7 @@ import io
 import resource
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -45,13 +54,30 @@ def floor_cpu(argv: list[str]) -> float:
     return _children_cpu() - before
 
 
-def write_cpu(files: dict[str, bytes]) -> float:
-    """CPU to write every file's bytes into a fresh directory."""
-    with tempfile.TemporaryDirectory(dir=".") as scratch:
-        before = _self_cpu()
-        for name, data in files.items():
-            (Path(scratch) / name).write_bytes(data)
-        return _self_cpu() - before
+def _child_cpu(*argv: str) -> float:
+    """The CPU seconds a fresh process of this script reports for its part (`--write-child`, `--encode-child`): the
+    measured work runs in a small process, as it would in a run (and a parse floor's own time grows by up to 2x
+    beside a parent holding gigabytes on this VM)."""
+    done = subprocess.run([sys.executable, __file__, *argv], check=True, capture_output=True, text=True)
+    return float(done.stdout)
+
+
+def write_cpu(source: Path, settle: float) -> float:
+    """CPU a fresh process spends writing the files of `source` into a new directory (as a run writes: see the
+    module doc), `settle` seconds after the previous copy was deleted."""
+    with tempfile.TemporaryDirectory(dir=source.parent) as scratch:
+        time.sleep(settle)
+        return _child_cpu("--write-child", str(source), str(Path(scratch) / "out"))
+
+
+def _write_child(source: Path, target: Path) -> float:
+    """Read every file of `source`; the CPU seconds of writing them all into `target` (new)."""
+    files = {path.name: path.read_bytes() for path in sorted(source.iterdir()) if path.is_file()}
+    before = _self_cpu()
+    target.mkdir()
+    for name, data in files.items():
+        (target / name).write_bytes(data)
+    return _self_cpu() - before
 
 
 Table = tuple[Any, list[list[Any]]]  # a table's JSON document, and its CSV rows' cells
@@ -67,8 +93,14 @@ def _table(document: Any, csv_text: bytes) -> Table:
     return document, cells
 
 
-def encode_cpu(tables: list[Table]) -> float:
-    """CPU to encode every table as JSON and as CSV text, by orjson from the ready rows."""
+def _encode_child(source: Path) -> float:
+    """Read the tables of `source`; the CPU seconds of encoding each as JSON and as CSV text, by orjson from the
+    ready rows."""
+    tables = [
+        _table(orjson.loads((source / f"{stem}.json").read_bytes()), (source / f"{stem}.csv").read_bytes())
+        for stem in _TABLES
+        if (source / f"{stem}.json").is_file()
+    ]
     before = _self_cpu()
     for document, cells in tables:
         orjson.dumps(document)
@@ -76,28 +108,34 @@ def encode_cpu(tables: list[Table]) -> float:
     return _self_cpu() - before
 
 
+_CHILDREN = {"--write-child": _write_child, "--encode-child": _encode_child}
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] in _CHILDREN:
+        print(f"{_CHILDREN[sys.argv[1]](*map(Path, sys.argv[2:])):.4f}")  # type: ignore[operator]
+        return
     parser = benchmark_parser(__doc__, "synthetic data set (default: benchmarks/data/large)", LARGE)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--settle", type=float, default=5.0, help="seconds between deleting a copy and writing the next"
+    )
     args = parser.parse_args()
     paths = ensure_dataset(args.data_dir)
     warm_caches(paths)
-    with tempfile.TemporaryDirectory() as out_dir:
-        subprocess.run(analyze_argv(paths, Path(out_dir)), check=True, stdout=subprocess.DEVNULL)
-        files = {path.name: path.read_bytes() for path in Path(out_dir).iterdir() if path.is_file()}
-    tables = [
-        _table(orjson.loads(files[f"{stem}.json"]), files[f"{stem}.csv"]) for stem in _TABLES if f"{stem}.json" in files
-    ]
-    floors, writes, encodes = [], [], []
-    for _ in range(args.repeat):
-        floors.append(floor_cpu(floor_argv(paths)))
-        writes.append(write_cpu(files))
-        time.sleep(0.5)
-        encodes.append(encode_cpu(tables))
+    with tempfile.TemporaryDirectory(dir=args.data_dir) as kept:
+        out_dir = Path(kept) / "outputs"
+        subprocess.run(analyze_argv(paths, out_dir), check=True, stdout=subprocess.DEVNULL)
+        files = sorted(path for path in out_dir.iterdir() if path.is_file())
+        size = sum(path.stat().st_size for path in files) / 2**20
+        floors, writes, encodes = [], [], []
+        for _ in range(args.repeat):
+            floors.append(floor_cpu(floor_argv(paths)))
+            writes.append(write_cpu(out_dir, args.settle))
+            encodes.append(_child_cpu("--encode-child", str(out_dir)))
     floor, write, encode = map(statistics.median, (floors, writes, encodes))
-    size = sum(map(len, files.values())) / 2**20
     print(f"outputs: {len(files)} files, {size:.1f} MiB; parse floor CPU {floor:.2f} s")
-    print(f"write from memory: {write:.2f} s CPU = {write / floor:.2f}x the floor")
+    print(f"write as a run does (a fresh process, {args.settle:g} s on): {write:.2f} s CPU = {write / floor:.2f}x")
     print(f"encode the tables from ready rows: {encode:.2f} s CPU = {encode / floor:.2f}x the floor")
     print(f"together: {(write + encode) / floor:.2f}x the floor's CPU")
 
