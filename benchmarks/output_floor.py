@@ -56,8 +56,8 @@ def floor_cpu(argv: list[str]) -> float:
 
 def _child_cpu(*argv: str) -> float:
     """The CPU seconds a fresh process of this script reports for its part (`--write-child`, `--encode-child`): the
-    measured work runs in a small process, as it would in a run (and a parse floor's own time grows by up to 2x
-    beside a parent holding gigabytes on this VM)."""
+    measured work runs in a small process, as it would in a run (on this VM a parse floor measured right after its
+    parent had allocated gigabytes took up to 2x its usual CPU)."""
     done = subprocess.run([sys.executable, __file__, *argv], check=True, capture_output=True, text=True)
     return float(done.stdout)
 
