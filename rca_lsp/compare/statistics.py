@@ -260,7 +260,6 @@ def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float) -> tupl
     return "aligned", "match", f"{target}: {', '.join(both)} non-finite on both sides" if both else within(target, tol)
 
 
-@lru_cache(maxsize=1024)
 def differs(target: str, statistic: str, error: float, tol: float) -> str:
     return f"{target}: {statistic} differs by {error:.3g} relative (tolerance {tol:g})"
 
@@ -270,6 +269,7 @@ def dtype_note(match: str, train: str | None, rollout: str | None) -> str:
     return f"; dtype {train} vs {rollout}" if match == "mismatch" else ""
 
 
+@lru_cache(maxsize=1024)
 def within(target: str, tol: float) -> str:
     return f"{target}: within {tol:g}"
 

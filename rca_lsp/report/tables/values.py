@@ -148,9 +148,8 @@ def _array_rows(
     reasons = _reasons(targets, tolerances, dtype_matches, train_dtypes, rollout_dtypes)
     priorities = list(map(priority_for, consistency, relations))
     mismatched = np.flatnonzero(mismatch)
-    worst = np.where(bad[mismatched], errors[mismatched], -np.inf).argmax(
-        axis=1
-    )  # the first of the largest beyond tolerance
+    # the first of the largest errors beyond tolerance
+    worst = np.where(bad[mismatched], errors[mismatched], -np.inf).argmax(axis=1)
     worst_errors = errors[mismatched, worst].tolist()
     for offset, stat, error in zip(mismatched.tolist(), worst.tolist(), worst_errors):
         target, tol = targets[offset], tolerances[offset]
