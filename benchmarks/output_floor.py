@@ -16,12 +16,18 @@ copy into them costs ~15 us a page (2026-12-04: 600 MiB, 2.0-3.3 s of system tim
     .venv/bin/python benchmarks/output_floor.py --data-dir benchmarks/data/e64c8 --repeat 3
 
 With two cores, a run that parses (1x), analyses and writes cannot finish in less wall time than half of all that
-CPU, so when the outputs alone cost 2x the floor's CPU, 1.5x the floor in wall time is out of reach."""
+CPU, so when the outputs alone cost 2x the floor's CPU, 1.5x the floor in wall time is out of reach.
+
+The same bytes are also written past the page cache (O_DIRECT, from one page-aligned buffer, each file's last
+block padded and the file cut back to its size): what writing costs when no new page-cache page is needed, i.e.
+how much of the first figure is this machine's cost of new pages rather than the writing."""
 
 from __future__ import annotations
 
 import csv
 import io
+import mmap
+import os
 import resource
 import statistics
 import subprocess
@@ -62,12 +68,13 @@ def _child_cpu(*argv: str) -> float:
     return float(done.stdout)
 
 
-def write_cpu(source: Path, settle: float) -> float:
+def write_cpu(source: Path, settle: float, child: str = "--write-child") -> float:
     """CPU a fresh process spends writing the files of `source` into a new directory (as a run writes: see the
-    module doc), `settle` seconds after the previous copy was deleted."""
+    module doc), `settle` seconds after the previous copy was deleted; `child`: --direct-child writes past the
+    page cache."""
     with tempfile.TemporaryDirectory(dir=source.parent) as scratch:
         time.sleep(settle)
-        return _child_cpu("--write-child", str(source), str(Path(scratch) / "out"))
+        return _child_cpu(child, str(source), str(Path(scratch) / "out"))
 
 
 def _write_child(source: Path, target: Path) -> float:
@@ -77,6 +84,30 @@ def _write_child(source: Path, target: Path) -> float:
     target.mkdir()
     for name, data in files.items():
         (target / name).write_bytes(data)
+    return _self_cpu() - before
+
+
+_DIRECT_CHUNK = 8 << 20  # bytes per O_DIRECT write: a multiple of any block size
+_BLOCK = 4096  # O_DIRECT writes whole blocks
+
+
+def _direct_child(source: Path, target: Path) -> float:
+    """_write_child past the page cache: each file written with O_DIRECT from one page-aligned buffer."""
+    files = {path.name: path.read_bytes() for path in sorted(source.iterdir()) if path.is_file()}
+    buffer = mmap.mmap(-1, _DIRECT_CHUNK)  # anonymous mappings are page-aligned, as O_DIRECT needs
+    before = _self_cpu()
+    target.mkdir()
+    for name, data in files.items():
+        descriptor = os.open(target / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_DIRECT, 0o644)
+        try:
+            view = memoryview(data)
+            for start in range(0, len(data), _DIRECT_CHUNK):
+                piece = view[start : start + _DIRECT_CHUNK]
+                buffer[: len(piece)] = piece
+                os.write(descriptor, memoryview(buffer)[: -(-len(piece) // _BLOCK) * _BLOCK])
+            os.ftruncate(descriptor, len(data))
+        finally:
+            os.close(descriptor)
     return _self_cpu() - before
 
 
@@ -108,14 +139,14 @@ def _encode_child(source: Path) -> float:
     return _self_cpu() - before
 
 
-_CHILDREN = {"--write-child": _write_child, "--encode-child": _encode_child}
+_CHILDREN = {"--write-child": _write_child, "--direct-child": _direct_child, "--encode-child": _encode_child}
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in _CHILDREN:
         print(f"{_CHILDREN[sys.argv[1]](*map(Path, sys.argv[2:])):.4f}")  # type: ignore[operator]
         return
-    parser = benchmark_parser(__doc__, "synthetic data set (default: benchmarks/data/large)", LARGE)
+    parser = benchmark_parser(__doc__, "synthetic data set (default: benchmarks/data/large)", LARGE.default_dir)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument(
         "--settle", type=float, default=5.0, help="seconds between deleting a copy and writing the next"
@@ -128,14 +159,16 @@ def main() -> None:
         subprocess.run(analyze_argv(paths, out_dir), check=True, stdout=subprocess.DEVNULL)
         files = sorted(path for path in out_dir.iterdir() if path.is_file())
         size = sum(path.stat().st_size for path in files) / 2**20
-        floors, writes, encodes = [], [], []
+        floors, writes, directs, encodes = [], [], [], []
         for _ in range(args.repeat):
             floors.append(floor_cpu(floor_argv(paths)))
             writes.append(write_cpu(out_dir, args.settle))
+            directs.append(write_cpu(out_dir, args.settle, "--direct-child"))
             encodes.append(_child_cpu("--encode-child", str(out_dir)))
-    floor, write, encode = map(statistics.median, (floors, writes, encodes))
+    floor, write, direct, encode = map(statistics.median, (floors, writes, directs, encodes))
     print(f"outputs: {len(files)} files, {size:.1f} MiB; parse floor CPU {floor:.2f} s")
     print(f"write as a run does (a fresh process, {args.settle:g} s on): {write:.2f} s CPU = {write / floor:.2f}x")
+    print(f"the same past the page cache (O_DIRECT): {direct:.2f} s CPU = {direct / floor:.2f}x")
     print(f"encode the tables from ready rows: {encode:.2f} s CPU = {encode / floor:.2f}x the floor")
     print(f"together: {(write + encode) / floor:.2f}x the floor's CPU")
 
