@@ -77,9 +77,14 @@ def write_cpu(source: Path, settle: float, child: str = "--write-child") -> floa
         return _child_cpu(child, str(source), str(Path(scratch) / "out"))
 
 
+def _files(source: Path) -> dict[str, bytes]:
+    """Every file of `source`, read, by name."""
+    return {path.name: path.read_bytes() for path in sorted(source.iterdir()) if path.is_file()}
+
+
 def _write_child(source: Path, target: Path) -> float:
     """Read every file of `source`; the CPU seconds of writing them all into `target` (new)."""
-    files = {path.name: path.read_bytes() for path in sorted(source.iterdir()) if path.is_file()}
+    files = _files(source)
     before = _self_cpu()
     target.mkdir()
     for name, data in files.items():
@@ -93,7 +98,7 @@ _BLOCK = 4096  # O_DIRECT writes whole blocks
 
 def _direct_child(source: Path, target: Path) -> float:
     """_write_child past the page cache: each file written with O_DIRECT from one page-aligned buffer."""
-    files = {path.name: path.read_bytes() for path in sorted(source.iterdir()) if path.is_file()}
+    files = _files(source)
     buffer = mmap.mmap(-1, _DIRECT_CHUNK)  # anonymous mappings are page-aligned, as O_DIRECT needs
     before = _self_cpu()
     target.mkdir()
