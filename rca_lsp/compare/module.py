@@ -7,15 +7,26 @@ output_3) are built on first access, so an analysis of 10^5 groups does not buil
 from __future__ import annotations
 
 import math
-from functools import cached_property, lru_cache
-from typing import NamedTuple, Sequence
+from functools import cached_property
+from typing import Sequence
 
-from rca_lsp.compare.calls import fold_calls
+from rca_lsp.compare.calls import CallSummary, fold_calls
 from rca_lsp.compare.elementwise import MISMATCH, SlotEvidence
-from rca_lsp.compare.residual import BranchFacts, GroupConsistency, branch_reading, stream_reading
+from rca_lsp.compare.groupform import (
+    PlainTargets,
+    SpecTuple,
+    TargetSpec,
+    common_parameters,
+    is_fused_experts,
+    paired_kwargs,
+    pairwise,
+    routers_of_other_forms,
+)
+from rca_lsp.compare.residual import BranchFacts, GroupConsistency, StreamReading, branch_reading, stream_reading
 from rca_lsp.compare.statistics import (
     NONFINITE_BOTH,
     Consistency,
+    JudgedRows,
     TargetComparison,
     Verdict,
     compare_target,
@@ -25,21 +36,9 @@ from rca_lsp.dumps.dump import Disagreement, ModuleEntry
 from rca_lsp.model.stats import TensorStats, aggregate, relative_error
 from rca_lsp.model.tolerance import Tolerances, normalise_dtype
 
-
-class TargetSpec(NamedTuple):
-    target: str
-    train_key: str
-    rollout_key: str
-    train: TensorStats | None
-    rollout: TensorStats | None
-    aggregated: bool
-
-
-SpecTuple = tuple[str, str, str, TensorStats | None, TensorStats | None, bool]  # a TargetSpec's fields
 _FUSED_QKV_TRAIN = ("linear_q_down_proj", "linear_kv_down_proj")
 RANK_DISAGREEMENT_BUCKET = "rank_replica_disagreement"
 CALL_DISAGREEMENT_BUCKET = "call_parameter_disagreement"
-DISAGREEMENT_BUCKETS = (RANK_DISAGREEMENT_BUCKET, CALL_DISAGREEMENT_BUCKET)
 _FUSED_QKV_ROLLOUT = "fused_qkv_a_proj"
 
 
@@ -56,42 +55,11 @@ def _join(keys: Sequence[str]) -> str:
     return keys[0] if len(keys) == 1 else "+".join(keys)
 
 
-def _pairwise(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> list[tuple[ModuleEntry, ModuleEntry]]:
-    """Which entries see the same input tensor: every part of a split side against the single fused module."""
-    if len(train) == 1:
-        return [(train[0], r) for r in rollout]
-    if len(rollout) == 1:
-        return [(t, rollout[0]) for t in train]
-    return []
-
-
 ALL_PARAMETERS = "*"  # every parameter of a side together (fused experts)
 _FUSED_EXPERTS_NOTE = (
     "per-expert modules against one module holding every expert: compared through their "
     "parameters together (the MoE layer's output compares the activations)"
 )
-
-
-def is_experts_container(entry: ModuleEntry) -> bool:
-    return (
-        entry.path.rpartition(".")[2] == "experts"
-        or "experts" in entry.class_name.lower()
-        or "fusedmoe" in entry.class_name.lower()
-    )
-
-
-def _is_fused_experts(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> bool:
-    """One side is a single module holding all experts; the other side several modules inside an experts module."""
-    for one, many in ((train, rollout), (rollout, train)):
-        if (
-            len(one) == 1
-            and len(many) > 1
-            and is_experts_container(one[0])
-            and all(".experts." in part.path for part in many)
-            and any(part.parameters for part in many)
-        ):
-            return True
-    return False
 
 
 _OTHER_BATCHES_NOTE = (
@@ -104,38 +72,10 @@ _ROUTER_NOTE = (
 )
 
 
-def _routers_of_other_forms(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> bool:
-    """A router against a router of another class (Megatron TopKRouter against HF MixtralTopKRouter, ...)."""
-    if len(train) != 1 or len(rollout) != 1:
-        return False
-    return _routers_of_other_classes(train[0].class_name, rollout[0].class_name)
-
-
-@lru_cache(maxsize=4096)
-def _routers_of_other_classes(train_class: str, rollout_class: str) -> bool:
-    """Asked for every 1:1 group: a dump pair has a few hundred class pairs."""
-    return train_class != rollout_class and ("router" in train_class.lower() or "router" in rollout_class.lower())
-
-
 def _summarise(states: Sequence[Consistency]) -> Consistency:
     if "mismatch" in states:
         return "mismatch"
     return "aligned" if "aligned" in states else "missing"
-
-
-def _common_parameters(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> list[str] | None:
-    """Parameter names both sides have (weight first); None when neither side has any (a container)."""
-    if len(train) == 1 and len(rollout) == 1:
-        train_names, rollout_names = train[0].parameters.keys(), rollout[0].parameters.keys()
-        if not train_names and not rollout_names:
-            return None
-        return sorted(train_names & rollout_names, key=_weight_first)
-    if not any(t.parameters for t in train) and not any(r.parameters for r in rollout):
-        return None
-    names: set[str] = set(train[0].parameters)
-    for part in [*train[1:], *rollout]:
-        names &= part.parameters.keys()
-    return sorted(names, key=_weight_first)
 
 
 def _summarise_parameters(states: Sequence[Consistency]) -> GroupConsistency:
@@ -150,28 +90,6 @@ def _summarise_parameters(states: Sequence[Consistency]) -> GroupConsistency:
 
 def _labelled(train_id: str, rollout_id: str, side: str, label: str) -> tuple[str, str]:
     return (train_id + label, rollout_id) if side == "train" else (train_id, rollout_id + label)
-
-
-def _weight_first(name: str) -> tuple[bool, str]:
-    return name != "weight", name
-
-
-def _kwarg_pairs(
-    parts: list[tuple[ModuleEntry, ModuleEntry]],
-) -> tuple[list[tuple[str, ModuleEntry, ModuleEntry]], bool, bool]:
-    """(name, train part, rollout part) for tensor kwargs on both sides of each `_pairwise` pair; whether any
-    exist; whether names differ."""
-    pairs: list[tuple[str, ModuleEntry, ModuleEntry]] = []
-    any_kwargs = names_differ = False
-    for t, r in parts:
-        if not t.kwargs and not r.kwargs:
-            continue
-        any_kwargs = True
-        names_differ |= t.kwargs.keys() != r.kwargs.keys()
-        for name in sorted(t.kwargs.keys() & r.kwargs.keys()):
-            if not (t.input_source == r.input_source == f"input_kwargs.{name}"):  # else already the primary input
-                pairs.append((name, t, r))
-    return pairs, any_kwargs, names_differ
 
 
 def _bucket(
@@ -227,6 +145,20 @@ class ModuleComparison:
     # what the targets' tensors (or hashes) say, set by with_tensor_evidence: a class default, so the 10^5
     # comparisons of a statistics-mode analysis carry no attribute more
     tensor_evidence: tuple[SlotEvidence, ...] = ()
+    # what __init__ sets for every group and of_plain_pair leaves as here: a plain pair has no calls joined, no
+    # reading in another form, no disagreeing copies and, mostly, no kwargs or errors worth keeping
+    train_calls: Sequence[CallSummary] = ()
+    rollout_calls: Sequence[CallSummary] = ()
+    _errors: list[float] | tuple[()] = ()
+    _reading: StreamReading | None = None
+    _parameter_names: list[str] | tuple[()] = ()
+    _kwarg_pairs: list[tuple[str, ModuleEntry, ModuleEntry]] | tuple[()] = ()
+    kwargs_consistency: GroupConsistency = "not_applicable"
+    output_nonfinite_both = False
+    _output_dtypes: tuple[str | None, str | None] = (None, None)  # set with dtype_path
+    _fused_experts = _routers = _other_batches = False
+    train_disagreements: tuple[Disagreement, ...] = ()
+    disagreements: tuple[Disagreement, ...] = ()
 
     def __init__(
         self,
@@ -264,14 +196,14 @@ class ModuleComparison:
         output_verdict = judge(self._output_train, self._output_rollout)
         self.output_consistency, flags, _ = output_verdict
         self.output_nonfinite_both = bool(flags & NONFINITE_BOTH)
-        pairs = _pairwise(train, rollout)
+        pairs = pairwise(train, rollout)
         if reading is not None:
             self.input_args_consistency = judge(*reading.input)[0]
         elif pairs:
             self.input_args_consistency = _summarise([judge(t.input, r.input)[0] for t, r in pairs])
         else:
             self.input_args_consistency = judge(_combined(train, "input"), _combined(rollout, "input"))[0]
-        names = _common_parameters(train, rollout)
+        names = common_parameters(train, rollout)
         self._parameter_names = names or []
         if names is None:
             self.parameter_consistency = "not_applicable"
@@ -279,7 +211,7 @@ class ModuleComparison:
             self.parameter_consistency = "missing"
         else:
             self.parameter_consistency = _summarise_parameters([judge(*self._parameter_stats(n))[0] for n in names])
-        kwarg_pairs, any_kwargs, names_differ = _kwarg_pairs(pairs)
+        kwarg_pairs, any_kwargs, names_differ = paired_kwargs(pairs)
         self._kwarg_pairs = kwarg_pairs
         if not any_kwargs:
             self.kwargs_consistency = "not_applicable"
@@ -288,13 +220,11 @@ class ModuleComparison:
         else:
             state = _summarise([judge(t.kwargs[n], r.kwargs[n])[0] for n, t, r in kwarg_pairs])
             self.kwargs_consistency = "partial" if names_differ and state == "aligned" else state
-        self.dtype_path = self._dtype_path_differs()
-        if self.dtype_path and self.output_consistency == "aligned":
-            self.output_consistency = "mismatch"
-        self._fused_experts = _is_fused_experts(train, rollout)
+        self._judge_dtype_path()
+        self._fused_experts = is_fused_experts(train, rollout)
         if self._fused_experts:
             self._compare_fused_experts()
-        self._routers = _routers_of_other_forms(train, rollout)
+        self._routers = routers_of_other_forms(train, rollout)
         if self._routers:  # the parameters and inputs still compare
             self._output_by_parameters()
         self._other_batches = any(part.other_batches for part in (*train, *rollout))
@@ -303,23 +233,84 @@ class ModuleComparison:
         # the relative error of the output: one point of the run's error-along-depth series (a module's input is
         # the output of the one before, already a point of it)
         self.output_error = self._output_error(output_verdict)
+        self._conclude()
+
+    @classmethod
+    def of_plain_pair(
+        cls,
+        train: ModuleEntry,
+        rollout: ModuleEntry,
+        tol: Tolerances,
+        targets: PlainTargets,
+        judged: JudgedRows,
+        start: int,
+    ) -> "ModuleComparison":
+        """The comparison of a `plain_pair` whose targets (`plain_targets`) are rows `start`... of `judged`, judged
+        as quick_verdict judges them (records judge every plain pair of an analysis at once): what __init__ makes of
+        the pair. Only what differs from the class's defaults is set (10^5 plain pairs in an analysis)."""
+        self = object.__new__(cls)
+        self._tol = tol
+        self.train_keys, self.rollout_keys = (train.key,), (rollout.key,)
+        self._train, self._rollout = (train,), (rollout,)
+        self._output_train, self._output_rollout = train.output, rollout.output
+        states, worst = judged.states, judged.worst
+        names, kwarg_pairs, any_kwargs, names_differ = targets
+        stop = start + 2 + (len(names) if names else 0) + len(kwarg_pairs)
+        errors = [worst[i] for i in range(start, stop) if worst[i] and states[i] != "mismatch"]
+        if errors:
+            self._errors = errors
+        self.output_consistency = states[start]
+        if judged.flags[start] & NONFINITE_BOTH:
+            self.output_nonfinite_both = True
+        self.input_args_consistency = states[start + 1]
+        if names is None:
+            self.parameter_consistency = "not_applicable"
+        else:
+            self._parameter_names = names
+            parameters = start + 2 + len(names)
+            self.parameter_consistency = _summarise_parameters(states[start + 2 : parameters]) if names else "missing"
+        if any_kwargs:
+            self._kwarg_pairs = kwarg_pairs
+            if not kwarg_pairs:
+                self.kwargs_consistency = "missing"
+            else:
+                state = _summarise(states[stop - len(kwarg_pairs) : stop])
+                self.kwargs_consistency = "partial" if names_differ and state == "aligned" else state
+        self._judge_dtype_path()
+        error = judged.relative_errors[start]
+        self.output_error = None if error == math.inf else error
+        self._reason()
+        return self
+
+    def _judge_dtype_path(self) -> None:
+        self.dtype_path = self._dtype_path_differs()
+        if self.dtype_path:
+            self._output_dtypes = (self._output_train.dtype, self._output_rollout.dtype)  # type: ignore[union-attr]
+            if self.output_consistency == "aligned":
+                self.output_consistency = "mismatch"
+
+    def _conclude(self) -> None:
+        """The disagreements, bucket and reasoning, once every target is judged."""
         self.train_disagreements = tuple(d for part in self._train for d in part.disagreements)
         self.disagreements = self.train_disagreements + tuple(d for part in self._rollout for d in part.disagreements)
         self._apply_disagreements()
+        self._reason()
+
+    def _reason(self) -> None:
+        """The bucket and its reasoning, with what was read in another form."""
         self.module_bucket, self.module_priority_rank, self.reasoning = self._bucketed()
-        if reading is not None:
-            self.reasoning += f"; {reading.note}"
+        if self._reading is not None:
+            self.reasoning += f"; {self._reading.note}"
         if self._fused_experts:
             self.reasoning += f"; {_FUSED_EXPERTS_NOTE}"
         if self._routers:
             self.reasoning += f"; {_ROUTER_NOTE}"
         if self._other_batches:
             self.reasoning += f"; {_OTHER_BATCHES_NOTE}"
-        if self.dtype_path:
+        if self.dtype_path:  # the dtypes as judged: a router's outputs are dropped after (_output_by_parameters)
             self.reasoning += (
-                f"; the output dtype differs ({self._output_train.dtype} vs "  # type: ignore[union-attr]
-                f"{self._output_rollout.dtype}) while the inputs' agree: a numeric-path difference "  # type: ignore[union-attr]
-                "inside this module (autocast, a different compute dtype)"
+                f"; the output dtype differs ({self._output_dtypes[0]} vs {self._output_dtypes[1]}) while the "
+                "inputs' agree: a numeric-path difference inside this module (autocast, a different compute dtype)"
             )
 
     def _bucketed(self) -> tuple[str, int, str]:
@@ -377,7 +368,7 @@ class ModuleComparison:
             return False
         if normalise_dtype(t_out.dtype) == normalise_dtype(r_out.dtype) or None in (t_out.dtype, r_out.dtype):
             return False
-        inputs = [(t.input, r.input) for t, r in _pairwise(self._train, self._rollout)] or [
+        inputs = [(t.input, r.input) for t, r in pairwise(self._train, self._rollout)] or [
             (_combined(self._train, "input"), _combined(self._rollout, "input"))
         ]
         return all(
@@ -408,7 +399,7 @@ class ModuleComparison:
     def _judge(self, train: TensorStats | None, rollout: TensorStats | None) -> Verdict:
         verdict = quick_verdict(train, rollout, self._tol)
         if verdict[2] and verdict[0] != "mismatch":
-            self._errors.append(verdict[2])
+            self._errors.append(verdict[2])  # type: ignore[union-attr]  # a list once __init__ set it
         return verdict
 
     def judged_under(self, tol: Tolerances) -> "ModuleComparison":
@@ -423,7 +414,7 @@ class ModuleComparison:
         return copy
 
     @property
-    def judged_errors(self) -> list[float]:
+    def judged_errors(self) -> Sequence[float]:
         """The largest relative error of each pair of statistics judged whose verdict tighter tolerances could
         change: not a mismatch (which stays one), not of equal statistics (an error of 0, within any tolerance);
         and the differences of parameters across joined calls within the tolerance (a tighter one could make them
@@ -535,7 +526,7 @@ class ModuleComparison:
                 for name in self._parameter_names
             ]
         specs = [("output.0", train_id, rollout_id, self._output_train, self._output_rollout, aggregated)]
-        pairs = _pairwise(self._train, self._rollout)
+        pairs = pairwise(self._train, self._rollout)
         if self._fused_experts:
             pass  # the inputs are different tensors: only the parameters are compared
         elif pairs:

@@ -10,12 +10,15 @@ from typing import Iterable, NamedTuple
 import numpy as np
 
 from rca_lsp.compare.datagroups import DataGroupChoice
+from rca_lsp.compare.groupform import PlainTargets, plain_pair, plain_targets
 from rca_lsp.compare.module import ModuleComparison, compare_module
 from rca_lsp.compare.residual import branch_facts
+from rca_lsp.compare.targettable import quick_verdicts
 from rca_lsp.compare.tensorpass import TensorPass
 from rca_lsp.dumps.dump import Dump, ModuleEntry
 from rca_lsp.mapping.validate import Suggestions
 from rca_lsp.model.keys import block_of, layer_index
+from rca_lsp.model.stats import TensorStats
 from rca_lsp.model.tolerance import Tolerances
 
 Group = tuple[tuple[str, ...], tuple[str, ...]]  # a mapping group: its train keys and its rollout keys
@@ -252,7 +255,43 @@ class Comparator:
         cache = self._cache
         if self._base is not None:
             self._share_alike(self._base, [group for group in groups if group not in cache])
-        return [cache.get(group) or self._compared(group) for group in groups]
+        self._compare([group for group in groups if group not in cache])
+        return [cache[group] for group in groups]
+
+    def _compare(self, groups: list[Group]) -> None:
+        """Records of `groups`, cached: the plain 1:1 pairs (groupform.plain_pair, no branch output on either side,
+        statistics only) judged together, as arrays; the others one by one."""
+        plain: list[tuple[Group, ModuleEntry, ModuleEntry]] = []
+        others: list[Group] = []
+        by_statistics = self.tensors is None or not self.tensors.active
+        train, rollout = self.train, self.rollout
+        branches = bool(train.branch_outputs.returns or rollout.branch_outputs.returns)  # else branch_facts: None
+        for group in groups:
+            train_keys, rollout_keys = group
+            if by_statistics and len(train_keys) == 1 and len(rollout_keys) == 1:
+                pair = train.entries[train_keys[0]], rollout.entries[rollout_keys[0]]
+                if plain_pair(*pair) and not (branches and branch_facts(train, rollout, train_keys, rollout_keys)):
+                    plain.append((group, *pair))
+                    continue
+            others.append(group)
+        if plain:
+            self._compare_plain(plain)
+        for group in others:
+            self._compared(group)
+
+    def _compare_plain(self, pairs: list[tuple[Group, ModuleEntry, ModuleEntry]]) -> None:
+        forms: list[PlainTargets] = []
+        train_stats: list[TensorStats | None] = []
+        rollout_stats: list[TensorStats | None] = []
+        starts: list[int] = []
+        for _, train_entry, rollout_entry in pairs:
+            starts.append(len(train_stats))
+            forms.append(plain_targets(train_entry, rollout_entry, train_stats, rollout_stats))
+        judged = quick_verdicts(train_stats, rollout_stats, self.tolerances)
+        tolerances, cache, of_plain_pair = self.tolerances, self._cache, ModuleComparison.of_plain_pair
+        for (group, train_entry, rollout_entry), form, start in zip(pairs, forms, starts):
+            comparison = of_plain_pair(train_entry, rollout_entry, tolerances, form, judged, start)
+            cache[group] = _record(comparison, [train_entry], [rollout_entry])
 
     def _share_alike(self, base: Comparator, groups: list[Group]) -> None:
         """Takes on the base's records of `groups` whose verdicts are the same under these tolerances: none of the
@@ -274,7 +313,7 @@ class Comparator:
                 comparison = record.comparison.judged_under(self.tolerances)
                 self._cache[group] = _new(ModuleRecord, (comparison, *record[1:]))
 
-    def _compared(self, group: Group) -> ModuleRecord:
+    def _compared(self, group: Group) -> None:
         train_keys, rollout_keys = group
         train_entries = [self.train.entries[k] for k in train_keys]
         rollout_entries = [self.rollout.entries[k] for k in rollout_keys]
@@ -286,20 +325,23 @@ class Comparator:
         )
         if self.tensors is not None and self.tensors.active:
             comparison = comparison.with_tensor_evidence(self.tensors.evidence(comparison))
-        train_paths, rollout_paths = _paths(train_entries), _paths(rollout_entries)
-        record = self._cache[group] = _new(
-            ModuleRecord,
-            (
-                comparison,
-                train_entries[-1].position,
-                rollout_entries[-1].position,
-                train_entries[0].position,
-                rollout_entries[0].position,
-                train_entries[0].call_index,
-                train_paths,
-                rollout_paths,
-                _prefixes(train_paths),
-                _prefixes(rollout_paths),
-            ),
-        )
-        return record
+        self._cache[group] = _record(comparison, train_entries, rollout_entries)
+
+
+def _record(comparison: ModuleComparison, train: list[ModuleEntry], rollout: list[ModuleEntry]) -> ModuleRecord:
+    train_paths, rollout_paths = _paths(train), _paths(rollout)
+    return _new(
+        ModuleRecord,
+        (
+            comparison,
+            train[-1].position,
+            rollout[-1].position,
+            train[0].position,
+            rollout[0].position,
+            train[0].call_index,
+            train_paths,
+            rollout_paths,
+            _prefixes(train_paths),
+            _prefixes(rollout_paths),
+        ),
+    )

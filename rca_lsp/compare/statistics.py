@@ -103,6 +103,15 @@ NONFINITE_ONE_SIDE = 2
 Verdict = tuple[Consistency, int, float]  # quick_verdict's: consistency, flags, the largest error measured
 
 
+class JudgedRows(NamedTuple):
+    """quick_verdict's of many pairs of statistics, as columns (compare.targettable.quick_verdicts)."""
+
+    states: list[Consistency]
+    flags: list[int]
+    worst: list[float]  # the largest error measured (unless a mismatch)
+    relative_errors: list[float | None]  # model.stats.relative_error of each pair
+
+
 def quick_verdict(train: TensorStats | None, rollout: TensorStats | None, tolerances: Tolerances) -> Verdict:
     """The consistency `compare_target` would give, plus non-finite flags, without building any objects; and,
     unless a mismatch, the largest relative error of a statistic (model.stats.relative_error; 0 when none was

@@ -12,13 +12,15 @@ itself: they are few, and their wording is its own. tests/test_target_table.py c
 from __future__ import annotations
 
 from functools import cached_property
+from itertools import chain
 from operator import attrgetter
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from rca_lsp.compare.module import ModuleComparison, SpecTuple
-from rca_lsp.compare.statistics import STAT_NAMES
+from rca_lsp.compare.groupform import SpecTuple
+from rca_lsp.compare.module import ModuleComparison
+from rca_lsp.compare.statistics import STAT_NAMES, Consistency, JudgedRows, quick_verdict
 from rca_lsp.model.stats import TensorStats, dtype_pair, four_statistics, relative_error
 from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances
 
@@ -46,27 +48,37 @@ def _side(stats: list[TensorStats | None]) -> _Side:
     present = [s if s is not None else _ABSENT for s in stats]
     if not present:
         return _Side(np.zeros((0, 4)), np.zeros(0), [])
-    values = np.array(list(map(four_statistics, present)), dtype=np.float64)  # None: NaN
+    try:  # in C, four numbers at a time (np.array of the tuples takes twice as long)
+        values = np.fromiter(chain.from_iterable(map(four_statistics, present)), np.float64, 4 * len(present))
+    except TypeError:  # a statistic msprobe wrote as null: NaN, as np.array makes None
+        values = np.array(list(map(four_statistics, present)), dtype=np.float64)
+    values = values.reshape(-1, 4)
     # float() first: numpy converts Python ints one by one, several times slower
     numels = np.array([_NAN if n is None else float(n) for n in map(_NUMEL, present)], dtype=np.float64)
     return _Side(values, numels, list(map(_DTYPE, present)))
 
 
-class TargetTable:
-    """Targets in output order, record by record, each record's under its own tolerances (see target_table)."""
+class PairTable:
+    """Pairs of statistics (train, rollout) in rows, judged by arrays where they can be (`simple`), in groups of rows
+    each under its own tolerances: what TargetTable lists for the outputs and quick_verdicts judges for records."""
 
-    def __init__(self, specs: list[SpecTuple], starts: Sequence[int], tolerances: Sequence[Tolerances]) -> None:
-        """`starts[i]`: record i's first target, and len(specs) last; `tolerances[i]`: record i's."""
-        self.specs = specs
-        self.starts = np.array(starts, dtype=np.int64)  # record i's targets: specs[starts[i]:starts[i + 1]]
+    def __init__(
+        self,
+        train: list[TensorStats | None],
+        rollout: list[TensorStats | None],
+        starts: Sequence[int],
+        tolerances: Sequence[Tolerances],
+    ) -> None:
+        """`starts[i]`: group i's first row, and the row count last; `tolerances[i]`: group i's."""
+        self.train_stats, self.rollout_stats = train, rollout
+        self.starts = np.array(starts, dtype=np.int64)  # group i's rows: starts[i]:starts[i + 1]
         self.record = np.repeat(np.arange(len(starts) - 1, dtype=np.int64), np.diff(self.starts))
-        self.kind = np.array([_KIND_OF[s[0][0]] for s in specs], dtype=np.int8)
-        train, rollout = _side([s[3] for s in specs]), _side([s[4] for s in specs])
-        self.train_values, self.rollout_values = train.values, rollout.values
+        train_side, rollout_side = _side(train), _side(rollout)
+        self.train_values, self.rollout_values = train_side.values, rollout_side.values
         shared = len({id(t) for t in tolerances}) <= 1
         self._tolerances = tolerances[0] if shared and tolerances else None
         self._per_record_tolerances = None if shared else list(tolerances)
-        self.simple = self._simple_rows(train, rollout)  # the rows judged by the arrays (see _simple_rows)
+        self.simple = self._simple_rows(train_side, rollout_side)  # the rows judged by the arrays (_simple_rows)
 
     def tolerances_of(self, index: int) -> Tolerances:
         """The tolerances target `index` is judged under."""
@@ -78,7 +90,7 @@ class TargetTable:
     def _simple_rows(self, train: _Side, rollout: _Side) -> np.ndarray:
         """Targets judged by the arrays: both sides observable, of the same form (both integer or both floating),
         every statistic known and finite, a tolerance >= 0."""
-        count = len(self.specs)
+        count = len(self.train_stats)
         # every statistic finite: both sides present (a missing one is NaN) and observable unless empty (numel 0;
         # an unknown numel counts as not empty)
         finite = np.isfinite(train.values).all(axis=1) & np.isfinite(rollout.values).all(axis=1)
@@ -131,8 +143,7 @@ class TargetTable:
         rows not judged here measure it one by one."""
         result = np.where(self.simple, self.errors.max(axis=1), np.nan)
         for index in np.flatnonzero(~self.simple).tolist():
-            spec = self.specs[index]
-            error = relative_error(spec[3], spec[4])
+            error = relative_error(self.train_stats[index], self.rollout_stats[index])
             result[index] = np.nan if error is None else error
         return result
 
@@ -150,6 +161,16 @@ class TargetTable:
     def dtype_match_names(self, rows: np.ndarray) -> list[str]:
         """statistics.dtype_pair's verdict of each of the simple `rows`."""
         return np.array(_DTYPE_MATCH, dtype=object)[self._dtype_match[rows]].tolist()  # type: ignore[no-any-return]
+
+
+class TargetTable(PairTable):
+    """Targets in output order, record by record, each record's under its own tolerances (see target_table)."""
+
+    def __init__(self, specs: list[SpecTuple], starts: Sequence[int], tolerances: Sequence[Tolerances]) -> None:
+        """`starts[i]`: record i's first target, and len(specs) last; `tolerances[i]`: record i's."""
+        super().__init__([s[3] for s in specs], [s[4] for s in specs], starts, tolerances)
+        self.specs = specs
+        self.kind = np.array([_KIND_OF[s[0][0]] for s in specs], dtype=np.int8)
 
     def worst_by_kind(self) -> np.ndarray:
         """(records, 3) the index of each record's target of each kind with the largest relative error (the first
@@ -197,3 +218,25 @@ def _comparison_scale(
     dtypes differ."""
     scale_t, scale_r = _tensor_scale(t, numel_t), _tensor_scale(r, numel_r)
     return np.where(mismatch, np.maximum(scale_r, scale_t), np.where(scale_r != 0.0, scale_r, scale_t))
+
+
+_JUDGED: tuple[Consistency, Consistency] = (
+    "aligned",
+    "mismatch",
+)  # a simple row's quick_verdict: within its tolerance or not
+
+
+def quick_verdicts(
+    train: list[TensorStats | None], rollout: list[TensorStats | None], tolerances: Tolerances
+) -> JudgedRows:
+    """statistics.quick_verdict of each pair (train[i], rollout[i]) under `tolerances`, and model.stats.relative_error
+    of each: the simple rows by the table's arrays (the same errors, so the same verdicts and the same largest
+    error), the others one by one. What records judge every plain pair of an analysis with, at once."""
+    table = PairTable(train, rollout, [0, len(train)], [tolerances])
+    beyond: list[bool] = table.bad.any(axis=1).tolist()  # type: ignore[assignment]
+    states: list[Consistency] = list(map(_JUDGED.__getitem__, beyond))
+    flags, worst = [0] * len(train), table.errors.max(axis=1).tolist()
+    for index in np.flatnonzero(~table.simple).tolist():
+        states[index], flags[index], worst[index] = quick_verdict(train[index], rollout[index], tolerances)
+    errors = [None if error != error else error for error in table.relative_error.tolist()]  # NaN: None
+    return JudgedRows(states, flags, worst, errors)

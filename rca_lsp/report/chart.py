@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from rca_lsp.compare.module import ModuleComparison, SpecTuple
+from rca_lsp.compare.groupform import SpecTuple
+from rca_lsp.compare.module import ModuleComparison
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.diagnose.rootcause import Suspect
 from rca_lsp.model.keys import is_activation_like, layer_index, parse_module_key

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 import msgspec
 
-from rca_lsp.compare.module import TargetSpec, compare_module
+from rca_lsp.compare.groupform import TargetSpec
+from rca_lsp.compare.module import compare_module
 from rca_lsp.compare.rankview import holders, rank_parts, read_rank_copies
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.compare.residual import branch_facts

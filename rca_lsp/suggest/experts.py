@@ -7,7 +7,7 @@ statistics say how sure the pairing is (they differ when a weight is desynced, w
 
 from __future__ import annotations
 
-from rca_lsp.compare.module import is_experts_container
+from rca_lsp.compare.groupform import is_experts_container
 from rca_lsp.model.stats import aggregate, copy_difference
 from rca_lsp.model.tolerance import Tolerances
 from rca_lsp.suggest.confidence import Assessment

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Iterator, Sequence, cast
 import numpy as np
 
 from rca_lsp.base.cancel import ShouldStop, never, stop_if
-from rca_lsp.compare.module import SpecTuple
+from rca_lsp.compare.groupform import SpecTuple
 from rca_lsp.compare.statistics import STAT_NAMES, assess, differs, dtype_note, priority_for, shape_relation, within
 from rca_lsp.compare.targettable import STATUSES, TargetTable
 from rca_lsp.diagnose.analysis import Compared
