@@ -468,12 +468,11 @@ class ModuleComparison:
         ]
         return "; ".join(notes)
 
-    def _parameter_stats(self, name: str) -> tuple[TensorStats, TensorStats]:
-        if name == ALL_PARAMETERS:
-            return (
-                aggregate([p for t in self._train for p in t.parameters.values()]),
-                aggregate([p for r in self._rollout for p in r.parameters.values()]),
-            )
+    def _parameter_stats(self, name: str) -> tuple[TensorStats | None, TensorStats | None]:
+        if name == ALL_PARAMETERS:  # a side without any (a fused module dumped without its weights): none
+            train = [p for t in self._train for p in t.parameters.values()]
+            rollout = [p for r in self._rollout for p in r.parameters.values()]
+            return aggregate(train) if train else None, aggregate(rollout) if rollout else None
         return (
             aggregate([t.parameters[name] for t in self._train]),
             aggregate([r.parameters[name] for r in self._rollout]),

@@ -120,15 +120,25 @@ def aggregate(
     total = sum(numels) if None not in numels else None
     mean = None
     if with_mean and total and None not in means:
-        mean = math.fsum(map(operator.mul, means, numels)) / total
+        mean = _exact_sum(list(map(operator.mul, means, numels))) / total
     return TensorStats(
         dtype=_joint_dtype(set(dtypes)),
         shape=shape if shape is not None else ((total,) if total is not None else None),
         max=max(maxes) if None not in maxes else None,
         min=min(mins) if None not in mins else None,
         mean=mean,
-        norm=math.sqrt(math.fsum(map(operator.mul, norms, norms))) if None not in norms else None,
+        norm=math.sqrt(_exact_sum(list(map(operator.mul, norms, norms)))) if None not in norms else None,
     )
+
+
+def _exact_sum(terms: list[float]) -> float:
+    """The correctly rounded sum (math.fsum); where fsum raises instead of giving what IEEE addition gives (an
+    infinity of each sign: NaN; a sum beyond the float range: an infinity), as an overflowing run's statistics
+    can have, the plain sum."""
+    try:
+        return math.fsum(terms)
+    except (OverflowError, ValueError):
+        return sum(terms)
 
 
 _AGGREGATED = operator.attrgetter("numel", "max", "min", "mean", "norm", "dtype")
