@@ -10,6 +10,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from builders import entry, write_dump, write_mapping
 from conftest import FIXTURES
 
 from rca_lsp.diagnose.run import analyze_paths
@@ -195,3 +196,20 @@ def test_keys_with_dollar_signs_and_markup_are_drawn_and_named_as_they_are(tmp_p
 
     markdown = render_markdown(analysis, None, PNG, True, None, caption)
     assert "odd \\$x_1 \\*module\\* \\`\\$" in markdown
+
+
+def test_an_error_beyond_the_range_of_an_integer_is_drawn(tmp_path: Path) -> None:
+    """Outputs 1e50 times apart (an overflowing train side against tiny rollout values): the image's axis once came
+    out as a Python integer of 52 digits, which matplotlib refused, and the run stopped before its tables."""
+    big, tiny = [1e30, 2e30, 3e30], [1e-20, 2e-20, 3e-20]
+    write_dump(tmp_path / "train/step0/rank0/dump.json", {"Module.model.norm.RMSNorm.forward.0": entry([1.0] * 3, big)})
+    write_dump(
+        tmp_path / "rollout/step0/rank0/dump.json", {"Module.model.norm.RMSNorm.forward.0": entry([1.0] * 3, tiny)}
+    )
+    write_mapping(
+        tmp_path / "mapping_key.json", {"Module.model.norm.RMSNorm.forward.0": "Module.model.norm.RMSNorm.forward.0"}
+    )
+    analysis = analyze_paths(tmp_path / "train", tmp_path / "rollout", tmp_path / "mapping_key.json")
+    assert analysis.records[0].comparison.output_error > 1e40  # type: ignore[operator]
+    written = write_outputs(analysis, tmp_path / "out", chart=True)
+    assert tmp_path / "out" / PNG in written

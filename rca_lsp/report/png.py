@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from rca_lsp.report.chart_schema import ChartCall, ChartData, Number
 
+_TOP_DECADE = 300
 LOWEST = 1e-10  # exact agreement is drawn here (a log axis has no 0), as the interactive chart does
 _COLOURS = {"output": "#1f77b4", "input": "#e07b00", "parameters": "#8e44ad"}
 _PANEL_HEIGHT = 3.6  # inches per call panel
@@ -113,7 +114,8 @@ def _draw(axes, call: ChartCall, chart: ChartData, title: str) -> None:  # type:
     x = range(count)
     finite = [float(v) for kind in _COLOURS for v in getattr(modules, kind).error if v is not None]
     finite = [v for v in finite if math.isfinite(v) and v > 0]
-    top = 10 ** math.ceil(math.log10(max(finite + [1.0])) + 1)
+    # a float, a decade above the largest error, within the float range (an error of 1e300 is drawn at the top)
+    top = 10.0 ** min(math.ceil(math.log10(max(finite + [1.0]))) + 1, _TOP_DECADE)
     floor = [math.nan if v is None else max(thresholds[v], LOWEST) for v in modules.noise_floor]
     tolerance = [math.nan if v is None else thresholds[v] for v in modules.output.tolerance]
     axes.fill_between(x, floor, tolerance, color="#b7950b", alpha=0.15, label="noise floor .. tolerance", step="mid")

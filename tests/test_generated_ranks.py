@@ -1,0 +1,83 @@
+"""Any generated train side of two or four rank folders (tensor-parallel copies that agree, are sharded along a
+dim, differ, or lack keys) is merged, analysed and its every output written without an exception, or refused with
+a clear message."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_generated_runs import dump, tensor
+
+from rca_lsp.base.errors import InputError
+from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.report.outputs import write_outputs
+
+
+@st.composite
+def rank_copy(draw: st.DrawFn, entry: dict[str, Any] | None, rank: int, ranks: int) -> dict[str, Any] | None:
+    """One rank's copy of an entry: the same, one slot redrawn, or its tensors sharded along their last dim."""
+    if entry is None or rank == 0:
+        return entry
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        return entry
+    copied = copy.deepcopy(entry)
+    if kind == 1:
+        copied["output"] = [draw(tensor())]
+    elif kind == 2:
+        for node in [*copied["input_args"], *copied["output"], *copied.get("parameters", {}).values()]:
+            if isinstance(node, dict) and node.get("shape"):
+                node["shape"] = [*node["shape"][:-1], max(node["shape"][-1] // ranks, 1)]
+    else:
+        return None
+    return copied
+
+
+@st.composite
+def ranked_run(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    ranks = draw(st.sampled_from([2, 4]))
+    first, rollout = draw(dump()), draw(dump())
+    documents = []
+    for rank in range(ranks):
+        data = {}
+        for key, entry in first["data"].items():
+            if rank and draw(st.integers(0, 19)) == 0:
+                continue  # a key one rank lacks
+            data[key] = draw(rank_copy(entry, rank, ranks))
+        documents.append({**first, "data": data})
+    train_keys, rollout_keys = list(first["data"]), list(rollout["data"])
+    mapping = {k: draw(st.sampled_from(rollout_keys)) for k in draw(st.lists(st.sampled_from(train_keys), max_size=6))}
+    return documents, rollout, mapping
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(ranked_run())
+def test_any_ranked_run_is_merged_analysed_and_written(
+    generated: tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]],
+) -> None:
+    ranks, rollout, mapping = generated
+    folder = Path(tempfile.mkdtemp())
+    try:
+        for rank, document in enumerate(ranks):
+            path = folder / "train" / "step0" / f"rank{rank}" / "dump.json"
+            path.parent.mkdir(parents=True)
+            path.write_text(json.dumps(document, indent=1, allow_nan=True))
+        path = folder / "rollout" / "step0" / "rank0" / "dump.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(rollout, indent=1, allow_nan=True))
+        (folder / "mapping_key.json").write_text(json.dumps(mapping, indent=2))
+        try:
+            analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
+        except InputError as error:
+            assert str(error)  # refused with a message naming what is wrong
+            return
+        write_outputs(analysis, folder / "out", chart=True)
+    finally:
+        shutil.rmtree(folder)
