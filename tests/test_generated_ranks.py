@@ -5,19 +5,13 @@ a clear message."""
 from __future__ import annotations
 
 import copy
-import json
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_generated_runs import dump, tensor
-
-from rca_lsp.base.errors import InputError
-from rca_lsp.diagnose.run import analyze_paths
-from rca_lsp.report.outputs import write_outputs
+from test_generated_runs import analyse_and_write, dump, tensor, write_documents
 
 
 @st.composite
@@ -63,21 +57,8 @@ def test_any_ranked_run_is_merged_analysed_and_written(
     generated: tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]],
 ) -> None:
     ranks, rollout, mapping = generated
-    folder = Path(tempfile.mkdtemp())
-    try:
-        for rank, document in enumerate(ranks):
-            path = folder / "train" / "step0" / f"rank{rank}" / "dump.json"
-            path.parent.mkdir(parents=True)
-            path.write_text(json.dumps(document, indent=1, allow_nan=True))
-        path = folder / "rollout" / "step0" / "rank0" / "dump.json"
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps(rollout, indent=1, allow_nan=True))
-        (folder / "mapping_key.json").write_text(json.dumps(mapping, indent=2))
-        try:
-            analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
-        except InputError as error:
-            assert str(error)  # refused with a message naming what is wrong
-            return
-        write_outputs(analysis, folder / "out", chart=True)
-    finally:
-        shutil.rmtree(folder)
+    documents = {f"train/step0/rank{rank}/dump.json": document for rank, document in enumerate(ranks)}
+    documents["rollout/step0/rank0/dump.json"] = rollout
+    with tempfile.TemporaryDirectory() as name:
+        write_documents(Path(name), documents, mapping)
+        analyse_and_write(Path(name))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -98,22 +97,31 @@ def run(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]
     return train, rollout, mapping
 
 
+def write_documents(folder: Path, documents: dict[str, Any], mapping: dict[str, Any]) -> None:
+    """Each document at its path under `folder` (as msprobe writes: NaN/Infinity literals), and the mapping."""
+    for relative, document in documents.items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document, indent=1, allow_nan=True))
+    (folder / "mapping_key.json").write_text(json.dumps(mapping, indent=2))
+
+
+def analyse_and_write(folder: Path, **options: Any) -> None:
+    """The run in `folder` analysed and its every output written, or refused with a clear message."""
+    try:
+        analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json", **options)
+    except InputError as error:
+        assert str(error)  # what bad input gets: a message naming what is wrong
+        return
+    written = write_outputs(analysis, folder / "out", chart=True)
+    assert folder / "out" / "output_5_root_cause_report.json" in written
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(run())
 def test_any_run_is_analysed_and_written(generated: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> None:
     train, rollout, mapping = generated
-    folder = Path(tempfile.mkdtemp())
-    try:
-        for side, document in (("train", train), ("rollout", rollout)):
-            path = folder / side / "step0" / "rank0" / "dump.json"
-            path.parent.mkdir(parents=True)
-            path.write_text(json.dumps(document, indent=1, allow_nan=True))  # NaN/Infinity literals, as msprobe
-        (folder / "mapping_key.json").write_text(json.dumps(mapping, indent=2))
-        try:
-            analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
-        except InputError:
-            return  # a clear message (e.g. a dump with no forward entry): what bad input gets
-        written = write_outputs(analysis, folder / "out", chart=True)
-        assert (folder / "out" / "output_5_root_cause_report.json") in written
-    finally:
-        shutil.rmtree(folder)
+    with tempfile.TemporaryDirectory() as name:
+        documents = {"train/step0/rank0/dump.json": train, "rollout/step0/rank0/dump.json": rollout}
+        write_documents(Path(name), documents, mapping)
+        analyse_and_write(Path(name))

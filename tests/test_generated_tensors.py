@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import tempfile
 import zlib
 from pathlib import Path
@@ -15,10 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from rca_lsp.base.errors import InputError
-from rca_lsp.diagnose.run import analyze_paths
-from rca_lsp.report.outputs import write_outputs
+from test_generated_runs import analyse_and_write, write_documents
 
 torch = pytest.importorskip("torch")
 
@@ -133,17 +129,9 @@ def _write_side(folder: Path, modules: dict[str, Any], mode: str) -> None:
 @given(tensor_run())
 def test_any_tensor_run_is_analysed_and_written(generated: tuple[dict[str, Any], dict[str, Any], str]) -> None:
     train, rollout, mode = generated
-    folder = Path(tempfile.mkdtemp())
-    try:
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
         _write_side(folder / "train", train, mode)
         _write_side(folder / "rollout", rollout, mode)
-        mapping = {key: key for key in train}
-        (folder / "mapping_key.json").write_text(json.dumps(mapping, indent=2))
-        try:
-            analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
-        except InputError as error:
-            assert str(error)
-            return
-        write_outputs(analysis, folder / "out", chart=True)
-    finally:
-        shutil.rmtree(folder)
+        write_documents(folder, {}, {key: key for key in train})
+        analyse_and_write(folder)
