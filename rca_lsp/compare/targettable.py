@@ -220,10 +220,8 @@ def _comparison_scale(
     return np.where(mismatch, np.maximum(scale_r, scale_t), np.where(scale_r != 0.0, scale_r, scale_t))
 
 
-_JUDGED: tuple[Consistency, Consistency] = (
-    "aligned",
-    "mismatch",
-)  # a simple row's quick_verdict: within its tolerance or not
+# a simple row's quick_verdict: within its tolerance or not
+_JUDGED: tuple[Consistency, Consistency] = ("aligned", "mismatch")
 
 
 def quick_verdicts(
@@ -231,12 +229,15 @@ def quick_verdicts(
 ) -> JudgedRows:
     """statistics.quick_verdict of each pair (train[i], rollout[i]) under `tolerances`, and model.stats.relative_error
     of each: the simple rows by the table's arrays (the same errors, so the same verdicts and the same largest
-    error), the others one by one. What records judge every plain pair of an analysis with, at once."""
+    error, which is also the relative error), the others one by one. What records judge every plain pair of an
+    analysis with, at once."""
     table = PairTable(train, rollout, [0, len(train)], [tolerances])
     beyond: list[bool] = table.bad.any(axis=1).tolist()  # type: ignore[assignment]
     states: list[Consistency] = list(map(_JUDGED.__getitem__, beyond))
-    flags, worst = [0] * len(train), table.errors.max(axis=1).tolist()
+    worst: list[float] = table.errors.max(axis=1).tolist()
+    flags = [0] * len(train)
+    errors: list[float | None] = list(worst)
     for index in np.flatnonzero(~table.simple).tolist():
         states[index], flags[index], worst[index] = quick_verdict(train[index], rollout[index], tolerances)
-    errors = [None if error != error else error for error in table.relative_error.tolist()]  # NaN: None
+        errors[index] = relative_error(train[index], rollout[index])
     return JudgedRows(states, flags, worst, errors)
