@@ -72,6 +72,30 @@ def test_any_dump_bytes_load_or_give_one_input_error(tmp_path: Path, document: o
             assert str(path) in str(error) and "\n" not in str(error)
 
 
+# a key's call index in any digits (ASCII ones mostly; the superscripts str.isdigit() passes, which int() refuses)
+call_indexes = st.integers(0, 300).map(str) | st.text(st.characters(categories=("Nd", "No")), min_size=1, max_size=3)
+module_heads = st.sampled_from(["Module.m.Linear", "Module.a.b.Attention", "Cell.c.Dense", "Module.x"]) | keys
+dump_keys = st.builds(lambda head, index: f"{head}.forward.{index}", module_heads, call_indexes)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(dump_keys, min_size=1, max_size=6, unique=True))
+def test_any_dump_keys_load_or_give_one_input_error(tmp_path: Path, keys: list[str]) -> None:
+    node = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "Max": 1.0, "Min": 0.0, "Mean": 0.5}
+    entry = {"input_args": [node], "output": [node], "parameters": {"weight": node}}
+    path = tmp_path / "dump.json"
+    path.write_text(json.dumps({"task": "statistics", "data": dict.fromkeys(keys, entry)}))
+    try:
+        dump = load_dump_file(path)
+    except InputError as error:  # no module key among them
+        assert str(path) in str(error) and "\n" not in str(error)
+        return
+    for key, loaded in dump.entries.items():
+        index = key.rpartition(".")[2]
+        assert index.isascii() and loaded.call_index == int(index)
+        assert key.startswith(("Module.", "Cell.")) and loaded.path and loaded.class_name
+
+
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_nonfinite_literals_load_like_pythons_json(tmp_path: Path, literal: str) -> None:
     node = {

@@ -431,7 +431,10 @@ def _after_first_float(items: Any) -> TensorStats | None:
 def _tensor_map(nodes: Any) -> Mapping[str, TensorStats]:
     if type(nodes) is not dict or not nodes:
         return _EMPTY
-    found = {name: stats for name, node in nodes.items() if (stats := first_tensor(node)) is not None}
+    # the common case first: every node a decoded tensor (a module's parameters), kept as it is
+    found = {name: node for name, node in nodes.items() if type(node) is TensorStats and node.dtype is not None}
+    if len(found) < len(nodes):
+        found = {name: stats for name, node in nodes.items() if (stats := first_tensor(node)) is not None}
     return found or _EMPTY
 
 

@@ -19,20 +19,39 @@ class ModuleKey(NamedTuple):  # parsed for every key of both dumps: a tuple buil
 
 
 def split_module_key(key: str) -> ModuleKey | None:
-    """Split `Module.<path>.<Class>.forward.<n>`; None for API-level or malformed keys. Not cached: what loading a
-    dump calls once per key (a cache of 10^5 keys seen once costs more than splitting them, and pushes out the keys
-    asked about again and again, see parse_module_key)."""
-    if not key.startswith(MODULE_PREFIXES):
-        return None
+    """Split `Module.<path>.<Class>.forward.<n>`; None for API-level or malformed keys (n in ASCII digits, as msprobe
+    writes it: int() refuses the superscripts str.isdigit() passes). What loading a dump calls once per key: the part
+    before the call index is split once (a dump's keys repeat it in every call of a module: 256 decode steps, or 8
+    micro-batches, share one), the index read for each key."""
     head, _, index = key.rpartition(".")
-    head, _, direction = head.rpartition(".")
-    if not index.isdigit() or direction not in ("forward", "backward"):
+    if not (index.isascii() and index.isdigit()):
         return None
+    module = _MODULES.get(head)
+    if module is None:
+        if len(_MODULES) >= _MODULES_LIMIT:
+            _MODULES.clear()
+        module = _MODULES[head] = _split_head(head)
+    # tuple.__new__: what ModuleKey(...) ends in, without its Python-level __new__ (half the time of this function)
+    return tuple.__new__(ModuleKey, (*module, int(index))) if module else None
+
+
+def _split_head(head: str) -> tuple[str, str, str, str] | tuple[()]:
+    """(prefix, path, class, direction) of a key without its call index; () when it is not a module's."""
+    if not head.startswith(MODULE_PREFIXES):
+        return ()
+    head, _, direction = head.rpartition(".")
+    if direction not in ("forward", "backward"):
+        return ()
     prefix_and_path, _, class_name = head.rpartition(".")
     prefix, _, path = prefix_and_path.partition(".")
     if not class_name or not path:
-        return None
-    return ModuleKey(prefix, path, class_name, direction, int(index))
+        return ()
+    return prefix, path, class_name, direction
+
+
+# Split heads by their text: a dump has ~10^3-10^5 distinct modules; an odd one with more starts the table again
+_MODULES: dict[str, tuple[str, str, str, str] | tuple[()]] = {}
+_MODULES_LIMIT = 1 << 18
 
 
 parse_module_key = lru_cache(maxsize=1 << 18)(split_module_key)  # split_module_key, for keys asked about repeatedly

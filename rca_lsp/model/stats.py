@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import operator
 from functools import lru_cache
-from math import isfinite, isnan
+from math import isfinite, isnan, prod
 from typing import Any, Sequence
 
 import msgspec
@@ -36,16 +36,29 @@ class TensorStats(msgspec.Struct, gc=False):
     observable: bool = False
 
     def __post_init__(self) -> None:
+        # Run for each of a dump's ~10^6 tensors as it is decoded: the helpers it would call are inlined here (a
+        # Python call each was a good part of this method's time); _interned only for a value not seen yet.
         dtype, shape = self.dtype, self.shape
         if dtype is not None:
-            self.dtype = _interned(dtype if type(dtype) is str else str(dtype))
+            if type(dtype) is not str:
+                dtype = str(dtype)
+            self.dtype = _INTERNED.get(dtype) or _interned(dtype)
         if type(shape) is list:
             shape = tuple(shape)
         elif type(shape) is not tuple:
             shape = None
-        numel = self.numel = _numel(shape)
+        numel = None
+        if shape is not None:
+            try:
+                numel = prod(shape)
+            except TypeError:
+                pass
+            else:
+                if type(numel) is not int:  # not a list of sizes
+                    numel = None
+        self.numel = numel
         # a shape of sizes (its numel an integer, so no float in it) is kept once: equal ones are the same sizes
-        self.shape = _interned(shape) if numel is not None else shape
+        self.shape = (_INTERNED.get(shape) or _interned(shape)) if numel is not None else shape
         # Statistics are floats in all but odd cases (int, null, bool, quoted non-finite): convert only those.
         mx, mn, mean, norm = self.max, self.min, self.mean, self.norm
         if type(mx) is not float:
@@ -85,16 +98,6 @@ def leading_size(stats: TensorStats) -> int:
     if not stats.shape or stats.numel is None or not stats.shape[-1]:
         return 0
     return stats.numel // stats.shape[-1]
-
-
-def _numel(shape: tuple[Any, ...] | None) -> int | None:
-    if shape is None:
-        return None
-    try:
-        numel = math.prod(shape)
-    except TypeError:
-        return None
-    return numel if type(numel) is int else None  # else not a list of sizes
 
 
 _INTEGER_KINDS = ("int", "uint", "bool", "long", "short", "char", "byte")
