@@ -14,6 +14,7 @@ Which statistics of which slot are comparable after joining calls (the README st
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import NamedTuple, Sequence
 
 import msgspec
@@ -23,6 +24,8 @@ from rca_lsp.model.keys import ALL_CALLS
 from rca_lsp.model.stats import TensorStats, aggregate, copy_difference, leading_size
 from rca_lsp.model.tolerance import Tolerances
 
+_MODULE = attrgetter("path", "class_name")  # what tells a module's calls from another module's
+_CALL_INDEX = attrgetter("call_index")
 _NOT_COMPARABLE_KWARGS = ("mask", "cache", "past_key_value", "layer_past", "kv_cache")
 _PROBABILITY_DROPOUTS = ("attention_dropout", "attn_dropout")
 
@@ -73,7 +76,7 @@ def _joined_shape(shapes: list[tuple[int, ...] | None]) -> tuple[int, ...] | Non
 
 
 def _joined(parts: list[TensorStats | None], with_mean: bool = True) -> TensorStats | None:
-    if any(p is None for p in parts):
+    if None in parts:
         return None
     stats: list[TensorStats] = parts  # type: ignore[assignment]
     return aggregate(stats, _joined_shape([s.shape for s in stats]), with_mean)
@@ -147,17 +150,22 @@ def fold_calls(entries: Sequence[ModuleEntry], tolerances: Tolerances) -> tuple[
     call summary of every module with several calls."""
     if len(entries) == 1:  # most groups: nothing to fold
         return list(entries), []
-    by_module: dict[tuple[str, str], list[ModuleEntry]] = {}
-    for entry in entries:
-        by_module.setdefault((entry.path, entry.class_name), []).append(entry)
-    if len(by_module) == len(entries):
+    modules = set(map(_MODULE, entries))  # in C: a group over decode steps holds hundreds of one module's calls
+    if len(modules) == len(entries):
         return list(entries), []
+    by_module: dict[tuple[str, str], list[ModuleEntry]]
+    if len(modules) == 1:
+        by_module = {modules.pop(): list(entries)}
+    else:
+        by_module = {}
+        for entry in entries:
+            by_module.setdefault((entry.path, entry.class_name), []).append(entry)
     folded, summaries = [], []
     for calls in by_module.values():
         if len(calls) == 1:
             folded.append(calls[0])
             continue
-        calls.sort(key=lambda e: e.call_index)
+        calls.sort(key=_CALL_INDEX)
         joined, within = _joined_calls(calls, tolerances)
         folded.append(joined)
         summaries.append(

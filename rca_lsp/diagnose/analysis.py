@@ -118,7 +118,10 @@ def _usable_mapping(effective: dict[str, MappingEntry], train: Dump, rollout: Du
         if len(keys) == 1 and keys[0] in rollout_entries:
             usable[train_key] = keys
             continue
-        present = tuple(dict.fromkeys(k for key in keys for k in rollout.calls_of(key)))  # forward.* = every call
+        if len(keys) == 1:  # forward.*: every call (the common case of a decode rollout, hundreds of them)
+            present = tuple(rollout.calls_of(keys[0]))
+        else:
+            present = tuple(dict.fromkeys(k for key in keys for k in rollout.calls_of(key)))
         if present:
             usable[train_key] = present
     return usable
