@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rca_lsp.base.errors import InputError
 from rca_lsp.dumps.dump import Dump, build_dump
@@ -494,3 +496,30 @@ def test_concatenated_statistics_are_exact() -> None:
 
 def _dumps(pair: Pair) -> tuple[Dump, Dump]:
     return pair.train, pair.rollout
+
+
+# numbers in digits of any script: ASCII mostly, or the superscripts str.isdigit() passes and int() refuses
+_numbers = st.integers(0, 12).map(str) | st.text(st.characters(categories=("Nd", "No")), min_size=1, max_size=2)
+_layered = st.builds(
+    lambda root, number, rest: ".".join(filter(None, (root, "layers", number, rest))),
+    st.sampled_from(["decoder", "model", ""]),
+    _numbers,
+    st.sampled_from(["mlp", "self_attention.linear_qkv", "mlp.experts.0", ""]),
+)
+_paths = _layered | st.lists(st.sampled_from(["decoder", "mlp", "experts"]) | _numbers, min_size=1, max_size=4).map(
+    ".".join
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_paths, min_size=1, max_size=4), st.lists(_paths, min_size=1, max_size=4))
+def test_any_module_paths_are_matched_without_an_exception(train_paths: list[str], rollout_paths: list[str]) -> None:
+    stats = Stats(7)
+    train, rollout = Side(TRAIN), Side("Module")
+    for side, paths in ((train, train_paths), (rollout, rollout_paths)):
+        for path in paths:
+            side.add(path, "Linear", stats.tensor(SEQ, HIDDEN), stats.tensor(SEQ, HIDDEN))
+    result = suggest_mapping(train.dump("t"), rollout.dump("r"))
+    assert set(result.mapping) <= set(train.data) and all(
+        key in rollout.data for keys in result.mapping.values() for key in ([keys] if type(keys) is str else keys)
+    )

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator, NoReturn, Sequence
 
 from rca_lsp import __version__
+from rca_lsp.base.digits import is_ascii_digits
 from rca_lsp.base.display import shown
 from rca_lsp.base.errors import InputError
 from rca_lsp.base.forkpart import can_fork
@@ -240,7 +241,7 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")
-        if not port.isdigit():
+        if not is_ascii_digits(port):
             raise InputError("--tcp", f"expected HOST:PORT, got {args.tcp!r}")
         server.start_tcp(host or "127.0.0.1", int(port))
     else:

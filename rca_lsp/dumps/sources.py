@@ -14,6 +14,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from rca_lsp.base.digits import is_ascii_digits
 from rca_lsp.base.errors import InputError
 from rca_lsp.base.inputfile import file_kind
 
@@ -57,10 +58,9 @@ StepChoice = int | StepSpan | None
 
 
 def _ascii_number(text: str) -> int | None:
-    """A whole number written in ASCII digits (surrounding blanks allowed); None for anything else. str.isdigit()
-    passes superscripts that int() refuses, and int() reads Arabic-Indic or fullwidth digits, signs and `1_0`."""
+    """A whole number written in ASCII digits (surrounding blanks allowed); None for anything else."""
     text = text.strip()
-    return int(text) if text.isascii() and text.isdigit() else None
+    return int(text) if is_ascii_digits(text) else None
 
 
 def is_step_number(value: object) -> bool:

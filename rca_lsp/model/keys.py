@@ -6,6 +6,8 @@ import re
 from functools import lru_cache
 from typing import NamedTuple
 
+from rca_lsp.base.digits import is_ascii_digits
+
 MODULE_PREFIXES = ("Module.", "Cell.")
 _LAYER_RE = re.compile(r"\.layers\.(\d+)(?:\.|$)")
 
@@ -20,11 +22,11 @@ class ModuleKey(NamedTuple):  # parsed for every key of both dumps: a tuple buil
 
 def split_module_key(key: str) -> ModuleKey | None:
     """Split `Module.<path>.<Class>.forward.<n>`; None for API-level or malformed keys (n in ASCII digits, as msprobe
-    writes it: int() refuses the superscripts str.isdigit() passes). What loading a dump calls once per key: the part
+    writes it). What loading a dump calls once per key: the part
     before the call index is split once (a dump's keys repeat it in every call of a module: 256 decode steps, or 8
     micro-batches, share one), the index read for each key."""
     head, _, index = key.rpartition(".")
-    if not (index.isascii() and index.isdigit()):
+    if not is_ascii_digits(index):
         return None
     module = _MODULES.get(head)
     if module is None:

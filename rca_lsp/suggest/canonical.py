@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rca_lsp.base.digits import is_ascii_digits
 from rca_lsp.model.keys import WRAPPER_SEGMENTS
 from rca_lsp.suggest.rules import TOP_LEVEL, Alias, NamingRules
 
@@ -55,8 +56,8 @@ class Canonicalizer:
 
     def _canonical(self, path: str) -> CanonicalName:
         raw = path.split(".")
-        numbers = [segment for segment in raw if segment.isdigit()]
-        form = tuple(_NUMBER if segment.isdigit() else segment for segment in raw)
+        numbers = [segment for segment in raw if is_ascii_digits(segment)]  # other digits: part of a name
+        form = tuple(_NUMBER if is_ascii_digits(segment) else segment for segment in raw)
         template = self._templates.get(form)
         if template is None:
             template = self._templates[form] = self._template(form)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from rca_lsp.base.digits import is_ascii_digits
 from rca_lsp.compare.rankview import held_by, merged_slots, per_rank_rows, rank_by_rank
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.compare.statistics import TargetComparison
@@ -85,7 +86,7 @@ def _name(key: str) -> str:
     if parsed is None:
         return key
     last = parsed.path.rsplit(".", 1)[-1]
-    return f"{parsed.class_name} {last}" if last.isdigit() else last
+    return f"{parsed.class_name} {last}" if is_ascii_digits(last) else last
 
 
 def provenance_notes(analysis: Analysis, record: ModuleRecord) -> list[str]:
