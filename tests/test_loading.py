@@ -296,3 +296,18 @@ def test_equal_dtypes_and_shapes_are_one_object_and_odd_shapes_keep_their_own(tm
     first, second, odd = (dump.entries[key].output for key in keys)
     assert first.shape == (2, 1) and first.shape is second.shape and first.dtype is second.dtype
     assert odd.shape == (2.0, 1) and type(odd.shape[0]) is float and odd.numel is None
+
+
+def test_odd_shapes_read_first_change_nothing_of_a_later_dumps_sizes(tmp_path: Path) -> None:
+    """The table of shapes is shared by every dump the process reads (the server's, for hours): a malformed shape
+    read first (booleans equal 1 and 0, a negative size) has no numel and never stands for a later dump's sizes."""
+    key = "Module.m.layers.0.Linear.forward.0"
+    odd = {
+        key: {"input_args": [{**tensor([1.0]), "shape": [True, 7]}], "output": [{**tensor([1.0]), "shape": [-3, 7]}]}
+    }
+    odd_dump = DumpCache().get(write_dump(tmp_path / "odd" / "dump.json", odd))
+    assert odd_dump.entries[key].input.numel is None and odd_dump.entries[key].output.numel is None
+    sizes = {key: {"input_args": [{**tensor([1.0]), "shape": [1, 7]}], "output": [{**tensor([1.0]), "shape": [3, 7]}]}}
+    entry = DumpCache().get(write_dump(tmp_path / "sizes" / "dump.json", sizes)).entries[key]
+    assert entry.input.shape == (1, 7) and [type(size) for size in entry.input.shape] == [int, int]
+    assert entry.input.numel == 7 and entry.output.shape == (3, 7) and entry.output.numel == 21

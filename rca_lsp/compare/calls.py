@@ -59,13 +59,15 @@ def is_all_calls_key(key: str) -> bool:
 
 def _joined_shape(shapes: list[tuple[int, ...] | None]) -> tuple[int, ...] | None:
     """The concatenation's shape, when the calls' shapes differ in one dim only (the sequence); None (flat) when a
-    shape is unknown or 0-d (a scalar per call: no dim to join along)."""
+    shape is unknown, 0-d (a scalar per call: no dim to join along) or not sizes (a malformed dump's)."""
     try:
         distinct = set(shapes)  # every call the same shape, mostly (one token per decode step): looked at once
     except TypeError:  # a malformed dump's shape holding lists
         return None
     known = {s for s in distinct if s}
     if len(known) != len(distinct) or len({len(s) for s in known}) != 1:
+        return None
+    if not all(type(size) is int and size >= 0 for shape in known for size in shape):  # the few distinct ones
         return None
     first = next(iter(known))
     differing = [d for d in range(len(first)) if len({s[d] for s in known}) > 1]

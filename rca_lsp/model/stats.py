@@ -36,13 +36,13 @@ class TensorStats(msgspec.Struct, gc=False):
     observable: bool = False
 
     def __post_init__(self) -> None:
-        # Run for each of a dump's ~10^6 tensors as it is decoded: the helpers it would call are inlined here (a
-        # Python call each was a good part of this method's time); _interned only for a value not seen yet.
+        # Run for each of a dump's ~10^6 tensors as it is decoded: what it would call is inlined (a Python call each
+        # was a good part of its time), the tables' slow paths taken only for a dtype or shape not seen yet.
         dtype, shape = self.dtype, self.shape
         if dtype is not None:
             if type(dtype) is not str:
                 dtype = str(dtype)
-            self.dtype = _INTERNED.get(dtype) or _interned(dtype)
+            self.dtype = _DTYPES.get(dtype) or _dtype(dtype)
         if type(shape) is list:
             shape = tuple(shape)
         elif type(shape) is not tuple:
@@ -54,11 +54,12 @@ class TensorStats(msgspec.Struct, gc=False):
             except TypeError:
                 pass
             else:
-                if type(numel) is not int:  # not a list of sizes
+                if type(numel) is int:
+                    # a shape of whole numbers (no float in it) is kept once, with its numel if no size is negative
+                    shape, numel = _SHAPES.get(shape) or _shape(shape, numel)
+                else:  # not a list of sizes
                     numel = None
-        self.numel = numel
-        # a shape of sizes (its numel an integer, so no float in it) is kept once: equal ones are the same sizes
-        self.shape = (_INTERNED.get(shape) or _interned(shape)) if numel is not None else shape
+        self.shape, self.numel = shape, numel
         # Statistics are floats in all but odd cases (int, null, bool, quoted non-finite): convert only those.
         mx, mn, mean, norm = self.max, self.min, self.mean, self.norm
         if type(mx) is not float:
@@ -79,18 +80,28 @@ class TensorStats(msgspec.Struct, gc=False):
 
 # One object per distinct dtype and shape: a dump's 10^6 tensors have a few dtypes and some thousands of shapes, and
 # decoding gives each its own string, list and sizes (~100-150 bytes a tensor, held for the whole session otherwise:
-# a fifth of a loaded dump's memory, and as many fewer pages to fault in while loading).
-_INTERNED: dict[str | tuple[int, ...], Any] = {}
-_INTERNED_LIMIT = 1 << 16  # distinct values kept; beyond it (an odd dump), values stay as decoded
+# a fifth of a loaded dump's memory, and as many fewer pages to fault in while loading). A shape of whole numbers is
+# kept with its numel, None when a size is negative (a malformed dump: no element count), checked once. Other odd
+# shapes (a float, a boolean or a text in it) keep their own, with no numel: never kept for the equal list of
+# integers (the table is shared by every dump this process reads).
+_DTYPES: dict[str, str] = {}
+_SHAPES: dict[tuple[int, ...], tuple[tuple[int, ...], int | None]] = {}
+_TABLE_LIMIT = 1 << 16  # distinct values kept in each; beyond it (an odd dump), values stay as decoded
 
 
-def _interned(value: Any) -> Any:
-    found = _INTERNED.get(value)
-    if found is None:
-        if len(_INTERNED) >= _INTERNED_LIMIT:
-            return value
-        found = _INTERNED[value] = value
-    return found
+def _dtype(dtype: str) -> str:
+    if len(_DTYPES) < _TABLE_LIMIT:
+        _DTYPES[dtype] = dtype
+    return dtype
+
+
+def _shape(shape: tuple[int, ...], numel: int) -> tuple[tuple[int, ...], int | None]:
+    if not all(type(size) is int for size in shape):  # booleans: not sizes, and never kept (True == 1)
+        return shape, None
+    known = shape, (numel if min(shape, default=0) >= 0 else None)
+    if len(_SHAPES) < _TABLE_LIMIT:
+        _SHAPES[shape] = known
+    return known
 
 
 def leading_size(stats: TensorStats) -> int:

@@ -152,7 +152,10 @@ def _join_lists(rows: Iterable[Sequence[Any]], list_columns: Sequence[int]) -> l
                 if len(value) == 1 and type(value[0]) is str:  # one key (1:1 mappings): itself
                     cells[index] = value[0]
                     continue
-                text = joined.get(value)
+                try:
+                    text = joined.get(value)
+                except TypeError:  # a malformed dump's shape holding lists: not hashable, joined as it is
+                    text = "|".join(map(str, value))
                 if text is None:
                     text = joined[value] = "|".join(map(str, value))
                 cells[index] = text
