@@ -27,7 +27,8 @@ def rank_copy(draw: st.DrawFn, entry: dict[str, Any] | None, rank: int, ranks: i
         copied["output"] = [draw(tensor())]
     elif kind == 2:
         for node in [*copied["input_args"], *copied["output"], *copied.get("parameters", {}).values()]:
-            if isinstance(node, dict) and node.get("shape"):
+            shape = node.get("shape") if isinstance(node, dict) else None
+            if isinstance(shape, list) and shape and all(type(size) is int for size in shape):  # odd ones as they are
                 node["shape"] = [*node["shape"][:-1], max(node["shape"][-1] // ranks, 1)]
     else:
         return None
