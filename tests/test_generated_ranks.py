@@ -13,6 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_generated_runs import analyse_and_write, dump, tensor, write_documents
 
+from rca_lsp.base.errors import InputError
+from rca_lsp.diagnose.run import SideOptions
+from rca_lsp.dumps.sources import parse_layout
+
 
 @st.composite
 def rank_copy(draw: st.DrawFn, entry: dict[str, Any] | None, rank: int, ranks: int) -> dict[str, Any] | None:
@@ -63,3 +67,29 @@ def test_any_ranked_run_is_merged_analysed_and_written(
     with tempfile.TemporaryDirectory() as name:
         write_documents(Path(name), documents, mapping)
         analyse_and_write(Path(name))
+
+
+LAYOUTS = {  # laid out as the user may say it (--parallel), or wrongly for the rank count: one clear message then
+    2: ["tp=2", "dp=2", "pp=2", "ep=2", "tp=2,sp=1", "tp=4", "dp=3"],
+    4: ["tp=2,dp=2", "tp=4", "dp=4", "pp=2,tp=2", "ep=2,dp=2", "pp=4", "ep=4", "tp=2,pp=2,dp=2", "tp=3"],
+}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(ranked_run(), st.data())
+def test_any_ranked_run_under_a_given_layout_and_train_rank_is_analysed_and_written(
+    generated: tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]], data: st.DataObject
+) -> None:
+    ranks, rollout, mapping = generated
+    layout = data.draw(st.sampled_from(LAYOUTS[len(ranks)]))
+    train_rank = data.draw(st.none() | st.integers(0, len(ranks)))
+    documents = {f"train/step0/rank{rank}/dump.json": document for rank, document in enumerate(ranks)}
+    documents["rollout/step0/rank0/dump.json"] = rollout
+    with tempfile.TemporaryDirectory() as name:
+        write_documents(Path(name), documents, mapping)
+        try:
+            options = SideOptions(layout=parse_layout(layout), data_rank=train_rank)
+        except InputError as error:  # a layout the option itself refuses
+            assert str(error)
+            return
+        analyse_and_write(Path(name), train_options=options)
