@@ -208,8 +208,15 @@ def _entries_from_quotes(text: str, document: dict[str, str | list[str]]) -> Ent
         if end == key + 1:
             return None
         start = bounds[2 * key + 1] - 1
-        values = tuple((bounds[2 * v + 1] - 1 - start, bounds[2 * v + 2] - start) for v in range(key + 1, end))
         bracket = following[key].find("[")
+        if bracket < 0 and end == key + 2:  # "key": "value", most entries: its one span without a generator
+            value = (bounds[2 * key + 3] - 1 - start, bounds[2 * key + 4] - start)
+            entries.append(
+                MappingEntry(strings[key], (strings[key + 1],), False, bounds[2 * key + 2] - start, (value,), value)
+            )
+            starts.append(start)
+            continue
+        values = tuple((bounds[2 * v + 1] - 1 - start, bounds[2 * v + 2] - start) for v in range(key + 1, end))
         if bracket < 0:
             extent = values[0]
         else:  # the value spans its brackets, so that an edit of one of them is an edit of this entry
