@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_generated_runs import dump as generated_dump
 
 from rca_lsp.base.errors import InputError
 from rca_lsp.dumps.dump import Dump, build_dump
@@ -521,5 +522,24 @@ def test_any_module_paths_are_matched_without_an_exception(train_paths: list[str
             side.add(path, "Linear", stats.tensor(SEQ, HIDDEN), stats.tensor(SEQ, HIDDEN))
     result = suggest_mapping(train.dump("t"), rollout.dump("r"))
     assert set(result.mapping) <= set(train.data) and all(
-        key in rollout.data for keys in result.mapping.values() for key in ([keys] if type(keys) is str else keys)
+        key in rollout.data for keys in as_lists(result.mapping).values() for key in keys
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(generated_dump(), generated_dump())
+def test_any_generated_dumps_get_suggestions_without_an_exception(
+    train: dict[str, Any], rollout: dict[str, Any]
+) -> None:
+    """Dumps as test_generated_runs draws them: statistics of every kind, odd shapes (text, floats, lists, negative
+    sizes) and dtypes among them."""
+    try:
+        train_dump, rollout_dump = build_dump("t", train), build_dump("r", rollout)
+    except InputError:  # no module entry at all
+        return
+    result = suggest_mapping(train_dump, rollout_dump)
+    assert set(result.mapping) <= set(train_dump.keys) and all(
+        rollout_dump.calls_of(key)
+        for keys in as_lists(result.mapping).values()
+        for key in keys  # forward.*: all calls
     )

@@ -73,6 +73,11 @@ class TensorStats(msgspec.Struct, gc=False):
         self.observable = numel != 0 and not (mx is None and mn is None and mean is None and norm is None)
 
     @property
+    def sizes(self) -> tuple[int, ...] | None:
+        """The shape when it is one of sizes (its numel known); None when missing or malformed (see _SHAPES)."""
+        return self.shape if self.numel is not None else None
+
+    @property
     def is_tensor(self) -> bool:
         """A tensor node, as opposed to the {"type": ..., "value": ...} nodes msprobe writes for other arguments."""
         return self.dtype is not None

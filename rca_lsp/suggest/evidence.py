@@ -81,10 +81,10 @@ def group_view(entries: Sequence[ModuleEntry], rules: NamingRules) -> ModuleView
 
 def concatenate(parts: Sequence[TensorStats | None], axis: int) -> TensorStats | None:
     """Statistics of the concatenation of `parts` (exact for Max, Min, Norm and the numel-weighted Mean)."""
-    present = [part for part in parts if part is not None and part.shape]
+    present = [part for part in parts if part is not None and part.sizes]
     if not present or len(present) != len(parts):
         return None
-    shapes = [part.shape for part in present if part.shape is not None]
+    shapes = [part.sizes for part in present if part.sizes is not None]
     if len({shape[: axis % len(shape)] + shape[axis % len(shape) + 1 :] for shape in shapes}) != 1:
         return None
     joined = list(shapes[0])
@@ -109,15 +109,16 @@ def _combine(values: list[float | None], how: Callable[[list[float]], float]) ->
 
 def compare(train: ModuleView, rollout: ModuleView) -> Evidence:
     train_output, rollout_output = train.output, rollout.output
-    output_shapes = (train_output.shape if train_output else None, rollout_output.shape if rollout_output else None)
+    # sizes: a malformed dump's shape (text, floats or lists in it) is not compared
+    output_shapes = (train_output.sizes if train_output else None, rollout_output.sizes if rollout_output else None)
     return Evidence(
         conflict=form_conflict(train, rollout),
         output_shape=shape_relation(*output_shapes),
         input_shape=shape_relation(
-            train.input.shape if train.input else None, rollout.input.shape if rollout.input else None
+            train.input.sizes if train.input else None, rollout.input.sizes if rollout.input else None
         ),
         weight_shape=shape_relation(
-            train.weight.shape if train.weight else None, rollout.weight.shape if rollout.weight else None
+            train.weight.sizes if train.weight else None, rollout.weight.sizes if rollout.weight else None
         ),
         output_stats=stats_relation(train_output, rollout_output),
         input_stats=stats_relation(train.input, rollout.input),
