@@ -22,9 +22,8 @@ class ModuleKey(NamedTuple):  # parsed for every key of both dumps: a tuple buil
 
 def split_module_key(key: str) -> ModuleKey | None:
     """Split `Module.<path>.<Class>.forward.<n>`; None for API-level or malformed keys (n in ASCII digits, as msprobe
-    writes it). What loading a dump calls once per key: the part
-    before the call index is split once (a dump's keys repeat it in every call of a module: 256 decode steps, or 8
-    micro-batches, share one), the index read for each key."""
+    writes it). What loading a dump calls once per key: the part before the call index is split once (a dump's keys
+    repeat it in every call of a module: 256 decode steps, or 8 micro-batches, share one), the index read each time."""
     head, _, index = key.rpartition(".")
     if not is_ascii_digits(index):
         return None

@@ -87,8 +87,8 @@ class TensorStats(msgspec.Struct, gc=False):
 # decoding gives each its own string, list and sizes (~100-150 bytes a tensor, held for the whole session otherwise:
 # a fifth of a loaded dump's memory, and as many fewer pages to fault in while loading). A shape of whole numbers is
 # kept with its numel, None when a size is negative (a malformed dump: no element count), checked once. Other odd
-# shapes (a float, a boolean or a text in it) keep their own, with no numel: never kept for the equal list of
-# integers (the table is shared by every dump this process reads).
+# shapes (a float or a text in it) keep their own, with no numel; one with a boolean is never kept either (True == 1:
+# the table is shared by every dump this process reads), and reads as its integers once those were seen.
 _DTYPES: dict[str, str] = {}
 _SHAPES: dict[tuple[int, ...], tuple[tuple[int, ...], int | None]] = {}
 _TABLE_LIMIT = 1 << 16  # distinct values kept in each; beyond it (an odd dump), values stay as decoded
