@@ -311,3 +311,13 @@ def test_odd_shapes_read_first_change_nothing_of_a_later_dumps_sizes(tmp_path: P
     entry = DumpCache().get(write_dump(tmp_path / "sizes" / "dump.json", sizes)).entries[key]
     assert entry.input.shape == (1, 7) and [type(size) for size in entry.input.shape] == [int, int]
     assert entry.input.numel == 7 and entry.output.shape == (3, 7) and entry.output.numel == 21
+
+
+def test_a_modules_calls_are_listed_in_call_order_whatever_the_dump_order(tmp_path: Path) -> None:
+    """`forward.*` names a module's calls in call order: as msprobe writes them, and also from a dump that holds
+    them in another order (a hand-merged one); other modules' lists are left as they are."""
+    head, other = "Module.m.layers.0.Linear.forward", "Module.m.layers.1.Linear.forward"
+    order = [f"{head}.2", f"{other}.0", f"{head}.0", f"{other}.1", f"{head}.1", f"{head}.3"]
+    dump = DumpCache().get(write_dump(tmp_path / "dump.json", {key: entry([1.0], [2.0]) for key in order}))
+    assert dump.calls_of(f"{head}.*") == [f"{head}.{call}" for call in range(4)]
+    assert dump.calls_of(f"{other}.*") == [f"{other}.0", f"{other}.1"]

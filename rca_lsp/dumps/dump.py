@@ -197,14 +197,22 @@ class Dump:
     def _calls(self) -> dict[str, list[str]]:
         """`Module.<path>.<Class>.forward` -> its call keys in call order."""
         calls: dict[str, list[str]] = {}
-        for key in self.keys:
-            calls.setdefault(key.rpartition(".")[0], []).append(key)
+        last_call: dict[str, int] = {}  # each module's latest call index so far: dump order is call order, mostly
+        unordered = []
+        found = calls.get
+        for key, entry in zip(self.keys, self.ordered_entries):
+            head = key.rpartition(".")[0]
+            keys = found(head)
+            if keys is None:
+                calls[head] = [key]
+            else:
+                keys.append(key)
+                if entry.call_index < last_call[head]:
+                    unordered.append(keys)
+            last_call[head] = entry.call_index
         entries = self.entries
-        for keys in calls.values():
-            if len(keys) > 1:
-                order = [entries[k].call_index for k in keys]
-                if any(a > b for a, b in zip(order, order[1:])):  # dump order is call order but for odd dumps
-                    keys.sort(key=lambda k: entries[k].call_index)
+        for keys in unordered:  # an odd dump's (a list is sorted again for each call found out of order)
+            keys.sort(key=lambda k: entries[k].call_index)
         return calls
 
     @cached_property
@@ -310,8 +318,7 @@ class Dump:
         """Tokens each call holds: the most any 2-D or 3-D float activation of the call spans (all dims but the
         last: sequence x batch, or tokens). Micro-batches and decode steps are told apart by these."""
         found: dict[int, int] = {}
-        for key in self.keys:
-            entry = self.entries[key]
+        for entry in self.ordered_entries:
             for stats in (entry.input, entry.output):
                 if (
                     stats is not None
@@ -319,7 +326,9 @@ class Dump:
                     and len(stats.shape) in (2, 3)
                     and not is_integer_dtype(stats.dtype)
                 ):
-                    found[entry.call_index] = max(found.get(entry.call_index, 0), leading_size(stats))
+                    size = leading_size(stats)
+                    if size >= found.get(entry.call_index, 0):  # a call's first size is kept even when 0
+                        found[entry.call_index] = size
         return dict(sorted(found.items()))
 
     def typical_calls(self) -> int:
