@@ -198,7 +198,7 @@ class Dump:
         """`Module.<path>.<Class>.forward` -> its call keys in call order."""
         calls: dict[str, list[str]] = {}
         last_call: dict[str, int] = {}  # each module's latest call index so far: dump order is call order, mostly
-        unordered = []
+        unordered: set[str] = set()  # the modules with a call found out of order
         found = calls.get
         for key, entry in zip(self.keys, self.ordered_entries):
             head = key.rpartition(".")[0]
@@ -208,11 +208,11 @@ class Dump:
             else:
                 keys.append(key)
                 if entry.call_index < last_call[head]:
-                    unordered.append(keys)
+                    unordered.add(head)
             last_call[head] = entry.call_index
         entries = self.entries
-        for keys in unordered:  # an odd dump's (a list is sorted again for each call found out of order)
-            keys.sort(key=lambda k: entries[k].call_index)
+        for head in unordered:  # an odd dump's
+            calls[head].sort(key=lambda k: entries[k].call_index)
         return calls
 
     @cached_property
