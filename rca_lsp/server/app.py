@@ -335,9 +335,7 @@ def _document_for_command(ls: RcaServer, command: str, arguments: tuple[Any, ...
 @server.command(WRITE_OUTPUTS)
 async def cmd_write_outputs(ls: RcaServer, *arguments: Any) -> dict[str, str] | None:
     doc = _document_for_command(ls, WRITE_OUTPUTS, arguments)
-    analysis = doc.last_good or doc.analysis
-    if analysis is None:
-        raise CommandError(f"{doc.path} has not been analysed yet (is it paired with dumps?)")
+    analysis = doc.commanded_analysis()
     out_dir = Path(ls.settings.out_dir)
     out_dir = out_dir if out_dir.is_absolute() else doc.path.parent / out_dir
     with ls.cancellable() as should_stop:

@@ -12,6 +12,7 @@ from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.diagnose.rootcause import Suspect
 from rca_lsp.mapping.model import ParsedMapping
 from rca_lsp.server.pairing import DumpLayout, Pair, Unpaired
+from rca_lsp.server.protocol import CommandError
 from rca_lsp.suggest import Candidate
 
 Place = tuple[tuple[int, int], ...]  # (line, column) of the entry keys a finding is drawn on
@@ -71,6 +72,16 @@ class MappingDocument:
     def remember(self, parsed: ParsedMapping) -> None:
         if parsed.reusable:
             self.last_reusable = parsed
+
+    def commanded_analysis(self) -> Analysis:
+        """The analysis a command works on: the newest (the last good one while the file does not parse). None yet:
+        a CommandError saying why, the dump or pairing problem shown at the top of the file when there is one."""
+        analysis = self.last_good or self.analysis
+        if analysis is not None:
+            return analysis
+        if self.problems:
+            raise CommandError(f"{self.path} has no analysis: {self.problems[0]}")
+        raise CommandError(f"{self.path} has not been analysed yet (is it paired with dumps?)")
 
     def dump_roots(self) -> set[Path]:
         """The dump roots a change below (or of) which concerns this file: the current pair's and the last good's."""

@@ -85,6 +85,30 @@ async def test_bad_arguments_get_one_clear_message(client: LanguageClient) -> No
 
 
 @pytest.mark.asyncio(loop_scope="function")
+async def test_commands_on_a_file_whose_dumps_cannot_be_analysed_say_why(client: LanguageClient) -> None:
+    """A mapping paired with dumps that hold no module entry: the chart and the outputs answer with the dump problem
+    shown at the top of the file, not with "not analysed yet"."""
+    folder = client.root / "no_modules"  # type: ignore[attr-defined]
+    for side in ("train", "rollout"):
+        dump = folder / side / "step0" / "rank0" / "dump.json"
+        dump.parent.mkdir(parents=True)
+        dump.write_text(json.dumps({"task": "statistics", "level": "L0", "data": {"Functional.linear.0.forward": {}}}))
+    mapping = folder / "mapping_key.json"
+    mapping.write_text("{}")
+    uri = open_document(client, mapping)
+    shown = await wait_for(client, uri, lambda ds: any(d.code == "dump-problem" for d in ds))
+    problem = next(d.message for d in shown if d.code == "dump-problem")
+    assert "no Module./Cell. forward entries" in problem
+    for command in (CHART_DATA, "rcaLsp.server.writeOutputs"):
+        with pytest.raises(JsonRpcException) as raised:
+            await asyncio.wait_for(
+                client.workspace_execute_command_async(types.ExecuteCommandParams(command=command, arguments=[uri])),
+                timeout=30,
+            )
+        assert "has no analysis" in raised.value.message and "no Module./Cell. forward entries" in raised.value.message
+
+
+@pytest.mark.asyncio(loop_scope="function")
 @pytest.mark.parametrize("variant", ["param_desync", "tp2_pp2_shard_desync"])
 async def test_the_chart_built_in_a_child_is_the_one_built_here(client: LanguageClient, variant: str) -> None:
     """The server builds the chart in a forked child and sends its bytes: the same data as chart_data here."""

@@ -59,9 +59,7 @@ def _built(analysis: Analysis) -> bytes:
 
 async def chart_data_result(executor: Executor, doc: MappingDocument) -> RawJson:
     """The chart of the document's newest analysis (the last good one while the file does not parse)."""
-    analysis = doc.last_good or doc.analysis
-    if analysis is None:
-        raise CommandError(f"{doc.path} has not been analysed yet (is it paired with dumps?)")
+    analysis = doc.commanded_analysis()
     try:
         return RawJson(await asyncio.get_running_loop().run_in_executor(executor, _built, analysis))
     except InputError as error:  # a rank file read for the per-rank series went away or broke meanwhile
