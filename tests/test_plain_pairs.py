@@ -17,6 +17,7 @@ from rca_lsp.compare.groupform import plain_pair
 from rca_lsp.compare.module import ModuleComparison, compare_module
 from rca_lsp.compare.records import Comparator, Group, build_groups
 from rca_lsp.compare.residual import branch_facts
+from rca_lsp.compare.targettable import target_table
 from rca_lsp.diagnose.run import analyze_paths
 from rca_lsp.dumps.dump import Dump, ModuleEntry
 
@@ -91,6 +92,9 @@ def test_the_fixtures_have_plain_pairs_of_every_kind() -> None:
     analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
     groups = build_groups(analysis.usable, analysis.train, analysis.rollout)
     assert _plain(analysis.comparator, groups) > len(groups) / 2
+    assert sum(r.comparison.plain_positions is not None for r in analysis.records) == _plain(
+        analysis.comparator, groups
+    )
     assert any(r.comparison.parameter_consistency == "aligned" for r in analysis.records)
 
 
@@ -140,3 +144,8 @@ def test_generated_plain_pairs_are_judged_as_one_by_one(data: st.DataObject, tol
     comparator = Comparator(train, rollout, tolerance)
     records = comparator.records(groups)
     assert [_observed(r.comparison) for r in records] == [_observed(_one_by_one(comparator, g)) for g in groups]
+    # plain_rows (the dumps' columns) picks the pairs plain_pair names, and reads their targets' very statistics
+    assert sum(r.comparison.plain_positions is not None for r in records) == _plain(comparator, groups)
+    table = target_table([r.comparison for r in records], train, rollout)
+    for side, slot in ((table.train_side, 3), (table.rollout_side, 4)):
+        assert [id(side.stats(i)) for i in range(len(table.specs))] == [id(spec[slot]) for spec in table.specs]

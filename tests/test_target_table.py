@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import pytest
+from conftest import FIXTURES, rollout_options, variants
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rca_lsp.compare.statistics import quick_verdict
-from rca_lsp.compare.targettable import TargetTable
+from rca_lsp.compare.targettable import TargetTable, listed_side
+from rca_lsp.diagnose.run import analyze_paths
 from rca_lsp.model.stats import TensorStats, relative_error
 from rca_lsp.model.tolerance import Tolerances
 from rca_lsp.report.tables.values import target_row, target_rows
@@ -66,7 +70,9 @@ def test_the_table_judges_as_assess_does(pairs, per_record, data) -> None:
         data.draw(st.lists(st.integers(0, len(specs)), min_size=len(per_record) - 1, max_size=len(per_record) - 1))
     )
     starts = [0, *cuts, len(specs)]
-    table = TargetTable(specs, starts, per_record)
+    table = TargetTable(
+        specs, listed_side([s[3] for s in specs]), listed_side([s[4] for s in specs]), starts, per_record
+    )
     owner = [next(i for i in range(len(per_record)) if starts[i] <= at < starts[i + 1]) for at in range(len(specs))]
     expected = [target_row(s, per_record[owner[i]], outputs[owner[i]]) for i, s in enumerate(specs)]
     assert repr(target_rows(table, 0, len(specs), outputs)) == repr(expected)
@@ -85,3 +91,32 @@ def test_an_aligned_verdict_measures_the_relative_error(sides, tolerance) -> Non
     consistency, flags, measured = quick_verdict(train, rollout, tolerance)
     if consistency == "aligned" and not flags:
         assert repr(measured) == repr(relative_error(train, rollout))
+
+
+def _gathered(table: TargetTable) -> TargetTable:
+    """The same targets with their statistics read from the spec's objects, as any table's could be."""
+    sides = listed_side([s[3] for s in table.specs]), listed_side([s[4] for s in table.specs])
+    per_record = [table.tolerances_of(int(start)) for start in table.starts[:-1] if start < len(table.specs)]
+    return TargetTable(table.specs, *sides, table.starts.tolist(), per_record or [Tolerances()])
+
+
+@pytest.mark.parametrize("variant", variants())
+def test_an_analysis_table_read_from_the_dumps_columns_is_the_one_gathered_from_objects(variant: str) -> None:
+    """Plain pairs' targets are rows of the dumps' columns (dumps.columns): the very statistics of their specs, and
+    output_3's rows and errors built from them are those of a table gathered from the spec's objects."""
+    folder = FIXTURES / variant
+    analysis = analyze_paths(
+        folder / "train", folder / "rollout", folder / "mapping_key.json", rollout_options=rollout_options(variant)
+    )
+    table = analysis.targets
+    gathered = _gathered(table)
+    for ours, theirs in ((table.train_values, gathered.train_values), (table.rollout_values, gathered.rollout_values)):
+        np.testing.assert_array_equal(ours, theirs)
+    assert table.dtype_names(table.train_dtype) == gathered.dtype_names(gathered.train_dtype)
+    assert table.dtype_names(table.rollout_dtype) == gathered.dtype_names(gathered.rollout_dtype)
+    np.testing.assert_array_equal(table.simple, gathered.simple)
+    np.testing.assert_array_equal(table.relative_error, gathered.relative_error)
+    outputs = [record.comparison.output_consistency for record in analysis.records]
+    assert repr(target_rows(table, 0, len(table.specs), outputs)) == repr(
+        target_rows(gathered, 0, len(table.specs), outputs)
+    )

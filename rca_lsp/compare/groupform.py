@@ -6,8 +6,11 @@ so that records can judge all of them at once."""
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import NamedTuple, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
+import numpy as np
+
+from rca_lsp.dumps.columns import EntryColumns
 from rca_lsp.dumps.dump import ModuleEntry
 from rca_lsp.model.stats import TensorStats
 
@@ -71,16 +74,21 @@ def routers_of_other_classes(train_class: str, rollout_class: str) -> bool:
 def common_parameters(train: Sequence[ModuleEntry], rollout: Sequence[ModuleEntry]) -> list[str] | None:
     """Parameter names both sides have (weight first); None when neither side has any (a container)."""
     if len(train) == 1 and len(rollout) == 1:
-        train_names, rollout_names = train[0].parameters.keys(), rollout[0].parameters.keys()
-        if not train_names and not rollout_names:
-            return None
-        return sorted(train_names & rollout_names, key=weight_first)
+        return common_parameters_of(train[0].parameters.keys(), rollout[0].parameters.keys())
     if not any(t.parameters for t in train) and not any(r.parameters for r in rollout):
         return None
     names: set[str] = set(train[0].parameters)
     for part in [*train[1:], *rollout]:
         names &= part.parameters.keys()
     return sorted(names, key=weight_first)
+
+
+def common_parameters_of(train: Iterable[str], rollout: Iterable[str]) -> list[str] | None:
+    """The parameter names of two modules both have (weight first); None when neither has any."""
+    train_names, rollout_names = set(train), set(rollout)
+    if not train_names and not rollout_names:
+        return None
+    return sorted(train_names & rollout_names, key=weight_first)
 
 
 def weight_first(name: str) -> tuple[bool, str]:
@@ -148,3 +156,82 @@ def plain_targets(
         train_stats.append(train.kwargs[name])
         rollout_stats.append(rollout.kwargs[name])
     return PlainTargets(names, kwarg_pairs, any_kwargs, names_differ)
+
+
+class PlainRows(NamedTuple):
+    """Which of some 1:1 pairs are plain, and the targets of those without tensor kwargs as rows of the two dumps'
+    columns (see `plain_rows`)."""
+
+    by_rows: np.ndarray  # the plain pairs without tensor kwargs on either side (indexes into the pairs asked about)
+    with_kwargs: np.ndarray  # the plain pairs with them: their kwargs are paired by name, object by object
+    train_rows: np.ndarray  # by_rows[i]'s targets: rows starts[i]:starts[i + 1] of these, into each side's stats
+    rollout_rows: np.ndarray
+    starts: np.ndarray
+    targets: list[PlainTargets]  # by_rows[i]'s (one object for the pairs of the same parameter names)
+
+
+_NO_KWARGS: list[tuple[str, ModuleEntry, ModuleEntry]] = []
+
+
+def plain_rows(
+    train: EntryColumns, rollout: EntryColumns, train_positions: np.ndarray, rollout_positions: np.ndarray
+) -> PlainRows:
+    """`plain_pair` and `plain_targets` of the pairs (train entry at train_positions[i], rollout entry at
+    rollout_positions[i]) from the columns: each pair's form read from integer codes, each distinct pair of codes
+    judged once (classes: routers of other forms; parameter names: the common ones, weight first). The targets are
+    in `plain_targets`' order: output, primary input, each common parameter."""
+    t, r = train_positions, rollout_positions
+    plain = (train.has_stream_output[t] == rollout.has_stream_output[r]) & ~train.odd[t] & ~rollout.odd[r]
+    classes = _distinct(train.class_code[t], rollout.class_code[r], len(rollout.classes))
+    routers = np.array(
+        [routers_of_other_classes(train.classes[a], rollout.classes[b]) for a, b in classes.pairs], dtype=np.bool_
+    )
+    plain &= ~routers[classes.which]
+    kwargs = train.has_kwargs[t] | rollout.has_kwargs[r]
+    by_rows = np.flatnonzero(plain & ~kwargs)
+    t, r = t[by_rows], r[by_rows]
+    # rows: each side's output, its primary input, then its parameters at the common names' places
+    signatures = _distinct(train.signature[t] + 1, rollout.signature[r] + 1, len(rollout.signatures) + 1)
+    forms: list[PlainTargets] = []
+    places: list[tuple[np.ndarray, np.ndarray]] = []
+    for a, b in signatures.pairs:
+        train_names = train.signatures[a - 1] if a else ()
+        rollout_names = rollout.signatures[b - 1] if b else ()
+        names = common_parameters_of(train_names, rollout_names)
+        forms.append(PlainTargets(names, _NO_KWARGS, False, False))
+        common = names or ()
+        places.append(
+            (
+                np.array([train_names.index(n) for n in common], dtype=np.int64),
+                np.array([rollout_names.index(n) for n in common], dtype=np.int64),
+            )
+        )
+    widths = np.array([len(place[0]) for place in places], dtype=np.int64)[signatures.which] + 2
+    starts = np.zeros(len(t) + 1, dtype=np.int64)
+    np.cumsum(widths, out=starts[1:])
+    train_rows = np.empty(int(starts[-1]), dtype=np.int64)
+    rollout_rows = np.empty_like(train_rows)
+    first = starts[:-1]
+    train_rows[first], rollout_rows[first] = t, r
+    train_rows[first + 1], rollout_rows[first + 1] = train.entry_count + t, rollout.entry_count + r
+    for form, (train_place, rollout_place) in enumerate(places):
+        if not len(train_place):
+            continue
+        members = np.flatnonzero(signatures.which == form)
+        at = (first[members] + 2)[:, None] + np.arange(len(train_place))
+        train_rows[at] = (2 * train.entry_count + train.parameter_start[t[members]])[:, None] + train_place
+        rollout_rows[at] = (2 * rollout.entry_count + rollout.parameter_start[r[members]])[:, None] + rollout_place
+    targets = [forms[form] for form in signatures.which.tolist()]
+    return PlainRows(by_rows, np.flatnonzero(plain & kwargs), train_rows, rollout_rows, starts, targets)
+
+
+class _Distinct(NamedTuple):
+    pairs: list[tuple[int, int]]  # each distinct pair of codes
+    which: np.ndarray  # each row's, as an index into pairs
+
+
+def _distinct(train_codes: np.ndarray, rollout_codes: np.ndarray, rollout_count: int) -> _Distinct:
+    """The distinct (train code, rollout code) pairs of the rows (codes >= 0)."""
+    joint = train_codes.astype(np.int64) * rollout_count + rollout_codes
+    distinct, which = np.unique(joint, return_inverse=True)
+    return _Distinct([divmod(code, rollout_count) for code in distinct.tolist()], which.reshape(-1))

@@ -157,6 +157,8 @@ class ModuleComparison:
     output_nonfinite_both = False
     _output_dtypes: tuple[str | None, str | None] = (None, None)  # set with dtype_path
     _fused_experts = _routers = _other_batches = False
+    # made by of_plain_pair: the pair's dump positions (its targets are rows of the dumps' columns, dumps.columns)
+    plain_positions: tuple[int, int] | None = None
     train_disagreements: tuple[Disagreement, ...] = ()
     disagreements: tuple[Disagreement, ...] = ()
 
@@ -250,6 +252,7 @@ class ModuleComparison:
         the pair. Only what differs from the class's defaults is set (10^5 plain pairs in an analysis)."""
         self = object.__new__(cls)
         self._tol = tol
+        self.plain_positions = train.position, rollout.position
         self.train_keys, self.rollout_keys = (train.key,), (rollout.key,)
         self._train, self._rollout = (train,), (rollout,)
         self._output_train, self._output_rollout = train.output, rollout.output
@@ -511,6 +514,15 @@ class ModuleComparison:
 
     def spec_tuples(self) -> list[SpecTuple]:
         """target_specs as plain tuples (output_3 and the chart read 10^6 of them)."""
+        if self.plain_positions is not None:  # each side's own slots: what the rest makes of a plain pair, directly
+            t, r = self._train[0], self._rollout[0]
+            specs = [("output.0", t.key, r.key, t.output, r.output, False)]
+            specs.append(("input_args.0", t.key, r.key, t.input, r.input, False))
+            parameters = t.parameters, r.parameters
+            return specs + [
+                (f"parameters.{n}", t.key, r.key, parameters[0][n], parameters[1][n], False)
+                for n in self._parameter_names
+            ]
         train_id, rollout_id = _join([t.key for t in self._train]), _join([r.key for r in self._rollout])
         aggregated = self.aggregated
         reading = self._reading

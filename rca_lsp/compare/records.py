@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections import Counter
 from functools import cached_property
 from itertools import chain
+from operator import attrgetter
 from typing import Iterable, NamedTuple
 
 import numpy as np
 
 from rca_lsp.compare.datagroups import DataGroupChoice
-from rca_lsp.compare.groupform import PlainTargets, plain_pair, plain_targets
+from rca_lsp.compare.groupform import PlainTargets, plain_rows, plain_targets
 from rca_lsp.compare.module import ModuleComparison, compare_module
-from rca_lsp.compare.residual import branch_facts
-from rca_lsp.compare.targettable import quick_verdicts
+from rca_lsp.compare.residual import branch_facts, branch_roles
+from rca_lsp.compare.targettable import TableSide, listed_side, quick_verdicts
 from rca_lsp.compare.tensorpass import TensorPass
 from rca_lsp.dumps.dump import Dump, ModuleEntry
 from rca_lsp.mapping.validate import Suggestions
@@ -64,6 +65,7 @@ class ModuleRecord(NamedTuple):  # a NamedTuple built with tuple.__new__: 10^5 a
 
 
 _new = tuple.__new__
+_POSITION = attrgetter("position")
 
 
 def _paths(entries: list[ModuleEntry]) -> tuple[str, ...]:
@@ -261,37 +263,58 @@ class Comparator:
     def _compare(self, groups: list[Group]) -> None:
         """Records of `groups`, cached: the plain 1:1 pairs (groupform.plain_pair, no branch output on either side,
         statistics only) judged together, as arrays; the others one by one."""
-        plain: list[tuple[Group, ModuleEntry, ModuleEntry]] = []
         others: list[Group] = []
-        by_statistics = self.tensors is None or not self.tensors.active
-        train, rollout = self.train, self.rollout
-        branches = bool(train.branch_outputs.returns or rollout.branch_outputs.returns)  # else branch_facts: None
-        for group in groups:
-            train_keys, rollout_keys = group
-            if by_statistics and len(train_keys) == 1 and len(rollout_keys) == 1:
-                pair = train.entries[train_keys[0]], rollout.entries[rollout_keys[0]]
-                if plain_pair(*pair) and not (branches and branch_facts(train, rollout, train_keys, rollout_keys)):
-                    plain.append((group, *pair))
-                    continue
-            others.append(group)
-        if plain:
-            self._compare_plain(plain)
+        pairs: list[Group] = []
+        if self.tensors is None or not self.tensors.active:
+            for group in groups:
+                (pairs if len(group[0]) == 1 and len(group[1]) == 1 else others).append(group)
+        else:
+            others = groups
+        if pairs:
+            others += self._compare_plain(pairs)
         for group in others:
             self._compared(group)
 
-    def _compare_plain(self, pairs: list[tuple[Group, ModuleEntry, ModuleEntry]]) -> None:
+    def _compare_plain(self, pairs: list[Group]) -> list[Group]:
+        """Records of the plain ones of the 1:1 `pairs`, judged from the dumps' columns at once; the pairs that are
+        not plain are returned."""
+        train, rollout = self.train, self.rollout
+        train_entries = [train.entries[group[0][0]] for group in pairs]
+        rollout_entries = [rollout.entries[group[1][0]] for group in pairs]
+        train_positions = np.fromiter(map(_POSITION, train_entries), dtype=np.int64, count=len(pairs))
+        rollout_positions = np.fromiter(map(_POSITION, rollout_entries), dtype=np.int64, count=len(pairs))
+        found = plain_rows(train.columns, rollout.columns, train_positions, rollout_positions)
+        plain = np.zeros(len(pairs), dtype=np.bool_)
+        plain[found.by_rows] = plain[found.with_kwargs] = True
+        if train.branch_outputs.returns or rollout.branch_outputs.returns:  # else branch_facts: None
+            # branch_facts of a 1:1 pair: facts when either side's module hands on or takes a branch output
+            plain &= ~(branch_roles(train)[train_positions] | branch_roles(rollout)[rollout_positions])
+        tolerances, cache, of_plain_pair = self.tolerances, self._cache, ModuleComparison.of_plain_pair
+        judged = quick_verdicts(
+            TableSide(train.columns.stats, found.train_rows),
+            TableSide(rollout.columns.stats, found.rollout_rows),
+            tolerances,
+        )
+        for index, targets, start in zip(found.by_rows.tolist(), found.targets, found.starts.tolist()):
+            if plain[index]:
+                train_entry, rollout_entry = train_entries[index], rollout_entries[index]
+                comparison = of_plain_pair(train_entry, rollout_entry, tolerances, targets, judged, start)
+                cache[pairs[index]] = _pair_record(comparison, train_entry, rollout_entry)
+        # tensor kwargs are paired by name: their statistics gathered from the objects
+        with_kwargs = [index for index in found.with_kwargs.tolist() if plain[index]]
         forms: list[PlainTargets] = []
         train_stats: list[TensorStats | None] = []
         rollout_stats: list[TensorStats | None] = []
         starts: list[int] = []
-        for _, train_entry, rollout_entry in pairs:
+        for index in with_kwargs:
             starts.append(len(train_stats))
-            forms.append(plain_targets(train_entry, rollout_entry, train_stats, rollout_stats))
-        judged = quick_verdicts(train_stats, rollout_stats, self.tolerances)
-        tolerances, cache, of_plain_pair = self.tolerances, self._cache, ModuleComparison.of_plain_pair
-        for (group, train_entry, rollout_entry), form, start in zip(pairs, forms, starts):
+            forms.append(plain_targets(train_entries[index], rollout_entries[index], train_stats, rollout_stats))
+        judged = quick_verdicts(listed_side(train_stats), listed_side(rollout_stats), tolerances)
+        for index, form, start in zip(with_kwargs, forms, starts):
+            train_entry, rollout_entry = train_entries[index], rollout_entries[index]
             comparison = of_plain_pair(train_entry, rollout_entry, tolerances, form, judged, start)
-            cache[group] = _record(comparison, [train_entry], [rollout_entry])
+            cache[pairs[index]] = _pair_record(comparison, train_entry, rollout_entry)
+        return [pairs[index] for index in np.flatnonzero(~plain).tolist()]
 
     def _share_alike(self, base: Comparator, groups: list[Group]) -> None:
         """Takes on the base's records of `groups` whose verdicts are the same under these tolerances: none of the
@@ -329,6 +352,8 @@ class Comparator:
 
 
 def _record(comparison: ModuleComparison, train: list[ModuleEntry], rollout: list[ModuleEntry]) -> ModuleRecord:
+    if len(train) == 1 and len(rollout) == 1:
+        return _pair_record(comparison, train[0], rollout[0])
     train_paths, rollout_paths = _paths(train), _paths(rollout)
     return _new(
         ModuleRecord,
@@ -343,5 +368,25 @@ def _record(comparison: ModuleComparison, train: list[ModuleEntry], rollout: lis
             rollout_paths,
             _prefixes(train_paths),
             _prefixes(rollout_paths),
+        ),
+    )
+
+
+def _pair_record(comparison: ModuleComparison, train: ModuleEntry, rollout: ModuleEntry) -> ModuleRecord:
+    """_record of a 1:1 group (10^5 plain pairs in an analysis)."""
+    train_path, rollout_path = train.path, rollout.path
+    return _new(
+        ModuleRecord,
+        (
+            comparison,
+            train.position,
+            rollout.position,
+            train.position,
+            rollout.position,
+            train.call_index,
+            (train_path,),
+            (rollout_path,),
+            (train_path + ".",),
+            (rollout_path + ".",),
         ),
     )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Callable, Literal, NamedTuple, Sequence
 
+import numpy as np
+
 from rca_lsp.compare.statistics import Verdict
 from rca_lsp.dumps.dump import Dump, ModuleEntry
 from rca_lsp.model.stats import TensorStats, sum_of
@@ -113,6 +115,15 @@ def branch_facts(
         source(rollout_found.takes, rollout_keys),
     )
     return BranchFacts._make(facts) if any(facts) else None
+
+
+def branch_roles(dump: Dump) -> np.ndarray:
+    """Whether each entry (by dump position) hands on or takes a branch output: the 1:1 pairs `branch_facts` finds
+    facts for are those with such an entry on either side."""
+    roles = np.zeros(len(dump.keys), dtype=np.bool_)
+    found = dump.branch_outputs
+    roles[[dump.entries[key].position for key in (*found.returns, *found.takes)]] = True
+    return roles
 
 
 def branch_reading(train: ModuleEntry, rollout: ModuleEntry, facts: BranchFacts, judge: Judge) -> StreamReading | None:

@@ -12,50 +12,42 @@ itself: they are few, and their wording is its own. tests/test_target_table.py c
 from __future__ import annotations
 
 from functools import cached_property
-from itertools import chain
-from operator import attrgetter
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from rca_lsp.compare.groupform import SpecTuple
+from rca_lsp.compare.groupform import SpecTuple, plain_rows
 from rca_lsp.compare.module import ModuleComparison
 from rca_lsp.compare.statistics import STAT_NAMES, Consistency, JudgedRows, quick_verdict
-from rca_lsp.model.stats import TensorStats, dtype_pair, four_statistics, relative_error
+from rca_lsp.dumps.columns import StatColumns, joined, stat_columns
+from rca_lsp.dumps.dump import Dump
+from rca_lsp.model.stats import TensorStats, dtype_pair, relative_error
 from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances
 
 _KIND_OF = {"o": 0, "i": 1, "p": 2}  # output, input, parameters: by the first letter of a target's name
-_ABSENT = TensorStats()  # a missing side: every statistic, the numel and the dtype None
-_NUMEL = attrgetter("numel")
-_DTYPE = attrgetter("dtype")
-_NAN = float("nan")
 _NORM = STAT_NAMES.index("Norm")
 _DTYPE_MATCH = ("match", "mismatch", "unknown")  # statistics.dtype_pair's verdicts
 _MISMATCH = _DTYPE_MATCH.index("mismatch")
 STATUSES = ("ok", "warn", "alert")  # a statistic's status, as statistics._stat_cells names it
 
 
-class _Side(NamedTuple):
-    """One side's statistics of every target, read in one pass over the objects (each pass over 10^6 objects
-    scattered in memory costs more than the reading)."""
+class TableSide(NamedTuple):
+    """One side's statistics of every row: rows `rows` of `columns` (its own rows when None)."""
 
-    values: np.ndarray  # (n, 4) Max, Min, Mean, Norm; NaN where the side or a statistic is missing, or NaN
-    numels: np.ndarray  # NaN where the shape is unknown (or the side missing)
-    dtypes: list[str | None]
+    columns: StatColumns
+    rows: np.ndarray | None = None
+
+    def stats(self, index: int) -> TensorStats | None:
+        """Row `index`'s statistics object."""
+        return self.columns.objects[index if self.rows is None else int(self.rows[index])]
+
+    def taken(self, column: np.ndarray) -> np.ndarray:
+        return column if self.rows is None else column[self.rows]
 
 
-def _side(stats: list[TensorStats | None]) -> _Side:
-    present = [s if s is not None else _ABSENT for s in stats]
-    if not present:
-        return _Side(np.zeros((0, 4)), np.zeros(0), [])
-    try:  # in C, four numbers at a time (np.array of the tuples takes twice as long)
-        values = np.fromiter(chain.from_iterable(map(four_statistics, present)), np.float64, 4 * len(present))
-    except TypeError:  # a statistic msprobe wrote as null: NaN, as np.array makes None
-        values = np.array(list(map(four_statistics, present)), dtype=np.float64)
-    values = values.reshape(-1, 4)
-    # float() first: numpy converts Python ints one by one, several times slower
-    numels = np.array([_NAN if n is None else float(n) for n in map(_NUMEL, present)], dtype=np.float64)
-    return _Side(values, numels, list(map(_DTYPE, present)))
+def listed_side(stats: list[TensorStats | None]) -> TableSide:
+    """A side whose rows are `stats` (read in one pass over the objects per column)."""
+    return TableSide(stat_columns(stats))
 
 
 class PairTable:
@@ -64,21 +56,22 @@ class PairTable:
 
     def __init__(
         self,
-        train: list[TensorStats | None],
-        rollout: list[TensorStats | None],
-        starts: Sequence[int],
+        train: TableSide,
+        rollout: TableSide,
+        starts: Sequence[int] | np.ndarray,
         tolerances: Sequence[Tolerances],
     ) -> None:
         """`starts[i]`: group i's first row, and the row count last; `tolerances[i]`: group i's."""
-        self.train_stats, self.rollout_stats = train, rollout
-        self.starts = np.array(starts, dtype=np.int64)  # group i's rows: starts[i]:starts[i + 1]
-        self.record = np.repeat(np.arange(len(starts) - 1, dtype=np.int64), np.diff(self.starts))
-        train_side, rollout_side = _side(train), _side(rollout)
-        self.train_values, self.rollout_values = train_side.values, rollout_side.values
+        self.train_side, self.rollout_side = train, rollout
+        self.starts = np.asarray(starts, dtype=np.int64)  # group i's rows: starts[i]:starts[i + 1]
+        self.record = np.repeat(np.arange(len(self.starts) - 1, dtype=np.int64), np.diff(self.starts))
+        self.count = int(self.starts[-1])
+        self.train_values = train.taken(train.columns.values)
+        self.rollout_values = rollout.taken(rollout.columns.values)
         shared = len({id(t) for t in tolerances}) <= 1
         self._tolerances = tolerances[0] if shared and tolerances else None
         self._per_record_tolerances = None if shared else list(tolerances)
-        self.simple = self._simple_rows(train_side, rollout_side)  # the rows judged by the arrays (_simple_rows)
+        self.simple = self._simple_rows()  # the rows judged by the arrays (_simple_rows)
 
     def tolerances_of(self, index: int) -> Tolerances:
         """The tolerances target `index` is judged under."""
@@ -87,19 +80,24 @@ class PairTable:
         assert self._per_record_tolerances is not None
         return self._per_record_tolerances[int(self.record[index])]
 
-    def _simple_rows(self, train: _Side, rollout: _Side) -> np.ndarray:
+    def _simple_rows(self) -> np.ndarray:
         """Targets judged by the arrays: both sides observable, of the same form (both integer or both floating),
         every statistic known and finite, a tolerance >= 0."""
-        count = len(self.train_stats)
+        count, train, rollout = self.count, self.train_side, self.rollout_side
+        train_numels, rollout_numels = train.taken(train.columns.numels), rollout.taken(rollout.columns.numels)
         # every statistic finite: both sides present (a missing one is NaN) and observable unless empty (numel 0;
         # an unknown numel counts as not empty)
-        finite = np.isfinite(train.values).all(axis=1) & np.isfinite(rollout.values).all(axis=1)
-        rows = np.flatnonzero(finite & (train.numels != 0) & (rollout.numels != 0))
+        finite = np.isfinite(self.train_values).all(axis=1) & np.isfinite(self.rollout_values).all(axis=1)
+        rows = np.flatnonzero(finite & (train_numels != 0) & (rollout_numels != 0))
         # each row's pair of dtypes as one code, judged once per distinct pair (a few) instead of once per row
-        listed = list(dict.fromkeys(train.dtypes + rollout.dtypes))
-        code_of = {name: code for code, name in enumerate(listed)}.__getitem__
-        train_codes = np.fromiter(map(code_of, train.dtypes), dtype=np.int64, count=count)
-        rollout_codes = np.fromiter(map(code_of, rollout.dtypes), dtype=np.int64, count=count)
+        listed = list(dict.fromkeys(train.columns.dtypes + rollout.columns.dtypes))
+        code_of = {name: code for code, name in enumerate(listed)}
+        train_codes = np.array([code_of[d] for d in train.columns.dtypes], dtype=np.int64)[
+            train.taken(train.columns.dtype_codes)
+        ]
+        rollout_codes = np.array([code_of[d] for d in rollout.columns.dtypes], dtype=np.int64)[
+            rollout.taken(rollout.columns.dtype_codes)
+        ]
         self.dtypes = listed  # the dtypes met (None: a side missing); each target's two as indexes into it:
         self.train_dtype, self.rollout_dtype = train_codes, rollout_codes
         distinct, which = np.unique(train_codes[rows] * len(listed) + rollout_codes[rows], return_inverse=True)
@@ -116,7 +114,7 @@ class PairTable:
             tolerance[rows] = [self.tolerances_of(i).for_dtypes(*pairs[p]) for i, p in zip(rows.tolist(), pair_of)]
         simple = np.zeros(count, dtype=np.bool_)
         simple[rows] = same_form & (tolerance[rows] >= 0.0)
-        self._numels = np.nan_to_num(train.numels), np.nan_to_num(rollout.numels)  # unknown: 0, as tensor_scale
+        self._numels = np.nan_to_num(train_numels), np.nan_to_num(rollout_numels)  # unknown: 0, as tensor_scale
         self.tolerance = np.where(simple, tolerance, 0.0)
         return simple
 
@@ -143,7 +141,7 @@ class PairTable:
         rows not judged here measure it one by one."""
         result = np.where(self.simple, self.errors.max(axis=1), np.nan)
         for index in np.flatnonzero(~self.simple).tolist():
-            error = relative_error(self.train_stats[index], self.rollout_stats[index])
+            error = relative_error(self.train_side.stats(index), self.rollout_side.stats(index))
             result[index] = np.nan if error is None else error
         return result
 
@@ -166,9 +164,17 @@ class PairTable:
 class TargetTable(PairTable):
     """Targets in output order, record by record, each record's under its own tolerances (see target_table)."""
 
-    def __init__(self, specs: list[SpecTuple], starts: Sequence[int], tolerances: Sequence[Tolerances]) -> None:
-        """`starts[i]`: record i's first target, and len(specs) last; `tolerances[i]`: record i's."""
-        super().__init__([s[3] for s in specs], [s[4] for s in specs], starts, tolerances)
+    def __init__(
+        self,
+        specs: list[SpecTuple],
+        train: TableSide,
+        rollout: TableSide,
+        starts: Sequence[int],
+        tolerances: Sequence[Tolerances],
+    ) -> None:
+        """`train` and `rollout`: the statistics of each spec's sides; `starts[i]`: record i's first target, and
+        len(specs) last; `tolerances[i]`: record i's."""
+        super().__init__(train, rollout, starts, tolerances)
         self.specs = specs
         self.kind = np.array([_KIND_OF[s[0][0]] for s in specs], dtype=np.int8)
 
@@ -193,15 +199,41 @@ class TargetTable(PairTable):
         return worst
 
 
-def target_table(comparisons: Sequence[ModuleComparison]) -> TargetTable:
-    """The targets of `comparisons` (one record's each) as `ModuleComparison.spec_tuples` lists them, under each
-    comparison's tolerances."""
+def target_table(comparisons: Sequence[ModuleComparison], train: Dump, rollout: Dump) -> TargetTable:
+    """The targets of `comparisons` (one record's each, of `train` and `rollout`) as
+    `ModuleComparison.spec_tuples` lists them, under each comparison's tolerances. The statistics of plain pairs'
+    targets are rows of the dumps' columns (`groupform.plain_rows` finds them again); the others' are gathered from
+    their objects."""
     specs: list[SpecTuple] = []
     starts = [0]
-    for comparison in comparisons:
+    plain: list[int] = []
+    positions: list[tuple[int, int]] = []
+    for index, comparison in enumerate(comparisons):
         specs += comparison.spec_tuples()
         starts.append(len(specs))
-    return TargetTable(specs, starts, [comparison.tolerances for comparison in comparisons])
+        if comparison.plain_positions is not None:
+            plain.append(index)
+            positions.append(comparison.plain_positions)
+    tolerances = [comparison.tolerances for comparison in comparisons]
+    if not plain:  # nothing to read from the columns (every group joined, or tensor- or md5-mode dumps)
+        return TargetTable(
+            specs, listed_side([s[3] for s in specs]), listed_side([s[4] for s in specs]), starts, tolerances
+        )
+    train_rows = np.full(len(specs), -1, dtype=np.int64)
+    rollout_rows = train_rows.copy()
+    pairs = np.array(positions, dtype=np.int64)
+    found = plain_rows(train.columns, rollout.columns, pairs[:, 0], pairs[:, 1])
+    first = np.array(starts, dtype=np.int64)[np.array(plain, dtype=np.int64)[found.by_rows]]
+    at = np.arange(len(found.train_rows)) + np.repeat(first - found.starts[:-1], np.diff(found.starts))
+    train_rows[at], rollout_rows[at] = found.train_rows, found.rollout_rows
+    rest = np.flatnonzero(train_rows < 0)
+    sides = []
+    for side, rows, slot in ((train, train_rows, 3), (rollout, rollout_rows, 4)):
+        base = side.columns.stats
+        rows[rest] = len(base.objects) + np.arange(len(rest))
+        extra = stat_columns([specs[i][slot] for i in rest.tolist()])  # type: ignore[misc]
+        sides.append(TableSide(joined(base, extra) if len(rest) else base, rows))
+    return TargetTable(specs, sides[0], sides[1], starts, tolerances)
 
 
 def _tensor_scale(values: np.ndarray, numel: np.ndarray) -> np.ndarray:
@@ -224,20 +256,20 @@ def _comparison_scale(
 _JUDGED: tuple[Consistency, Consistency] = ("aligned", "mismatch")
 
 
-def quick_verdicts(
-    train: list[TensorStats | None], rollout: list[TensorStats | None], tolerances: Tolerances
-) -> JudgedRows:
-    """statistics.quick_verdict of each pair (train[i], rollout[i]) under `tolerances`, and model.stats.relative_error
-    of each: the simple rows by the table's arrays (the same errors, so the same verdicts and the same largest
-    error, which is also the relative error), the others one by one. What records judge every plain pair of an
-    analysis with, at once."""
-    table = PairTable(train, rollout, [0, len(train)], [tolerances])
+def quick_verdicts(train: TableSide, rollout: TableSide, tolerances: Tolerances) -> JudgedRows:
+    """statistics.quick_verdict of each pair of rows (train's i, rollout's i) under `tolerances`, and
+    model.stats.relative_error of each: the simple rows by the table's arrays (the same errors, so the same verdicts
+    and the same largest error, which is also the relative error), the others one by one. What records judge every
+    plain pair of an analysis with, at once."""
+    count = len(train.rows) if train.rows is not None else len(train.columns.objects)
+    table = PairTable(train, rollout, [0, count], [tolerances])
     beyond: list[bool] = table.bad.any(axis=1).tolist()  # type: ignore[assignment]
     states: list[Consistency] = list(map(_JUDGED.__getitem__, beyond))
     worst: list[float] = table.errors.max(axis=1).tolist()
-    flags = [0] * len(train)
+    flags = [0] * count
     errors: list[float | None] = list(worst)
     for index in np.flatnonzero(~table.simple).tolist():
-        states[index], flags[index], worst[index] = quick_verdict(train[index], rollout[index], tolerances)
-        errors[index] = relative_error(train[index], rollout[index])
+        pair = train.stats(index), rollout.stats(index)
+        states[index], flags[index], worst[index] = quick_verdict(*pair, tolerances)
+        errors[index] = relative_error(*pair)
     return JudgedRows(states, flags, worst, errors)

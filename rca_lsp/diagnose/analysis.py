@@ -65,7 +65,7 @@ class Compared:
     def targets(self) -> TargetTable:
         """Every compared target of the records as columns (output_3 and the chart read them; built once per
         process that writes them)."""
-        return target_table([record.comparison for record in self.records])
+        return target_table([record.comparison for record in self.records], self.train, self.rollout)
 
     @cached_property
     def rows(self) -> list[MappingRow]:

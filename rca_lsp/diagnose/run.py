@@ -106,6 +106,8 @@ def analyze_paths(
             (lambda source: load_ranks(source, ranks.load)) if ranks and not train_source.joined_steps else None,
         )
         rollout_source = rollout_options.resolve(rollout)
+        if background:  # while the child still loads the rollout: what the comparison reads of the train dump
+            train_dump.columns
         if progress is not None:
             progress.reading("rollout", rollout_source)
         rollout_dump = cache.get(rollout_source, background.load) if background else cache.get(rollout_source)

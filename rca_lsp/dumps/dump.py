@@ -16,6 +16,7 @@ from rca_lsp.base.errors import InputError
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.base.inputfile import read_regular_file
 from rca_lsp.base.jsonload import loads_lenient, nesting_reported, quote_literals
+from rca_lsp.dumps.columns import EntryColumns, entry_columns
 from rca_lsp.dumps.keylines import find_lines
 from rca_lsp.model.keys import split_module_key
 from rca_lsp.model.stats import TensorStats, four_statistics, is_integer_dtype, leading_size
@@ -192,6 +193,11 @@ class Dump:
         """The entries in dump order, for passes over all of them: looking each key up again costs several times a
         pass (10^5 keys scattered through memory)."""
         return list(map(self.entries.__getitem__, self.keys))
+
+    @cached_property
+    def columns(self) -> EntryColumns:
+        """The entries' statistics and forms as columns (dumps.columns), gathered once for every comparison."""
+        return entry_columns(self.ordered_entries)
 
     @cached_property
     def _calls(self) -> dict[str, list[str]]:
