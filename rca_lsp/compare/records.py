@@ -250,6 +250,14 @@ class Comparator:
             calls.setdefault(entry.call_index, []).append(position)
         return calls
 
+    @cached_property
+    def _branch_roles(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each side's entries (by position) that hand on or take a branch output; None when no module does (then
+        branch_facts finds none)."""
+        if not (self.train.branch_outputs.returns or self.rollout.branch_outputs.returns):
+            return None
+        return branch_roles(self.train), branch_roles(self.rollout)
+
     def records(self, groups: Iterable[Group]) -> list[ModuleRecord]:
         """A record per group, each compared once; under calibrated tolerances, the base comparator's record
         wherever none of its verdicts can change (`_share_alike`)."""
@@ -286,9 +294,8 @@ class Comparator:
         found = plain_rows(train.columns, rollout.columns, train_positions, rollout_positions)
         plain = np.zeros(len(pairs), dtype=np.bool_)
         plain[found.by_rows] = plain[found.with_kwargs] = True
-        if train.branch_outputs.returns or rollout.branch_outputs.returns:  # else branch_facts: None
-            # branch_facts of a 1:1 pair: facts when either side's module hands on or takes a branch output
-            plain &= ~(branch_roles(train)[train_positions] | branch_roles(rollout)[rollout_positions])
+        if self._branch_roles is not None:  # branch_facts of a 1:1 pair: facts when either side has a role
+            plain &= ~(self._branch_roles[0][train_positions] | self._branch_roles[1][rollout_positions])
         tolerances, cache, of_plain_pair = self.tolerances, self._cache, ModuleComparison.of_plain_pair
         judged = quick_verdicts(
             TableSide(train.columns.stats, found.train_rows),
