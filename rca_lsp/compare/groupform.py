@@ -168,6 +168,7 @@ class PlainRows(NamedTuple):
     rollout_rows: np.ndarray
     starts: np.ndarray
     targets: list[PlainTargets]  # by_rows[i]'s (one object for the pairs of the same parameter names)
+    parameter_counts: np.ndarray  # by_rows[i]'s common parameters; -1 when neither side has any
 
 
 _NO_KWARGS: list[tuple[str, ModuleEntry, ModuleEntry]] = []
@@ -222,7 +223,10 @@ def plain_rows(
         train_rows[at] = (2 * train.entry_count + train.parameter_start[t[members]])[:, None] + train_place
         rollout_rows[at] = (2 * rollout.entry_count + rollout.parameter_start[r[members]])[:, None] + rollout_place
     targets = [forms[form] for form in signatures.which.tolist()]
-    return PlainRows(by_rows, np.flatnonzero(plain & kwargs), train_rows, rollout_rows, starts, targets)
+    counts = np.array([-1 if f.parameter_names is None else len(f.parameter_names) for f in forms], dtype=np.int64)
+    return PlainRows(
+        by_rows, np.flatnonzero(plain & kwargs), train_rows, rollout_rows, starts, targets, counts[signatures.which]
+    )
 
 
 class _Distinct(NamedTuple):

@@ -22,11 +22,12 @@ from rca_lsp.compare.groupform import (
     pairwise,
     routers_of_other_forms,
 )
-from rca_lsp.compare.residual import BranchFacts, GroupConsistency, StreamReading, branch_reading, stream_reading
+from rca_lsp.compare.residual import BranchFacts, StreamReading, branch_reading, stream_reading
 from rca_lsp.compare.statistics import (
     NONFINITE_BOTH,
     Consistency,
-    JudgedRows,
+    GroupConsistency,
+    PlainVerdict,
     TargetComparison,
     Verdict,
     compare_target,
@@ -244,44 +245,31 @@ class ModuleComparison:
         rollout: ModuleEntry,
         tol: Tolerances,
         targets: PlainTargets,
-        judged: JudgedRows,
-        start: int,
+        verdict: PlainVerdict,
     ) -> "ModuleComparison":
-        """The comparison of a `plain_pair` whose targets (`plain_targets`) are rows `start`... of `judged`, judged
-        as quick_verdict judges them (records judge every plain pair of an analysis at once): what __init__ makes of
-        the pair. Only what differs from the class's defaults is set (10^5 plain pairs in an analysis)."""
+        """The comparison of a `plain_pair` whose targets (`plain_targets`) say `verdict` (records judge every plain
+        pair of an analysis at once): what __init__ makes of the pair. Only what differs from the class's defaults is
+        set (10^5 plain pairs in an analysis)."""
         self = object.__new__(cls)
         self._tol = tol
         self.plain_positions = train.position, rollout.position
         self.train_keys, self.rollout_keys = (train.key,), (rollout.key,)
         self._train, self._rollout = (train,), (rollout,)
         self._output_train, self._output_rollout = train.output, rollout.output
-        states, worst = judged.states, judged.worst
-        names, kwarg_pairs, any_kwargs, names_differ = targets
-        stop = start + 2 + (len(names) if names else 0) + len(kwarg_pairs)
-        errors = [worst[i] for i in range(start, stop) if worst[i] and states[i] != "mismatch"]
-        if errors:
-            self._errors = errors
-        self.output_consistency = states[start]
-        if judged.flags[start] & NONFINITE_BOTH:
+        self.output_consistency, self.input_args_consistency, self.parameter_consistency = verdict[:3]
+        if targets.parameter_names is not None:
+            self._parameter_names = targets.parameter_names
+        if targets.any_kwargs:
+            self._kwarg_pairs = targets.kwarg_pairs
+            self.kwargs_consistency = verdict.kwargs
+        if verdict.errors:
+            self._errors = verdict.errors
+        if verdict.output_nonfinite_both:
             self.output_nonfinite_both = True
-        self.input_args_consistency = states[start + 1]
-        if names is None:
-            self.parameter_consistency = "not_applicable"
-        else:
-            self._parameter_names = names
-            parameters = start + 2 + len(names)
-            self.parameter_consistency = _summarise_parameters(states[start + 2 : parameters]) if names else "missing"
-        if any_kwargs:
-            self._kwarg_pairs = kwarg_pairs
-            if not kwarg_pairs:
-                self.kwargs_consistency = "missing"
-            else:
-                state = _summarise(states[stop - len(kwarg_pairs) : stop])
-                self.kwargs_consistency = "partial" if names_differ and state == "aligned" else state
-        self._judge_dtype_path()
-        error = judged.relative_errors[start]
-        self.output_error = None if error == math.inf else error
+        self.output_error = verdict.output_error
+        self.dtype_path = verdict.dtype_path is not None
+        if verdict.dtype_path is not None:
+            self._output_dtypes = verdict.dtype_path
         self._reason()
         return self
 

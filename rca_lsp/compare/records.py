@@ -14,7 +14,7 @@ from rca_lsp.compare.datagroups import DataGroupChoice
 from rca_lsp.compare.groupform import PlainTargets, plain_rows, plain_targets
 from rca_lsp.compare.module import ModuleComparison, compare_module
 from rca_lsp.compare.residual import branch_facts, branch_roles
-from rca_lsp.compare.targettable import TableSide, listed_side, quick_verdicts
+from rca_lsp.compare.targettable import PlainForms, TableSide, listed_side, plain_verdicts
 from rca_lsp.compare.tensorpass import TensorPass
 from rca_lsp.dumps.dump import Dump, ModuleEntry
 from rca_lsp.mapping.validate import Suggestions
@@ -297,29 +297,42 @@ class Comparator:
         if self._branch_roles is not None:  # branch_facts of a 1:1 pair: facts when either side has a role
             plain &= ~(self._branch_roles[0][train_positions] | self._branch_roles[1][rollout_positions])
         tolerances, cache, of_plain_pair = self.tolerances, self._cache, ModuleComparison.of_plain_pair
-        judged = quick_verdicts(
+        none = np.full(len(found.by_rows), -1, dtype=np.int64)
+        verdicts = plain_verdicts(
             TableSide(train.columns.stats, found.train_rows),
             TableSide(rollout.columns.stats, found.rollout_rows),
+            found.starts,
+            PlainForms(found.parameter_counts, none, none >= 0),
             tolerances,
         )
-        for index, targets, start in zip(found.by_rows.tolist(), found.targets, found.starts.tolist()):
+        for index, targets, verdict in zip(found.by_rows.tolist(), found.targets, verdicts):
             if plain[index]:
                 train_entry, rollout_entry = train_entries[index], rollout_entries[index]
-                comparison = of_plain_pair(train_entry, rollout_entry, tolerances, targets, judged, start)
+                comparison = of_plain_pair(train_entry, rollout_entry, tolerances, targets, verdict)
                 cache[pairs[index]] = _pair_record(comparison, train_entry, rollout_entry)
         # tensor kwargs are paired by name: their statistics gathered from the objects
         with_kwargs = [index for index in found.with_kwargs.tolist() if plain[index]]
         forms: list[PlainTargets] = []
         train_stats: list[TensorStats | None] = []
         rollout_stats: list[TensorStats | None] = []
-        starts: list[int] = []
+        starts = [0]
         for index in with_kwargs:
-            starts.append(len(train_stats))
             forms.append(plain_targets(train_entries[index], rollout_entries[index], train_stats, rollout_stats))
-        judged = quick_verdicts(listed_side(train_stats), listed_side(rollout_stats), tolerances)
-        for index, form, start in zip(with_kwargs, forms, starts):
+            starts.append(len(train_stats))
+        verdicts = plain_verdicts(
+            listed_side(train_stats),
+            listed_side(rollout_stats),
+            np.array(starts, dtype=np.int64),
+            PlainForms(
+                np.array([-1 if f.parameter_names is None else len(f.parameter_names) for f in forms], dtype=np.int64),
+                np.array([len(f.kwarg_pairs) if f.any_kwargs else -1 for f in forms], dtype=np.int64),
+                np.array([f.kwarg_names_differ for f in forms], dtype=np.bool_),
+            ),
+            tolerances,
+        )
+        for index, form, verdict in zip(with_kwargs, forms, verdicts):
             train_entry, rollout_entry = train_entries[index], rollout_entries[index]
-            comparison = of_plain_pair(train_entry, rollout_entry, tolerances, form, judged, start)
+            comparison = of_plain_pair(train_entry, rollout_entry, tolerances, form, verdict)
             cache[pairs[index]] = _pair_record(comparison, train_entry, rollout_entry)
         return [pairs[index] for index in np.flatnonzero(~plain).tolist()]
 

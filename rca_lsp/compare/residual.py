@@ -4,7 +4,7 @@ pair is compared as what both sides hold in common (a sum, Mean only), or said n
 
 from __future__ import annotations
 
-from typing import Callable, Literal, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -25,9 +25,6 @@ class StreamReading(NamedTuple):
 
 
 Judge = Callable[[TensorStats | None, TensorStats | None], Verdict]  # quick_verdict, errors kept
-
-
-GroupConsistency = Literal["aligned", "mismatch", "missing", "partial", "not_applicable"]
 
 
 def stream_reading(train: ModuleEntry, rollout: ModuleEntry, judge: Judge) -> StreamReading | None:

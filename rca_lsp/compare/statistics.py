@@ -11,7 +11,8 @@ from rca_lsp.model.stats import TensorStats, comparison_scale, dtype_pair, stat_
 from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances
 
 STAT_NAMES = ("Max", "Min", "Mean", "Norm")
-Consistency = Literal["aligned", "mismatch", "missing"]  # of one target; groups add "partial" and "not_applicable"
+Consistency = Literal["aligned", "mismatch", "missing"]  # of one target
+GroupConsistency = Literal["aligned", "mismatch", "missing", "partial", "not_applicable"]  # of a group's targets
 
 
 class StatComparison(NamedTuple):  # NamedTuples: output_3 builds ~10^6 of these, frozen dataclasses cost 3x more
@@ -103,13 +104,18 @@ NONFINITE_ONE_SIDE = 2
 Verdict = tuple[Consistency, int, float]  # quick_verdict's: consistency, flags, the largest error measured
 
 
-class JudgedRows(NamedTuple):
-    """quick_verdict's of many pairs of statistics, as columns (compare.targettable.quick_verdicts)."""
+class PlainVerdict(NamedTuple):
+    """What a plain 1:1 pair's targets, judged as quick_verdict judges them, say of the pair (compare.targettable
+    .plain_verdicts judges every plain pair of an analysis at once; ModuleComparison.of_plain_pair reads it)."""
 
-    states: list[Consistency]
-    flags: list[int]
-    worst: list[float]  # the largest error measured (unless a mismatch)
-    relative_errors: list[float | None]  # model.stats.relative_error of each pair
+    output: Consistency
+    inputs: Consistency
+    parameters: GroupConsistency
+    kwargs: GroupConsistency
+    errors: list[float] | None  # the largest error of each target judged, when not a mismatch and not 0
+    output_nonfinite_both: bool
+    output_error: float | None  # model.stats.relative_error of the output; None when infinite
+    dtype_path: tuple[str, str] | None  # the output dtypes, when they differ while the inputs' agree
 
 
 def quick_verdict(train: TensorStats | None, rollout: TensorStats | None, tolerances: Tolerances) -> Verdict:

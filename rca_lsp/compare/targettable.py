@@ -11,6 +11,7 @@ itself: they are few, and their wording is its own. tests/test_target_table.py c
 
 from __future__ import annotations
 
+import math
 from functools import cached_property
 from typing import NamedTuple, Sequence
 
@@ -18,11 +19,18 @@ import numpy as np
 
 from rca_lsp.compare.groupform import SpecTuple, plain_rows
 from rca_lsp.compare.module import ModuleComparison
-from rca_lsp.compare.statistics import STAT_NAMES, Consistency, JudgedRows, quick_verdict
+from rca_lsp.compare.statistics import (
+    NONFINITE_BOTH,
+    STAT_NAMES,
+    Consistency,
+    GroupConsistency,
+    PlainVerdict,
+    quick_verdict,
+)
 from rca_lsp.dumps.columns import StatColumns, joined, stat_columns
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.model.stats import TensorStats, dtype_pair, relative_error
-from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances
+from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances, normalise_dtype
 
 _KIND_OF = {"o": 0, "i": 1, "p": 2}  # output, input, parameters: by the first letter of a target's name
 _NORM = STAT_NAMES.index("Norm")
@@ -252,24 +260,109 @@ def _comparison_scale(
     return np.where(mismatch, np.maximum(scale_r, scale_t), np.where(scale_r != 0.0, scale_r, scale_t))
 
 
-# a simple row's quick_verdict: within its tolerance or not
-_JUDGED: tuple[Consistency, Consistency] = ("aligned", "mismatch")
+_STATES: tuple[Consistency, ...] = ("aligned", "mismatch", "missing")  # a row's verdict, as an index into these
+_CODE_OF_STATE = {state: code for code, state in enumerate(_STATES)}
+_ALIGNED, _MISMATCHED, _MISSING = range(3)
+# a group of targets' verdict (module._summarise and _summarise_parameters), as an index into these
+_GROUP_STATES: tuple[GroupConsistency, ...] = ("aligned", "mismatch", "missing", "partial", "not_applicable")
+_PARTIAL, _NOT_APPLICABLE = 3, 4
 
 
-def quick_verdicts(train: TableSide, rollout: TableSide, tolerances: Tolerances) -> JudgedRows:
-    """statistics.quick_verdict of each pair of rows (train's i, rollout's i) under `tolerances`, and
-    model.stats.relative_error of each: the simple rows by the table's arrays (the same errors, so the same verdicts
-    and the same largest error, which is also the relative error), the others one by one. What records judge every
-    plain pair of an analysis with, at once."""
-    count = len(train.rows) if train.rows is not None else len(train.columns.objects)
+class PlainForms(NamedTuple):
+    """What plain pairs compare besides their output and primary input, as the rows after those two (see
+    plain_verdicts): each pair's common parameters, then its paired tensor kwargs."""
+
+    parameters: np.ndarray  # the pair's common parameters; -1 when neither side has any (not applicable)
+    kwargs: np.ndarray  # its paired tensor kwargs; -1 when neither side passes any (not applicable)
+    kwarg_names_differ: np.ndarray  # bool: the sides pass kwargs of other names
+
+
+def plain_verdicts(
+    train: TableSide, rollout: TableSide, starts: np.ndarray, forms: PlainForms, tolerances: Tolerances
+) -> list[PlainVerdict]:
+    """What each plain pair's targets say of it (`PlainVerdict`), pair i's targets being rows starts[i]:starts[i + 1]
+    (output, primary input, parameters, kwargs): each row judged as statistics.quick_verdict judges it (the simple
+    rows by the table's arrays: the same errors, so the same verdicts; the others one by one), and the rows' verdicts
+    summarised pair by pair as segment reductions, as ModuleComparison summarises a group's."""
+    count = int(starts[-1])
     table = PairTable(train, rollout, [0, count], [tolerances])
-    beyond: list[bool] = table.bad.any(axis=1).tolist()  # type: ignore[assignment]
-    states: list[Consistency] = list(map(_JUDGED.__getitem__, beyond))
-    worst: list[float] = table.errors.max(axis=1).tolist()
-    flags = [0] * count
-    errors: list[float | None] = list(worst)
+    states = np.where(table.bad.any(axis=1), _MISMATCHED, _ALIGNED).astype(np.int8)
+    flags = np.zeros(count, dtype=np.int8)
+    worst = table.errors.max(axis=1)  # the largest error, which is also the relative error, on simple rows
+    relative = worst.copy()
     for index in np.flatnonzero(~table.simple).tolist():
-        pair = train.stats(index), rollout.stats(index)
-        states[index], flags[index], worst[index] = quick_verdict(*pair, tolerances)
-        errors[index] = relative_error(*pair)
-    return JudgedRows(states, flags, worst, errors)
+        both = train.stats(index), rollout.stats(index)
+        state, flags[index], worst[index] = quick_verdict(*both, tolerances)
+        states[index] = _CODE_OF_STATE[state]
+        error = relative_error(*both)
+        relative[index] = np.nan if error is None else error
+    pairs = len(starts) - 1
+    first, widths = starts[:-1], np.diff(starts)
+    owner = np.repeat(np.arange(pairs), widths)
+    offset = np.arange(count) - first[owner]
+    last_parameter = 2 + np.maximum(forms.parameters, 0)[owner]
+
+    def found(rows: np.ndarray, state: int) -> np.ndarray:
+        """Whether each pair has a row among `rows` of verdict `state`."""
+        return np.bincount(owner[rows & (states == state)], minlength=pairs) > 0
+
+    parameter_rows, kwarg_rows = (offset >= 2) & (offset < last_parameter), offset >= last_parameter
+    mismatched, missing = found(parameter_rows, _MISMATCHED), found(parameter_rows, _MISSING)
+    parameters = np.where(
+        mismatched,
+        _MISMATCHED,
+        np.where(missing, np.where(found(parameter_rows, _ALIGNED), _PARTIAL, _MISSING), _ALIGNED),
+    )
+    parameters[forms.parameters == 0] = _MISSING
+    parameters[forms.parameters < 0] = _NOT_APPLICABLE
+    kwargs = np.where(
+        found(kwarg_rows, _MISMATCHED), _MISMATCHED, np.where(found(kwarg_rows, _ALIGNED), _ALIGNED, _MISSING)
+    )
+    kwargs[(kwargs == _ALIGNED) & forms.kwarg_names_differ] = _PARTIAL
+    kwargs[forms.kwargs == 0] = _MISSING
+    kwargs[forms.kwargs < 0] = _NOT_APPLICABLE
+    errors: list[list[float] | None] = [None] * pairs
+    kept = np.flatnonzero((worst > 0.0) & (states != _MISMATCHED))
+    for pair, error in zip(owner[kept].tolist(), worst[kept].tolist()):
+        kept_errors = errors[pair]
+        if kept_errors is None:
+            kept_errors = errors[pair] = []
+        kept_errors.append(error)
+    output_error = relative[first]
+    output_error[np.isinf(output_error)] = np.nan
+    dtype_path = _dtype_paths(table, first)
+    outputs = states[first]
+    outputs[(outputs == _ALIGNED) & (dtype_path >= 0)] = _MISMATCHED
+    dtype_names = np.array(table.dtypes, dtype=object)
+    paths: list[tuple[str, str] | None] = [None] * pairs
+    for pair in np.flatnonzero(dtype_path >= 0).tolist():
+        row = first[pair]
+        paths[pair] = (dtype_names[table.train_dtype[row]], dtype_names[table.rollout_dtype[row]])
+    group_states = np.array(_GROUP_STATES, dtype=object)
+    return list(
+        map(
+            PlainVerdict._make,
+            zip(
+                group_states[outputs].tolist(),
+                group_states[states[first + 1]].tolist(),
+                group_states[parameters].tolist(),
+                group_states[kwargs].tolist(),
+                errors,
+                ((flags[first] & NONFINITE_BOTH) != 0).tolist(),
+                [None if math.isnan(e) else e for e in output_error.tolist()],
+                paths,
+            ),
+        )
+    )
+
+
+def _dtype_paths(table: PairTable, first: np.ndarray) -> np.ndarray:
+    """Per pair (output at row first[i], primary input right after), >= 0 where the output dtype differs while the
+    inputs' agree (ModuleComparison._dtype_path_differs: every dtype known, compared normalised), else -1."""
+    normalised = [normalise_dtype(d) for d in table.dtypes]  # None only for a dtype unknown (or a side missing)
+    code_of = {name: code for code, name in enumerate(dict.fromkeys(normalised))}
+    codes = np.array([code_of[n] if n is not None else -1 for n in normalised], dtype=np.int64)
+    out_t, out_r = codes[table.train_dtype[first]], codes[table.rollout_dtype[first]]
+    in_t, in_r = codes[table.train_dtype[first + 1]], codes[table.rollout_dtype[first + 1]]
+    differs = (out_t >= 0) & (out_r >= 0) & (out_t != out_r) & (in_t >= 0) & (in_r >= 0) & (in_t == in_r)
+    return np.where(differs, out_t, -1)
