@@ -25,7 +25,20 @@ VALUES = st.one_of(
 DTYPES = ["torch.float32", "torch.bfloat16", "torch.int64", "torch.float16"]
 # what msprobe does not write but a damaged or hand-made dump may hold: sizes beyond 64 bits, negative, as text or
 # floats, nested; dtypes of other kinds, or not text
-ODD_SHAPES = [[], [2**40, 2**40], [2**70], [-1, 8], [4.0, 8], ["4", 8], [[4], [8]], None, "4x8", [True, 8], [0, 8]]
+ODD_SHAPES = [
+    [],
+    [2**40, 2**40],
+    [2**70],
+    [10**200, 10**200],
+    [-1, 8],
+    [4.0, 8],
+    ["4", 8],
+    [[4], [8]],
+    None,
+    "4x8",
+    [True, 8],
+    [0, 8],
+]
 ODD_DTYPES = ["torch.bool", "torch.complex64", "torch.float8_e4m3fn", "torch.uint8", "", "float32", 5, None]
 MODULES = [  # (path, class)
     ("model.embed_tokens", "Embedding"),

@@ -86,12 +86,14 @@ class TensorStats(msgspec.Struct, gc=False):
 # One object per distinct dtype and shape: a dump's 10^6 tensors have a few dtypes and some thousands of shapes, and
 # decoding gives each its own string, list and sizes (~100-150 bytes a tensor, held for the whole session otherwise:
 # a fifth of a loaded dump's memory, and as many fewer pages to fault in while loading). A shape of whole numbers is
-# kept with its numel, None when a size is negative (a malformed dump: no element count), checked once. Other odd
-# shapes (a float or a text in it) keep their own, with no numel; one with a boolean is never kept either (True == 1:
-# the table is shared by every dump this process reads), and reads as its integers once those were seen.
+# kept with its numel, None when a size is negative or the count beyond an int64 (a malformed dump), checked once.
+# Other odd shapes (a float or a text in it) keep their own, with no numel; one with a boolean is never kept either
+# (True == 1: the table is shared by every dump this process reads), and reads as its integers once those were seen.
 _DTYPES: dict[str, str] = {}
 _SHAPES: dict[tuple[int, ...], tuple[tuple[int, ...], int | None]] = {}
 _TABLE_LIMIT = 1 << 16  # distinct values kept in each; beyond it (an odd dump), values stay as decoded
+# torch counts a tensor's elements in an int64: a shape of more is malformed (and beyond a float, it stopped the scale)
+_MAX_NUMEL = (1 << 63) - 1
 
 
 def _dtype(dtype: str) -> str:
@@ -103,7 +105,7 @@ def _dtype(dtype: str) -> str:
 def _shape(shape: tuple[int, ...], numel: int) -> tuple[tuple[int, ...], int | None]:
     if not all(type(size) is int for size in shape):  # booleans: not sizes, and never kept (True == 1)
         return shape, None
-    known = shape, (numel if min(shape, default=0) >= 0 else None)
+    known = shape, (numel if min(shape, default=0) >= 0 and numel <= _MAX_NUMEL else None)
     if len(_SHAPES) < _TABLE_LIMIT:
         _SHAPES[shape] = known
     return known
