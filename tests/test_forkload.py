@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from builders import entry, write_dump
 from conftest import FIXTURES
 
 from rca_lsp.base.errors import InputError
 from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.dumps import dump as dump_module
 from rca_lsp.dumps import forkload
+from rca_lsp.dumps.columns import EntryColumns, entry_columns
 from rca_lsp.dumps.dump import ModuleEntry, load_dump_file
 from rca_lsp.dumps.forkload import BackgroundDump
 from rca_lsp.dumps.load import DumpCache
@@ -185,3 +188,47 @@ def test_the_rollout_is_loaded_by_a_child_only_when_this_process_has_as_much_to_
     assert [r.comparison.output_consistency for r in here.records] == [
         r.comparison.output_consistency for r in forked.records
     ]
+
+
+def _assert_same_columns(found: EntryColumns, expected: EntryColumns) -> None:
+    for name in EntryColumns._fields:
+        ours, theirs = getattr(found, name), getattr(expected, name)
+        if name == "stats":
+            assert [id(s) for s in ours.objects] == [id(s) for s in theirs.objects]
+            np.testing.assert_array_equal(ours.values, theirs.values)
+            np.testing.assert_array_equal(ours.numels, theirs.numels)
+            np.testing.assert_array_equal(ours.dtype_codes, theirs.dtype_codes)
+            assert ours.dtypes == theirs.dtypes
+        elif isinstance(ours, np.ndarray):
+            assert ours.dtype == theirs.dtype
+            np.testing.assert_array_equal(ours, theirs)
+        else:
+            assert ours == theirs
+
+
+@pytest.mark.parametrize("variant", ["qkv_layout", "vllm_healthy", "param_desync"])
+def test_the_child_sends_the_columns_it_gathered_after_the_dump(variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The columns come from the child, read when first asked for: the same arrays as gathered here, over this
+    process's own statistics objects."""
+    source = resolve_dump_source(next((FIXTURES / variant / "rollout").glob("**/dump.json")).resolve())
+    with BackgroundDump(source) as background:
+        loaded = background.load(source)
+        assert loaded.received_columns is not None
+        with monkeypatch.context() as patched:  # here, not in the child forked before
+            patched.setattr(dump_module, "entry_columns", lambda entries: pytest.fail("gathered here"))
+            received = loaded.columns
+    assert loaded.received_columns is None
+    _assert_same_columns(received, entry_columns(loaded.ordered_entries))
+
+
+def test_columns_are_gathered_here_when_the_child_cannot_send_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asked once the child is gone (the load's context closed), or sent garbled: gathered here, the same."""
+    source = resolve_dump_source(next((FIXTURES / "vllm_healthy" / "rollout").glob("**/dump.json")).resolve())
+    with BackgroundDump(source) as background:
+        loaded = background.load(source)
+    _assert_same_columns(loaded.columns, entry_columns(loaded.ordered_entries))
+    monkeypatch.setattr(forkload, "packed_columns", lambda columns: b"\x93not columns")  # what the child sends
+    with BackgroundDump(source) as background:
+        loaded = background.load(source)
+        garbled = loaded.columns
+    _assert_same_columns(garbled, entry_columns(loaded.ordered_entries))

@@ -10,11 +10,13 @@ import signal
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import pytest
 from conftest import FIXTURES
 
 import rca_lsp.dumps.forkload as forkload
 from rca_lsp.base.forkpart import BackgroundWork
+from rca_lsp.dumps.columns import entry_columns
 from rca_lsp.dumps.dump import load_dump_file
 from rca_lsp.dumps.forkload import BackgroundDump, load_files_forked
 from rca_lsp.dumps.sources import resolve_dump_source
@@ -92,6 +94,20 @@ def test_a_child_stopped_halfway_through_its_message_is_given_up(monkeypatch: py
         assert readable
         os.kill(background._child.pid, signal.SIGSTOP)  # ... and cannot have sent 8 MB through a pipe unread
         _same([background.load(source)], [path])
+
+
+def test_a_loader_stopped_before_it_sends_the_columns_is_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child sent the dump and is stopped gathering its columns: they are gathered here, the same."""
+    monkeypatch.setattr(forkload, "packed_columns", _stopping_in_child(forkload.packed_columns, os.getpid()))
+    path = (FIXTURES / "vllm_healthy" / "rollout" / "step0" / "rank0" / "dump.json").resolve()
+    source = resolve_dump_source(path)
+    with BackgroundDump(source) as background:
+        loaded = background.load(source)
+        columns = loaded.columns
+    assert [id(s) for s in columns.stats.objects] == [
+        id(s) for s in entry_columns(loaded.ordered_entries).stats.objects
+    ]
+    np.testing.assert_array_equal(columns.stats.values, entry_columns(loaded.ordered_entries).stats.values)
 
 
 def test_stopped_background_work_is_done_here(tmp_path: Path) -> None:

@@ -112,13 +112,13 @@ def analyze_paths(
             progress.reading("rollout", rollout_source)
         rollout_dump = cache.get(rollout_source, background.load) if background else cache.get(rollout_source)
         train_dump, choice = with_data_group(cache, train_source, train_dump, rollout_dump)
-    comparator = Comparator(train_dump, rollout_dump, tolerances or Tolerances(), data_choice=choice)
-    if progress is not None:
-        progress.say(
-            f"comparing {len(parsed.entries)} mapping entries over {len(train_dump.keys)} train and "
-            f"{len(rollout_dump.keys)} rollout module calls"
-        )
-    return analyze(parsed, comparator, on_compared=on_compared)
+        comparator = Comparator(train_dump, rollout_dump, tolerances or Tolerances(), data_choice=choice)
+        if progress is not None:
+            progress.say(
+                f"comparing {len(parsed.entries)} mapping entries over {len(train_dump.keys)} train and "
+                f"{len(rollout_dump.keys)} rollout module calls"
+            )
+        return analyze(parsed, comparator, on_compared=on_compared)  # the child sends the rollout's columns meanwhile
 
 
 class RunProgress(Protocol):

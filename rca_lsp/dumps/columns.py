@@ -13,6 +13,7 @@ from itertools import chain, repeat
 from operator import attrgetter, is_not, methodcaller
 from typing import Mapping, NamedTuple, Protocol, Sequence
 
+import msgspec
 import numpy as np
 
 from rca_lsp.model.stats import TensorStats
@@ -134,13 +135,10 @@ def entry_columns(entries: Sequence[EntryFields]) -> EntryColumns:
     class_names = list(map(_CLASS, entries))
     classes = list(dict.fromkeys(class_names))
     class_of = {name: code for code, name in enumerate(classes)}.__getitem__
-    objects: list[TensorStats | None] = list(map(_OUTPUT, entries))
-    objects += map(_INPUT, entries)
-    objects += chain.from_iterable(map(_VALUES, parameters))
     odd = np.fromiter(map(bool, map(_DISAGREEMENTS, entries)), dtype=np.bool_, count=count)
     odd |= np.fromiter(map(_OTHER_BATCHES, entries), dtype=np.bool_, count=count)
     return EntryColumns(
-        stats=stat_columns(objects),
+        stats=stat_columns(_stat_objects(entries, parameters)),
         parameter_start=starts,
         signature=np.fromiter(map(signature_of.__getitem__, names), dtype=np.int32, count=count),
         signatures=signatures,
@@ -152,3 +150,74 @@ def entry_columns(entries: Sequence[EntryFields]) -> EntryColumns:
         odd=odd,
         has_kwargs=np.fromiter(map(bool, map(_KWARGS, entries)), dtype=np.bool_, count=count),
     )
+
+
+def _stat_objects(
+    entries: Sequence[EntryFields], parameters: list[Mapping[str, TensorStats]]
+) -> list[TensorStats | None]:
+    """The statistics the columns' rows hold, in their order: outputs, primary inputs, then parameters."""
+    objects: list[TensorStats | None] = list(map(_OUTPUT, entries))
+    objects += map(_INPUT, entries)
+    objects += chain.from_iterable(map(_VALUES, parameters))
+    return objects
+
+
+class _SentColumns(msgspec.Struct, array_like=True, gc=False):
+    """EntryColumns as a forked loader sends them (dumps.forkload): the arrays as their bytes, without the objects."""
+
+    entries: int
+    values: bytes
+    numels: bytes
+    dtype_codes: bytes
+    dtypes: list[str | None]
+    parameter_start: bytes
+    signature: bytes
+    signatures: list[tuple[str, ...]]
+    class_code: bytes
+    classes: list[str]
+    has_stream_output: bytes
+    odd: bytes
+    has_kwargs: bytes
+
+
+_ARRAYS = ("parameter_start", "signature", "class_code", "has_stream_output", "odd", "has_kwargs")
+
+
+def packed_columns(columns: EntryColumns) -> bytes:
+    """`columns` as bytes for another process (`unpacked_columns`)."""
+    stats = columns.stats
+    return msgspec.msgpack.encode(
+        _SentColumns(
+            columns.entry_count,
+            np.ascontiguousarray(stats.values).tobytes(),
+            np.ascontiguousarray(stats.numels).tobytes(),
+            stats.dtype_codes.tobytes(),
+            stats.dtypes,
+            signatures=columns.signatures,
+            classes=columns.classes,
+            **{name: getattr(columns, name).tobytes() for name in _ARRAYS},
+        )
+    )
+
+
+def unpacked_columns(data: bytes | bytearray, entries: Sequence[EntryFields]) -> EntryColumns | None:
+    """The columns `packed_columns` sent of the dump whose entries (in dump order) are `entries`, the statistics'
+    objects read from these; None when they are not of as many entries and statistics."""
+    sent = msgspec.msgpack.decode(data, type=_SentColumns)
+    parameters = list(map(_PARAMETERS, entries))
+    objects = _stat_objects(entries, parameters)
+    values = np.frombuffer(sent.values, dtype=np.float64)
+    if sent.entries != len(entries) or len(values) != 4 * len(objects):
+        return None
+    arrays = {name: np.frombuffer(getattr(sent, name), dtype=getattr(_EMPTY_COLUMNS, name).dtype) for name in _ARRAYS}
+    stats = StatColumns(
+        objects,
+        values.reshape(len(objects), 4),
+        np.frombuffer(sent.numels, dtype=np.float64),
+        np.frombuffer(sent.dtype_codes, dtype=np.int32),
+        sent.dtypes,
+    )
+    return EntryColumns(stats=stats, signatures=sent.signatures, classes=sent.classes, **arrays)
+
+
+_EMPTY_COLUMNS = entry_columns([])  # the arrays' dtypes, for reading them back

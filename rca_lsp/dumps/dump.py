@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence, Union
 
 import msgspec
 
@@ -187,6 +187,8 @@ class Dump:
     _line_cache: dict[str, tuple[str, int] | None] = field(default_factory=dict, repr=False)
     # entries read back from the rank files on demand (rankview), by logical key: a hover asks again and again
     rank_entry_cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    # the columns the child that loaded this dump gathers meanwhile (forkload): None if it could not
+    received_columns: Callable[[Sequence[ModuleEntry]], EntryColumns | None] | None = field(default=None, repr=False)
 
     @cached_property
     def ordered_entries(self) -> list[ModuleEntry]:
@@ -197,7 +199,9 @@ class Dump:
     @cached_property
     def columns(self) -> EntryColumns:
         """The entries' statistics and forms as columns (dumps.columns), gathered once for every comparison."""
-        return entry_columns(self.ordered_entries)
+        received = self.received_columns(self.ordered_entries) if self.received_columns is not None else None
+        self.received_columns = None
+        return received if received is not None else entry_columns(self.ordered_entries)
 
     @cached_property
     def _calls(self) -> dict[str, list[str]]:

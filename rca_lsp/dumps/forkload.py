@@ -21,6 +21,7 @@ import msgspec
 from rca_lsp.base.forkpart import Channel, ForkedBytes, can_fork
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.base.inputfile import read_regular_file
+from rca_lsp.dumps.columns import EntryColumns, packed_columns, unpacked_columns
 from rca_lsp.dumps.dump import Disagreement, Dump, JoinedSteps, ModuleEntry, ParallelInfo, load_dump_file
 from rca_lsp.dumps.load import load_source
 from rca_lsp.dumps.rankload import Differences, FirstRank, RankTexts, load_rank_files
@@ -102,6 +103,7 @@ class BackgroundDump:
         closes sys.stdin, which waits forever for the lock the server's reading thread holds)."""
         self._source = source
         self._signature = signatures(source)
+        self._closed = False
         self._forked: ForkedBytes | None = None
         self._child: multiprocessing.process.BaseProcess | None = None
         self._receiver: Channel | None = None
@@ -124,17 +126,39 @@ class BackgroundDump:
         return self._forked.pid if self._forked is not None else self._child.pid if self._child is not None else None
 
     def load(self, source: DumpSource) -> Dump:
+        """The dump; a child process (not the threaded kind) then sends its columns, read when first asked for
+        (`Dump.columns`) while this context is open."""
         if source != self._source:
             return load_source(source)
         try:
             data = self._received()
+            if not data:  # the child failed: load here, which reports the problem
+                self.close()
+                return load_source(source)
+            check_unchanged(source, self._signature)  # DumpCache.get checks only from when it asked
+            with paused_gc():
+                dump = _unpack(data)
+        except BaseException:
+            self.close()
+            raise
+        if self._child is None:
+            self.close()
+        else:
+            dump.received_columns = self._received_columns
+        return dump
+
+    def _received_columns(self, entries: Sequence[ModuleEntry]) -> EntryColumns | None:
+        """The columns the child gathered after sending the dump (None if it failed or this context closed)."""
+        if self._receiver is None or self._child is None or self._child.pid is None or self._closed:
+            return None
+        try:
+            data = self._receiver.receive(self._child.pid)
+            with paused_gc():
+                return unpacked_columns(data, entries) if data else None
+        except (msgspec.DecodeError, ValueError):  # not what the child sends: gathered here instead
+            return None
         finally:
             self.close()
-        if not data:  # the child failed: load here, which reports the problem
-            return load_source(source)
-        check_unchanged(source, self._signature)  # DumpCache.get checks only from when it asked
-        with paused_gc():
-            return _unpack(data)
 
     def _received(self) -> bytes | bytearray | None:
         """What the child sent; None if it failed or is stopped (see Channel)."""
@@ -144,6 +168,7 @@ class BackgroundDump:
         return self._receiver.receive(self._child.pid)
 
     def close(self) -> None:
+        self._closed = True
         if self._receiver is not None:
             self._receiver.close_reading()
         if self._forked is not None:
@@ -167,10 +192,14 @@ def _packed(source: DumpSource) -> bytes:
 
 
 def _load_and_send(source: DumpSource, channel: Channel) -> None:
+    """The dump, then its columns (gathered while the parent reads the dump back and goes on)."""
     channel.close_reading()  # the parent's end: held here too, a dead parent's pipe would never break (EPIPE)
     try:
-        channel.send(_packed(source))
-    except Exception:  # nothing sent: the parent loads the dump itself and reports the problem
+        dump = load_source(source)
+        with paused_gc():
+            channel.send(_pack(dump))
+            channel.send(packed_columns(dump.columns))
+    except Exception:  # not sent: the parent loads the dump, or gathers the columns, itself
         pass
     finally:
         channel.close_writing()
