@@ -119,13 +119,14 @@ class Pipeline:
         parsed = await run.step(parse_mapping, str(doc.path), text, doc.latest_parse())
         laps.lap("parse")
         replaced: list[object] = [doc.parsed, doc.analysis, doc.last_good]  # freed after the publish (release)
-        doc.parsed, doc.problems = parsed, []
+        doc.parsed = parsed  # the last run's dump problems stay shown (and told to commands) until this run's are known
         doc.remember(parsed)
         if doc.unsaved_view is not None and doc.unsaved_view.text == text:
             doc.unsaved_view = None
         if isinstance(pair, Unpaired):
             if doc.good_layout is not None and await run.step(root_gone, doc.good_layout):
                 doc.good_layout = None
+            doc.problems = []
             if pair.problem:  # a configured pair that cannot be used now: the last good analysis stays
                 self._dump_problem(doc, parsed, pair.problem)
             self.publish(doc, version)
@@ -138,6 +139,7 @@ class Pipeline:
         except InputError as error:
             self._dump_problem(doc, parsed, str(error))
         else:
+            doc.problems = []
             doc.good_layout, doc.accept_layout = layout, False
             await self._accept(run, parsed, analysis, version)
             laps.lap("counterparts")
@@ -169,7 +171,7 @@ class Pipeline:
 
     def _dump_problem(self, doc: MappingDocument, parsed: ParsedMapping, problem: str) -> None:
         """A dump (or its pairing) that cannot be used now: said at the top, over the last good analysis."""
-        doc.problems.append(f"{problem} — showing the last good analysis" if doc.last_good else problem)
+        doc.problems = [f"{problem} — showing the last good analysis" if doc.last_good else problem]
         if doc.last_good is not None:  # drawn on this text (msprobe's YAML mappings: resolved against its dumps)
             doc.parsed = parsed.for_dumps(doc.last_good.train, doc.last_good.rollout)
         self.server.notify_status("error", doc.uri, problem)

@@ -118,3 +118,28 @@ async def test_the_chart_built_in_a_child_is_the_one_built_here(client: Language
     data = await chart(client, uri)
     here = analyze_paths(mapping.parent / "train", mapping.parent / "rollout", mapping)
     assert data == json.loads(json.dumps(msgspec.to_builtins(chart_data(here))))
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_command_during_a_rerun_still_says_why_the_dumps_cannot_be_analysed(client: LanguageClient) -> None:
+    """The dump problem stays shown, and told to commands, while the next run (a save) reads the dumps again: the
+    run's own outcome replaces it, not the start of the run."""
+    folder = client.root / "slow_no_modules"  # type: ignore[attr-defined]
+    data = {f"Functional.linear.{i}.forward": {"input_args": [], "output": []} for i in range(200_000)}
+    for side in ("train", "rollout"):
+        dump = folder / side / "step0" / "rank0" / "dump.json"
+        dump.parent.mkdir(parents=True)
+        dump.write_text(json.dumps({"task": "statistics", "level": "L0", "data": data}))
+    mapping = folder / "mapping_key.json"
+    mapping.write_text("{}")
+    uri = open_document(client, mapping)
+    await wait_for(client, uri, lambda ds: any(d.code == "dump-problem" for d in ds), timeout=60)
+    loading = sum(getattr(status, "state", None) == "loading" for status in client.statuses)  # type: ignore[attr-defined]
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    deadline = asyncio.get_running_loop().time() + 60
+    while sum(getattr(status, "state", None) == "loading" for status in client.statuses) == loading:  # type: ignore[attr-defined]
+        assert asyncio.get_running_loop().time() < deadline, "the save started no run"
+        await asyncio.sleep(0.005)
+    with pytest.raises(JsonRpcException) as raised:
+        await chart(client, uri)  # answered while the save's run reads the dumps again
+    assert "has no analysis" in raised.value.message and "no Module./Cell. forward entries" in raised.value.message
