@@ -206,12 +206,13 @@ def _assert_same_columns(found: EntryColumns, expected: EntryColumns) -> None:
             assert ours == theirs
 
 
+@pytest.mark.parametrize("threaded", [False, True], ids=["after the dump", "with the dump, to a threaded caller"])
 @pytest.mark.parametrize("variant", ["qkv_layout", "vllm_healthy", "param_desync"])
-def test_the_child_sends_the_columns_it_gathered_after_the_dump(variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_child_sends_the_columns_it_gathered(variant: str, threaded: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The columns come from the child, read when first asked for: the same arrays as gathered here, over this
     process's own statistics objects."""
     source = resolve_dump_source(next((FIXTURES / variant / "rollout").glob("**/dump.json")).resolve())
-    with BackgroundDump(source) as background:
+    with BackgroundDump(source, threaded) as background:
         loaded = background.load(source)
         assert loaded.received_columns is not None
         with monkeypatch.context() as patched:  # here, not in the child forked before
@@ -228,7 +229,8 @@ def test_columns_are_gathered_here_when_the_child_cannot_send_them(monkeypatch: 
         loaded = background.load(source)
     _assert_same_columns(loaded.columns, entry_columns(loaded.ordered_entries))
     monkeypatch.setattr(forkload, "packed_columns", lambda columns: b"\x93not columns")  # what the child sends
-    with BackgroundDump(source) as background:
-        loaded = background.load(source)
-        garbled = loaded.columns
-    _assert_same_columns(garbled, entry_columns(loaded.ordered_entries))
+    for threaded in (False, True):
+        with BackgroundDump(source, threaded) as background:
+            loaded = background.load(source)
+            garbled = loaded.columns
+        _assert_same_columns(garbled, entry_columns(loaded.ordered_entries))

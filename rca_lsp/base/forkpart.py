@@ -227,13 +227,16 @@ class ForkedBytes:
     language server's protocol stream is its stdout): its descriptor 1 is /dev/null, and it ends with os._exit,
     flushing no buffer it inherited."""
 
-    def __init__(self, work: Callable[[], bytes]) -> None:
+    def __init__(self, work: Callable[[], bytes], then: Callable[[], bytes] | None = None) -> None:
+        """`then`: more work the child does once it has sent `work`'s bytes, its bytes read by `later()` (the caller
+        goes on with the first meanwhile)."""
         self._channel = Channel()
+        self._then = then is not None
         parent = os.getpid()
         with interrupts_held():  # as BackgroundWork
             self._pid: int | None = os.fork()
             if self._pid == 0:
-                _bytes_and_exit(work, self._channel, parent)
+                _bytes_and_exit(work, then, self._channel, parent)
         self._channel.close_writing()
 
     @property
@@ -241,12 +244,26 @@ class ForkedBytes:
         """The child's process id (None once it is done with)."""
         return self._pid
 
+    def fileno(self) -> int:
+        """The end its bytes are read from (for select)."""
+        return self._channel.fileno()
+
     def result(self) -> bytes | None:
+        """`work`'s bytes (the child is done with then, unless `later()` is to come)."""
+        return self._received(closing=not self._then)
+
+    def later(self) -> bytes | None:
+        """`then`'s bytes; the child is done with."""
+        return self._received(closing=True)
+
+    def _received(self, closing: bool) -> bytes | None:
+        data = None
         try:
-            assert self._pid is not None
-            data = self._channel.receive(self._pid)
+            if self._pid is not None:
+                data = self._channel.receive(self._pid)
         finally:
-            self.close()
+            if closing or data is None:
+                self.close()
         return None if data is None else bytes(data)
 
     def close(self) -> None:
@@ -280,7 +297,9 @@ def _work_and_send(work: Work, channel: Channel, parent: int, background: bool) 
         channel.close_writing()
 
 
-def _bytes_and_exit(work: Callable[[], bytes], channel: Channel, parent: int) -> NoReturn:
+def _bytes_and_exit(
+    work: Callable[[], bytes], then: Callable[[], bytes] | None, channel: Channel, parent: int
+) -> NoReturn:
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
         # another thread may have held the lock of a stream (or of a log handler's) at the fork: none is used here
@@ -290,7 +309,9 @@ def _bytes_and_exit(work: Callable[[], bytes], channel: Channel, parent: int) ->
         _end_with_parent(parent)
         channel.close_reading()
         channel.send(work())
-    except BaseException:  # nothing sent: the parent does the work itself and reports the problem
+        if then is not None:
+            channel.send(then())
+    except BaseException:  # nothing (more) sent: the parent does the work itself and reports the problem
         pass
     finally:
         os._exit(0)

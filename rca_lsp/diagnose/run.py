@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import ContextManager, Protocol
 
@@ -106,11 +107,12 @@ def analyze_paths(
             (lambda source: load_ranks(source, ranks.load)) if ranks and not train_source.joined_steps else None,
         )
         rollout_source = rollout_options.resolve(rollout)
-        if background:  # while the child still loads the rollout: what the comparison reads of the train dump
-            train_dump.columns
         if progress is not None:
             progress.reading("rollout", rollout_source)
-        rollout_dump = cache.get(rollout_source, background.load) if background else cache.get(rollout_source)
+        if background:  # what the comparison reads of the train dump, gathered while the child works
+            rollout_dump = cache.get(rollout_source, partial(background.load, meanwhile=lambda: train_dump.columns))
+        else:
+            rollout_dump = cache.get(rollout_source)
         train_dump, choice = with_data_group(cache, train_source, train_dump, rollout_dump)
         comparator = Comparator(train_dump, rollout_dump, tolerances or Tolerances(), data_choice=choice)
         if progress is not None:

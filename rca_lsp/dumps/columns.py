@@ -202,21 +202,26 @@ def packed_columns(columns: EntryColumns) -> bytes:
 
 def unpacked_columns(data: bytes | bytearray, entries: Sequence[EntryFields]) -> EntryColumns | None:
     """The columns `packed_columns` sent of the dump whose entries (in dump order) are `entries`, the statistics'
-    objects read from these; None when they are not of as many entries and statistics."""
-    sent = msgspec.msgpack.decode(data, type=_SentColumns)
-    parameters = list(map(_PARAMETERS, entries))
-    objects = _stat_objects(entries, parameters)
-    values = np.frombuffer(sent.values, dtype=np.float64)
-    if sent.entries != len(entries) or len(values) != 4 * len(objects):
+    objects read from these; None when `data` is not such columns, of as many entries and statistics."""
+    try:
+        sent = msgspec.msgpack.decode(data, type=_SentColumns)
+        values = np.frombuffer(sent.values, dtype=np.float64)
+        arrays = {
+            name: np.frombuffer(getattr(sent, name), dtype=getattr(_EMPTY_COLUMNS, name).dtype) for name in _ARRAYS
+        }
+        numels = np.frombuffer(sent.numels, dtype=np.float64)
+        dtype_codes = np.frombuffer(sent.dtype_codes, dtype=np.int32)
+    except (msgspec.DecodeError, ValueError):  # not columns, or arrays of a partial item
         return None
-    arrays = {name: np.frombuffer(getattr(sent, name), dtype=getattr(_EMPTY_COLUMNS, name).dtype) for name in _ARRAYS}
-    stats = StatColumns(
-        objects,
-        values.reshape(len(objects), 4),
-        np.frombuffer(sent.numels, dtype=np.float64),
-        np.frombuffer(sent.dtype_codes, dtype=np.int32),
-        sent.dtypes,
-    )
+    objects = _stat_objects(entries, list(map(_PARAMETERS, entries)))
+    rows, count = len(objects), len(entries)
+    if (
+        sent.entries != count
+        or (values.size, numels.size, dtype_codes.size) != (4 * rows, rows, rows)
+        or any(array.size != count + (name == "parameter_start") for name, array in arrays.items())
+    ):
+        return None
+    stats = StatColumns(objects, values.reshape(len(objects), 4), numels, dtype_codes, sent.dtypes)
     return EntryColumns(stats=stats, signatures=sent.signatures, classes=sent.classes, **arrays)
 
 

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.process
+import select
+from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
+from threading import Thread
 from types import MappingProxyType
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import msgspec
 
@@ -108,7 +112,8 @@ class BackgroundDump:
         self._child: multiprocessing.process.BaseProcess | None = None
         self._receiver: Channel | None = None
         if threaded:
-            self._forked = ForkedBytes(lambda: _packed(source))
+            loaded: list[Dump] = []  # the child's, for its second piece of work
+            self._forked = ForkedBytes(lambda: _packed(source, loaded), lambda: packed_columns(loaded[0].columns))
         else:
             context = multiprocessing.get_context("fork")
             self._receiver = Channel()
@@ -125,13 +130,20 @@ class BackgroundDump:
         """The child's process id (None once it is done with)."""
         return self._forked.pid if self._forked is not None else self._child.pid if self._child is not None else None
 
-    def load(self, source: DumpSource) -> Dump:
-        """The dump; a child process (not the threaded kind) then sends its columns, read when first asked for
-        (`Dump.columns`) while this context is open."""
+    def load(self, source: DumpSource, meanwhile: Callable[[], object] | None = None) -> Dump:
+        """The dump. The child then gathers and sends its columns while this process reads the dump back and goes
+        on: a threaded caller's child's are read by a thread meanwhile, a child process's when first asked for
+        (`Dump.columns`) while this context is open. `meanwhile`: work of this process's to do while the child
+        works: now if the child is still loading, else once the dump is read (the child waits for that to go on)."""
         if source != self._source:
             return load_source(source)
+        if meanwhile is not None and not self._sending():
+            meanwhile()
+            meanwhile = None
         try:
             data = self._received()
+            if data and meanwhile is not None:
+                meanwhile()
             if not data:  # the child failed: load here, which reports the problem
                 self.close()
                 return load_source(source)
@@ -141,8 +153,11 @@ class BackgroundDump:
         except BaseException:
             self.close()
             raise
-        if self._child is None:
-            self.close()
+        if self._forked is not None:  # the columns read by a thread, which then ends the child
+            forked, self._forked = self._forked, None
+            later: Future[bytes | None] = Future()
+            Thread(target=_read_later, args=(forked, later), name="rca-columns", daemon=True).start()
+            dump.received_columns = partial(_columns_from, later)
         else:
             dump.received_columns = self._received_columns
         return dump
@@ -155,10 +170,13 @@ class BackgroundDump:
             data = self._receiver.receive(self._child.pid)
             with paused_gc():
                 return unpacked_columns(data, entries) if data else None
-        except (msgspec.DecodeError, ValueError):  # not what the child sends: gathered here instead
-            return None
         finally:
             self.close()
+
+    def _sending(self) -> bool:
+        """Whether the child has begun to send the dump (a look, no wait)."""
+        found = self._forked if self._forked is not None else self._receiver
+        return found is not None and bool(select.select([found], [], [], 0)[0])
 
     def _received(self) -> bytes | bytearray | None:
         """What the child sent; None if it failed or is stopped (see Channel)."""
@@ -185,8 +203,24 @@ class BackgroundDump:
         self.close()
 
 
-def _packed(source: DumpSource) -> bytes:
+def _read_later(forked: ForkedBytes, later: Future[bytes | None]) -> None:
+    """The child's second message into `later` (None if it sends none: the columns are then gathered here)."""
+    try:
+        data = forked.later()
+    except Exception:  # the pipe failed: as a child that sent nothing
+        data = None
+    later.set_result(data)
+
+
+def _columns_from(later: Future[bytes | None], entries: Sequence[ModuleEntry]) -> EntryColumns | None:
+    data = later.result()
+    return unpacked_columns(data, entries) if data is not None else None
+
+
+def _packed(source: DumpSource, loaded: list[Dump]) -> bytes:
+    """The dump, appended to `loaded` (the child of a threaded caller then gathers its columns)."""
     dump = load_source(source)
+    loaded.append(dump)
     with paused_gc():
         return _pack(dump)
 
@@ -224,7 +258,7 @@ def _pack(dump: Dump) -> bytes:
 def _unpack(data: bytes | bytearray) -> Dump:
     sent = _DECODER.decode(data)
     entries = {entry.key: entry for entry in _as_loaded(sent.entries)}
-    return Dump(
+    dump = Dump(
         sent.path,
         sent.task,
         sent.level,
@@ -236,6 +270,7 @@ def _unpack(data: bytes | bytearray) -> Dump:
         frozenset(sent.null_keys),
         sent.joined_steps,
     )
+    return dump
 
 
 def _as_loaded(entries: list[_SentEntry]) -> list[ModuleEntry]:

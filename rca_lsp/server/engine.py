@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from functools import partial
 from typing import Callable
 
 from rca_lsp.base.errors import InputError
@@ -87,12 +88,12 @@ class Engine:
             background = pending[1] if pending is not None else BackgroundDump(_smaller(pair), threaded=True)
         except (OSError, InputError):  # no child process: load both here (which reports any problem with the files)
             return self._get(pair.train), self._get(pair.rollout)
-        with background:
+        with background:  # while the child works, what the comparison reads of this one is gathered
             if background.source == pair.train:
                 rollout = self._get(pair.rollout)
-                return self._get(pair.train, background.load), rollout
+                return self._get(pair.train, partial(background.load, meanwhile=lambda: rollout.columns)), rollout
             train = self._get(pair.train)
-            return train, self._get(pair.rollout, background.load)
+            return train, self._get(pair.rollout, partial(background.load, meanwhile=lambda: train.columns))
 
     def _get(self, source: DumpSource, loader: Callable[[DumpSource], Dump] | None = None) -> Dump:
         """A dump from the cache; any failure to load it is an InputError naming it: an error the readers do not
