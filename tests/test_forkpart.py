@@ -114,6 +114,28 @@ def test_forked_bytes_come_from_a_child_and_none_when_it_fails() -> None:
         assert child.result() is None
 
 
+def test_forked_bytes_then_more_work_whose_bytes_come_later() -> None:
+    """The child sends the first bytes, then does its second piece of work (in the same process: what the first
+    left is there) while the caller reads them; a second piece that fails gives None, the first still read."""
+    left: list[int] = []
+
+    def first() -> bytes:
+        left.append(os.getpid())
+        return b"first"
+
+    with ForkedBytes(first, lambda: str(left[0]).encode()) as child:
+        assert child.result() == b"first"
+        pid = child.later()
+        assert pid is not None and int(pid) != os.getpid()
+        assert child.pid is None  # done with
+
+    def fails() -> bytes:
+        raise OSError("the dump went away")
+
+    with ForkedBytes(lambda: b"first", fails) as child:
+        assert child.result() == b"first" and child.later() is None
+
+
 # A language server: one thread blocked reading its input (holding the stdin buffer's lock), a log handler on
 # stderr, stdout carrying the protocol. The chart's child must neither wait for that lock nor write to stdout.
 SERVER_LIKE = """
