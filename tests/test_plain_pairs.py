@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_target_table import pair, tolerances
 
-from rca_lsp.compare.groupform import plain_pair
+from rca_lsp.compare.groupform import routers_of_other_classes
 from rca_lsp.compare.module import ModuleComparison, compare_module
 from rca_lsp.compare.records import Comparator, Group, build_groups
 from rca_lsp.compare.residual import branch_facts
@@ -66,9 +66,26 @@ def _one_by_one(comparator: Comparator, group: Group) -> ModuleComparison:
     )
 
 
+def plain_pair(train: ModuleEntry, rollout: ModuleEntry) -> bool:
+    """What groupform.plain_rows tells from the dumps' columns, told from the entries: compared target by target,
+    nothing read in another form (branch outputs aside: the records tell them)."""
+    return (
+        (train.stream_output is None) == (rollout.stream_output is None)
+        and not train.disagreements
+        and not rollout.disagreements
+        and not train.other_batches
+        and not rollout.other_batches
+        and not routers_of_other_classes(train.class_name, rollout.class_name)
+    )
+
+
 def _plain(comparator: Comparator, groups: list[Group]) -> int:
+    """The plain pairs among `groups`: judged together as arrays by the records."""
+    train, rollout = comparator.train, comparator.rollout
     return sum(
-        len(t) == len(r) == 1 and plain_pair(comparator.train.entries[t[0]], comparator.rollout.entries[r[0]])
+        len(t) == len(r) == 1
+        and plain_pair(train.entries[t[0]], rollout.entries[r[0]])
+        and not branch_facts(train, rollout, t, r)
         for t, r in groups
     )
 

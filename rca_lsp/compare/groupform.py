@@ -121,19 +121,15 @@ class PlainTargets(NamedTuple):
     any_kwargs: bool
     kwarg_names_differ: bool
 
+    @property
+    def parameter_count(self) -> int:
+        """The common parameters compared; -1 when neither side has any (not applicable)."""
+        return -1 if self.parameter_names is None else len(self.parameter_names)
 
-def plain_pair(train: ModuleEntry, rollout: ModuleEntry) -> bool:
-    """A 1:1 pair ModuleComparison compares target by target, nothing read in another form: no residual stream
-    carried apart on one side (branch outputs are the records' to tell), no routers of other forms, no activations
-    of other batches, no disagreeing copies."""
-    return (
-        (train.stream_output is None) == (rollout.stream_output is None)
-        and not train.disagreements
-        and not rollout.disagreements
-        and not train.other_batches
-        and not rollout.other_batches
-        and not routers_of_other_classes(train.class_name, rollout.class_name)
-    )
+    @property
+    def kwarg_count(self) -> int:
+        """The tensor kwargs compared; -1 when neither side passes any (not applicable)."""
+        return len(self.kwarg_pairs) if self.any_kwargs else -1
 
 
 def plain_targets(
@@ -177,10 +173,13 @@ _NO_KWARGS: list[tuple[str, ModuleEntry, ModuleEntry]] = []
 def plain_rows(
     train: EntryColumns, rollout: EntryColumns, train_positions: np.ndarray, rollout_positions: np.ndarray
 ) -> PlainRows:
-    """`plain_pair` and `plain_targets` of the pairs (train entry at train_positions[i], rollout entry at
-    rollout_positions[i]) from the columns: each pair's form read from integer codes, each distinct pair of codes
-    judged once (classes: routers of other forms; parameter names: the common ones, weight first). The targets are
-    in `plain_targets`' order: output, primary input, each common parameter."""
+    """Which of the 1:1 pairs (train entry at train_positions[i], rollout entry at rollout_positions[i]) are plain:
+    compared target by target by ModuleComparison, nothing read in another form (no residual stream carried apart
+    on one side: branch outputs are the records' to tell; no routers of other forms, no activations of other
+    batches, no disagreeing copies); and `plain_targets` of those without tensor kwargs. From the columns: each
+    pair's form read from integer codes, each distinct pair of codes judged once (classes: routers of other forms;
+    parameter names: the common ones, weight first). The targets are in `plain_targets`' order: output, primary
+    input, each common parameter."""
     t, r = train_positions, rollout_positions
     plain = (train.has_stream_output[t] == rollout.has_stream_output[r]) & ~train.odd[t] & ~rollout.odd[r]
     classes = _distinct(train.class_code[t], rollout.class_code[r], len(rollout.classes))
@@ -223,7 +222,7 @@ def plain_rows(
         train_rows[at] = (2 * train.entry_count + train.parameter_start[t[members]])[:, None] + train_place
         rollout_rows[at] = (2 * rollout.entry_count + rollout.parameter_start[r[members]])[:, None] + rollout_place
     targets = [forms[form] for form in signatures.which.tolist()]
-    counts = np.array([-1 if f.parameter_names is None else len(f.parameter_names) for f in forms], dtype=np.int64)
+    counts = np.array([form.parameter_count for form in forms], dtype=np.int64)
     return PlainRows(
         by_rows, np.flatnonzero(plain & kwargs), train_rows, rollout_rows, starts, targets, counts[signatures.which]
     )

@@ -247,9 +247,9 @@ class ModuleComparison:
         targets: PlainTargets,
         verdict: PlainVerdict,
     ) -> "ModuleComparison":
-        """The comparison of a `plain_pair` whose targets (`plain_targets`) say `verdict` (records judge every plain
-        pair of an analysis at once): what __init__ makes of the pair. Only what differs from the class's defaults is
-        set (10^5 plain pairs in an analysis)."""
+        """The comparison of a plain pair (groupform.plain_rows) whose targets (`plain_targets`) say `verdict`
+        (records judge every plain pair of an analysis at once): what __init__ makes of the pair. Only what differs
+        from the class's defaults is set (10^5 plain pairs in an analysis)."""
         self = object.__new__(cls)
         self._tol = tol
         self.plain_positions = train.position, rollout.position

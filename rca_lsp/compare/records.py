@@ -14,6 +14,7 @@ from rca_lsp.compare.datagroups import DataGroupChoice
 from rca_lsp.compare.groupform import PlainTargets, plain_rows, plain_targets
 from rca_lsp.compare.module import ModuleComparison, compare_module
 from rca_lsp.compare.residual import branch_facts, branch_roles
+from rca_lsp.compare.statistics import PlainVerdict
 from rca_lsp.compare.targettable import PlainForms, TableSide, listed_side, plain_verdicts
 from rca_lsp.compare.tensorpass import TensorPass
 from rca_lsp.dumps.dump import Dump, ModuleEntry
@@ -269,7 +270,7 @@ class Comparator:
         return [cache[group] for group in groups]
 
     def _compare(self, groups: list[Group]) -> None:
-        """Records of `groups`, cached: the plain 1:1 pairs (groupform.plain_pair, no branch output on either side,
+        """Records of `groups`, cached: the plain 1:1 pairs (groupform.plain_rows, no branch output on either side,
         statistics only) judged together, as arrays; the others one by one."""
         others: list[Group] = []
         pairs: list[Group] = []
@@ -296,20 +297,16 @@ class Comparator:
         plain[found.by_rows] = plain[found.with_kwargs] = True
         if self._branch_roles is not None:  # branch_facts of a 1:1 pair: facts when either side has a role
             plain &= ~(self._branch_roles[0][train_positions] | self._branch_roles[1][rollout_positions])
-        tolerances, cache, of_plain_pair = self.tolerances, self._cache, ModuleComparison.of_plain_pair
-        none = np.full(len(found.by_rows), -1, dtype=np.int64)
+        count = len(found.by_rows)
         verdicts = plain_verdicts(
             TableSide(train.columns.stats, found.train_rows),
             TableSide(rollout.columns.stats, found.rollout_rows),
             found.starts,
-            PlainForms(found.parameter_counts, none, none >= 0),
-            tolerances,
+            PlainForms(found.parameter_counts, np.full(count, -1), np.zeros(count, dtype=np.bool_)),
+            self.tolerances,
         )
-        for index, targets, verdict in zip(found.by_rows.tolist(), found.targets, verdicts):
-            if plain[index]:
-                train_entry, rollout_entry = train_entries[index], rollout_entries[index]
-                comparison = of_plain_pair(train_entry, rollout_entry, tolerances, targets, verdict)
-                cache[pairs[index]] = _pair_record(comparison, train_entry, rollout_entry)
+        keep = plain[found.by_rows].tolist()
+        self._keep_plain(pairs, train_entries, rollout_entries, found.by_rows.tolist(), keep, found.targets, verdicts)
         # tensor kwargs are paired by name: their statistics gathered from the objects
         with_kwargs = [index for index in found.with_kwargs.tolist() if plain[index]]
         forms: list[PlainTargets] = []
@@ -324,17 +321,32 @@ class Comparator:
             listed_side(rollout_stats),
             np.array(starts, dtype=np.int64),
             PlainForms(
-                np.array([-1 if f.parameter_names is None else len(f.parameter_names) for f in forms], dtype=np.int64),
-                np.array([len(f.kwarg_pairs) if f.any_kwargs else -1 for f in forms], dtype=np.int64),
-                np.array([f.kwarg_names_differ for f in forms], dtype=np.bool_),
+                np.array([form.parameter_count for form in forms], dtype=np.int64),
+                np.array([form.kwarg_count for form in forms], dtype=np.int64),
+                np.array([form.kwarg_names_differ for form in forms], dtype=np.bool_),
             ),
-            tolerances,
+            self.tolerances,
         )
-        for index, form, verdict in zip(with_kwargs, forms, verdicts):
-            train_entry, rollout_entry = train_entries[index], rollout_entries[index]
-            comparison = of_plain_pair(train_entry, rollout_entry, tolerances, form, verdict)
-            cache[pairs[index]] = _pair_record(comparison, train_entry, rollout_entry)
+        self._keep_plain(pairs, train_entries, rollout_entries, with_kwargs, [True] * len(forms), forms, verdicts)
         return [pairs[index] for index in np.flatnonzero(~plain).tolist()]
+
+    def _keep_plain(
+        self,
+        pairs: list[Group],
+        train_entries: list[ModuleEntry],
+        rollout_entries: list[ModuleEntry],
+        indexes: list[int],
+        keep: list[bool],
+        forms: list[PlainTargets],
+        verdicts: list[PlainVerdict],
+    ) -> None:
+        """The records of pairs[indexes[i]] (of forms[i], verdicts[i]) where keep[i], cached."""
+        tolerances, cache, of_plain_pair = self.tolerances, self._cache, ModuleComparison.of_plain_pair
+        for index, kept, form, verdict in zip(indexes, keep, forms, verdicts):
+            if kept:
+                train_entry, rollout_entry = train_entries[index], rollout_entries[index]
+                comparison = of_plain_pair(train_entry, rollout_entry, tolerances, form, verdict)
+                cache[pairs[index]] = _pair_record(comparison, train_entry, rollout_entry)
 
     def _share_alike(self, base: Comparator, groups: list[Group]) -> None:
         """Takes on the base's records of `groups` whose verdicts are the same under these tolerances: none of the

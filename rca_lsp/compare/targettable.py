@@ -50,6 +50,7 @@ class TableSide(NamedTuple):
         return self.columns.objects[index if self.rows is None else int(self.rows[index])]
 
     def taken(self, column: np.ndarray) -> np.ndarray:
+        """A column of `columns` at this side's rows."""
         return column if self.rows is None else column[self.rows]
 
 
