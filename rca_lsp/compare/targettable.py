@@ -238,10 +238,11 @@ def target_table(comparisons: Sequence[ModuleComparison], train: Dump, rollout: 
     rest = np.flatnonzero(train_rows < 0)
     sides = []
     for side, rows, slot in ((train, train_rows, 3), (rollout, rollout_rows, 4)):
-        base = side.columns.stats
-        rows[rest] = len(base.objects) + np.arange(len(rest))
-        extra = stat_columns([specs[i][slot] for i in rest.tolist()])  # type: ignore[misc]
-        sides.append(TableSide(joined(base, extra) if len(rest) else base, rows))
+        stats = side.columns.stats
+        if len(rest):  # the others' statistics appended to the dump's
+            rows[rest] = len(stats.objects) + np.arange(len(rest))
+            stats = joined(stats, stat_columns([specs[i][slot] for i in rest.tolist()]))  # type: ignore[misc]
+        sides.append(TableSide(stats, rows))
     return TargetTable(specs, sides[0], sides[1], starts, tolerances)
 
 

@@ -8,7 +8,6 @@ only for the few rows the arrays cannot judge (a side missing, a statistic null 
 
 from __future__ import annotations
 
-import math
 from itertools import chain, repeat
 from operator import attrgetter, is_not, methodcaller
 from typing import Mapping, NamedTuple, Protocol, Sequence
@@ -66,25 +65,14 @@ def stat_columns(objects: list[TensorStats | None]) -> StatColumns:
     count = len(present)
     try:  # five numbers a row in one pass, in C (a pass per statistic costs a touch of every object each)
         rows = np.fromiter(map(_NUMBERS, present), dtype=_ROW, count=count).view(np.float64).reshape(count, 5)
-    except (TypeError, OverflowError):  # a statistic msprobe wrote as null, a numel unknown or beyond a float
-        rows = np.array([list(map(_as_number, numbers)) for numbers in map(_NUMBERS, present)], dtype=np.float64)
-        rows = rows.reshape(count, 5)
-    values, numels = rows[:, :4], rows[:, 4]
+    except TypeError:  # a statistic msprobe wrote as null, or a numel unknown: NaN, as np.array makes None
+        rows = np.array(list(map(_NUMBERS, present)), dtype=np.float64).reshape(count, 5)
+    values, numels = rows[:, :4], rows[:, 4]  # views: read by fancy indexing, copied only when sent
     dtype_list = list(map(_DTYPE, present))
     dtypes = list(dict.fromkeys(dtype_list))
     code_of = {name: code for code, name in enumerate(dtypes)}.__getitem__
     codes = np.fromiter(map(code_of, dtype_list), dtype=np.int32, count=count)
-    return StatColumns(objects, np.ascontiguousarray(values), np.ascontiguousarray(numels), codes, dtypes)
-
-
-def _as_number(value: float | int | None) -> float:
-    """A statistic or numel as a float: NaN when unknown, inf beyond the float range (a malformed shape's numel)."""
-    if value is None:
-        return math.nan
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf
+    return StatColumns(objects, values, numels, codes, dtypes)
 
 
 def joined(base: StatColumns, extra: StatColumns) -> StatColumns:
@@ -180,7 +168,15 @@ class _SentColumns(msgspec.Struct, array_like=True, gc=False):
     has_kwargs: bytes
 
 
-_ARRAYS = ("parameter_start", "signature", "class_code", "has_stream_output", "odd", "has_kwargs")
+# EntryColumns' per-entry arrays and their dtypes (entry_columns'), as sent
+_ARRAYS: dict[str, type[np.generic]] = {
+    "parameter_start": np.int64,
+    "signature": np.int32,
+    "class_code": np.int32,
+    "has_stream_output": np.bool_,
+    "odd": np.bool_,
+    "has_kwargs": np.bool_,
+}
 
 
 def packed_columns(columns: EntryColumns) -> bytes:
@@ -189,8 +185,8 @@ def packed_columns(columns: EntryColumns) -> bytes:
     return msgspec.msgpack.encode(
         _SentColumns(
             columns.entry_count,
-            np.ascontiguousarray(stats.values).tobytes(),
-            np.ascontiguousarray(stats.numels).tobytes(),
+            stats.values.tobytes(),  # in C order, whatever the view
+            stats.numels.tobytes(),
             stats.dtype_codes.tobytes(),
             stats.dtypes,
             signatures=columns.signatures,
@@ -206,8 +202,8 @@ def unpacked_columns(data: bytes | bytearray, entries: Sequence[EntryFields]) ->
     try:
         sent = msgspec.msgpack.decode(data, type=_SentColumns)
         values = np.frombuffer(sent.values, dtype=np.float64)
-        arrays = {
-            name: np.frombuffer(getattr(sent, name), dtype=getattr(_EMPTY_COLUMNS, name).dtype) for name in _ARRAYS
+        arrays: dict[str, np.ndarray] = {
+            name: np.frombuffer(getattr(sent, name), dtype=dtype) for name, dtype in _ARRAYS.items()
         }
         numels = np.frombuffer(sent.numels, dtype=np.float64)
         dtype_codes = np.frombuffer(sent.dtype_codes, dtype=np.int32)
@@ -223,6 +219,3 @@ def unpacked_columns(data: bytes | bytearray, entries: Sequence[EntryFields]) ->
         return None
     stats = StatColumns(objects, values.reshape(len(objects), 4), numels, dtype_codes, sent.dtypes)
     return EntryColumns(stats=stats, signatures=sent.signatures, classes=sent.classes, **arrays)
-
-
-_EMPTY_COLUMNS = entry_columns([])  # the arrays' dtypes, for reading them back
