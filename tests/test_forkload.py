@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import select
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +14,11 @@ from builders import entry, write_dump
 from conftest import FIXTURES
 
 from rca_lsp.base.errors import InputError
+from rca_lsp.base.forkpart import ForkedBytes
 from rca_lsp.diagnose.run import analyze_paths
 from rca_lsp.dumps import dump as dump_module
 from rca_lsp.dumps import forkload
-from rca_lsp.dumps.columns import EntryColumns, entry_columns
+from rca_lsp.dumps.columns import EntryColumns, entry_columns, packed_columns
 from rca_lsp.dumps.dump import ModuleEntry, load_dump_file
 from rca_lsp.dumps.forkload import BackgroundDump
 from rca_lsp.dumps.load import DumpCache
@@ -234,3 +238,49 @@ def test_columns_are_gathered_here_when_the_child_cannot_send_them(monkeypatch: 
             loaded = background.load(source)
             garbled = loaded.columns
         _assert_same_columns(garbled, entry_columns(loaded.ordered_entries))
+
+
+def test_a_process_forked_while_the_columns_are_coming_gathers_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server forks its chart's child while the loader's columns may still be on their way to the thread that
+    reads them: the chart's child, which has no such thread, gathers them itself instead of waiting forever."""
+    source = resolve_dump_source(next((FIXTURES / "vllm_healthy" / "rollout").glob("**/dump.json")).resolve())
+
+    def late(columns: EntryColumns) -> bytes:  # the loader's child: its columns come 2 s late
+        time.sleep(2)
+        return packed_columns(columns)
+
+    monkeypatch.setattr(forkload, "packed_columns", late)
+    with BackgroundDump(source, threaded=True) as background:
+        loaded = background.load(source)
+        with ForkedBytes(lambda: packed_columns(loaded.columns)) as child:
+            assert select.select([child], [], [], 30)[0], "the forked child waits for columns it will never get"
+            data = child.result()
+        assert data == packed_columns(entry_columns(loaded.ordered_entries))
+        received = loaded.columns  # here, the loader's (2 s late)
+    _assert_same_columns(received, entry_columns(loaded.ordered_entries))
+
+
+def test_a_child_forked_while_another_thread_computes_a_cached_value_computes_its_own() -> None:
+    """The server forks (its chart, a dump's loader) while its other threads work. One of them computing a cached
+    property at that moment (one dump's columns, held here in the middle) does not stop the child computing the same
+    property of another object: Python 3.11's functools.cached_property held a lock the child waited on forever."""
+    path = next((FIXTURES / "vllm_healthy" / "rollout").glob("**/dump.json"))
+    one, two = load_dump_file(path), load_dump_file(path)
+    inside, release = threading.Event(), threading.Event()
+
+    def held(entries: object) -> None:
+        inside.set()
+        release.wait()
+
+    one.received_columns = held
+    computing = threading.Thread(target=lambda: one.columns)
+    computing.start()
+    try:
+        assert inside.wait(10)
+        with ForkedBytes(lambda: packed_columns(two.columns)) as child:
+            assert select.select([child], [], [], 30)[0], "the child waits for a lock held by a thread it does not have"
+            data = child.result()
+    finally:
+        release.set()
+        computing.join()
+    assert data == packed_columns(entry_columns(two.ordered_entries))

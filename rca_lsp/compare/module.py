@@ -7,9 +7,9 @@ output_3) are built on first access, so an analysis of 10^5 groups does not buil
 from __future__ import annotations
 
 import math
-from functools import cached_property
 from typing import Sequence
 
+from rca_lsp.base.cached import cached_property
 from rca_lsp.compare.calls import CallSummary, fold_calls
 from rca_lsp.compare.elementwise import MISMATCH, SlotEvidence
 from rca_lsp.compare.groupform import (

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from functools import cached_property
 from itertools import chain
 from operator import attrgetter
 from typing import Iterable, NamedTuple
 
 import numpy as np
 
+from rca_lsp.base.cached import cached_property
 from rca_lsp.compare.datagroups import DataGroupChoice
 from rca_lsp.compare.groupform import PlainTargets, plain_rows, plain_targets
 from rca_lsp.compare.module import ModuleComparison, compare_module

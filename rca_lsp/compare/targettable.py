@@ -12,11 +12,11 @@ itself: they are few, and their wording is its own. tests/test_target_table.py c
 from __future__ import annotations
 
 import math
-from functools import cached_property
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from rca_lsp.base.cached import cached_property
 from rca_lsp.compare.groupform import SpecTuple, plain_rows
 from rca_lsp.compare.module import ModuleComparison
 from rca_lsp.compare.statistics import (

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, replace
-from functools import cached_property
 from itertools import chain
 from operator import attrgetter
 from typing import Callable
 
+from rca_lsp.base.cached import cached_property
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.compare.calibrate import Calibration, ErrorSeries
 from rca_lsp.compare.records import Comparator, ModuleRecord, Owners, build_groups, owners_of, regroup, updated_owners

@@ -12,12 +12,12 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from operator import attrgetter
 from typing import Callable, Final, Iterable, Literal, Sequence
 
 import numpy as np
 
+from rca_lsp.base.cached import cached_property
 from rca_lsp.compare.calibrate import JUMP_FACTOR
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.diagnose.between import Between

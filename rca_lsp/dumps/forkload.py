@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.process
+import os
 import select
 from concurrent.futures import Future
 from functools import partial
@@ -31,6 +32,8 @@ from rca_lsp.dumps.load import load_source
 from rca_lsp.dumps.rankload import Differences, FirstRank, RankTexts, load_rank_files
 from rca_lsp.dumps.sources import DumpSource, check_unchanged, signatures
 from rca_lsp.model.stats import TensorStats
+
+ColumnsHook = Callable[[Sequence[ModuleEntry]], EntryColumns | None]  # Dump.received_columns
 
 
 class _SentStats(msgspec.Struct, gc=False):
@@ -157,9 +160,9 @@ class BackgroundDump:
             forked, self._forked = self._forked, None
             later: Future[bytes | None] = Future()
             Thread(target=_read_later, args=(forked, later), name="rca-columns", daemon=True).start()
-            dump.received_columns = partial(_columns_from, later)
+            dump.received_columns = _in_this_process(partial(_columns_from, later))
         else:
-            dump.received_columns = self._received_columns
+            dump.received_columns = _in_this_process(self._received_columns)
         return dump
 
     def _received_columns(self, entries: Sequence[ModuleEntry]) -> EntryColumns | None:
@@ -201,6 +204,18 @@ class BackgroundDump:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _in_this_process(columns: ColumnsHook) -> ColumnsHook:
+    """`columns` for this process only. The child that loaded the dump sends them to this process: a process forked
+    from it meanwhile (the chart's, the report's) would wait forever for the thread that reads them here (it has only
+    the thread that forked), or take the message from this process's pipe; it gathers its own."""
+    owner = os.getpid()
+
+    def here(entries: Sequence[ModuleEntry]) -> EntryColumns | None:
+        return columns(entries) if os.getpid() == owner else None
+
+    return here
 
 
 def _read_later(forked: ForkedBytes, later: Future[bytes | None]) -> None:

@@ -11,12 +11,12 @@ problem as for any dump.
 
 from __future__ import annotations
 
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
 import msgspec
 
+from rca_lsp.base.cached import cached_property
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.base.inputfile import read_regular_file
 from rca_lsp.dumps.dump import Dump, ModuleEntry, RawValue, index_entries, load_dump_file

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import numpy as np
 
+from rca_lsp.base.cached import cached_property
 from rca_lsp.base.lines import line_and_column, line_ends
 
 if TYPE_CHECKING:

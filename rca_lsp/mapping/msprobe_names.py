@@ -12,9 +12,9 @@
 from __future__ import annotations
 
 import re
-from functools import cached_property
 from typing import Any, Iterator, Mapping, NamedTuple
 
+from rca_lsp.base.cached import cached_property
 from rca_lsp.dumps.dump import ModuleEntry
 from rca_lsp.model.keys import parse_module_key
 from rca_lsp.model.stats import TensorStats
