@@ -221,24 +221,33 @@ def _exit_without_teardown() -> NoReturn:
     os._exit(0)
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
 def _add_serve(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="run the language server (stdio by default)")
     parser.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)")
     parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP address instead of stdio")
     parser.add_argument(
         "--log-level",
-        choices=["debug", "info", "warning", "error"],
-        default="warning",
-        help="stderr logging; 'info' logs what each analysis cost (default: warning)",
+        choices=LOG_LEVELS,
+        # from the environment too: an editor starts the server with no arguments of the user's
+        default=os.environ.get("RCA_LSP_LOG_LEVEL", "warning").lower(),
+        help="the server's logging on stderr; 'info' logs what each analysis cost (default: $RCA_LSP_LOG_LEVEL, else "
+        "warning)",
     )
 
 
 def run_serve(args: argparse.Namespace) -> int:
     from rca_lsp.server.app import server
 
+    if args.log_level not in LOG_LEVELS:  # argparse checks the choices given, not the default
+        raise InputError("RCA_LSP_LOG_LEVEL", f"expected one of {', '.join(LOG_LEVELS)}, got {args.log_level!r}")
     logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # the server's own lines at the level asked for; pygls's info lines would copy every message (charts of MBs)
+    logging.getLogger("rca_lsp").setLevel(args.log_level.upper())
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")
         if not is_ascii_digits(port):

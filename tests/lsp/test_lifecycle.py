@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import queue
 import shutil
 import subprocess
@@ -117,15 +118,22 @@ def test_a_pairing_glob_over_symlink_cycles_leaves_the_server_answering(tmp_path
     (folder / "cycle").mkdir()
     for name in ("a", "b"):
         (folder / "cycle" / name).symlink_to(".", target_is_directory=True)
-    mapping = folder / "mapping_key.json"
+    stderr = published_then_shut_down(folder / "mapping_key.json", tmp_path, "missing-op")
+    assert b"Traceback" not in stderr, stderr.decode(errors="replace")[-2000:]
+
+
+def published_then_shut_down(mapping: Path, root: Path, code: str, env: dict[str, str] | None = None) -> bytes:
+    """A server session over a raw stream: `mapping` opened, until a publish of it with `code`, then shutdown and
+    exit; what the server wrote on stderr."""
     opened = {"uri": mapping.as_uri(), "languageId": "json", "version": 1, "text": mapping.read_text()}
     server = subprocess.Popen(
         [sys.executable, "-m", "rca_lsp", "serve"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env=env,
     )
-    assert server.stdin is not None and server.stdout is not None
+    assert server.stdin is not None and server.stdout is not None and server.stderr is not None
     messages: queue.Queue[dict] = queue.Queue()
     threading.Thread(target=read_messages, args=(server.stdout, messages), daemon=True).start()
     try:
@@ -135,7 +143,7 @@ def test_a_pairing_glob_over_symlink_cycles_leaves_the_server_answering(tmp_path
                     "jsonrpc": "2.0",
                     "id": 1,
                     "method": "initialize",
-                    "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}},
+                    "params": {"processId": None, "rootUri": root.as_uri(), "capabilities": {}},
                 }
             )  # fmt: skip
             + frame({"jsonrpc": "2.0", "method": "initialized", "params": {}})
@@ -144,14 +152,14 @@ def test_a_pairing_glob_over_symlink_cycles_leaves_the_server_answering(tmp_path
         server.stdin.flush()
         codes: list[str] = []
         deadline = time.monotonic() + 60  # a bound for a hang, not a speed target
-        while "missing-op" not in codes and time.monotonic() < deadline:
+        while code not in codes and time.monotonic() < deadline:
             try:
                 message = messages.get(timeout=1)
             except queue.Empty:
                 continue
             if message.get("method") == "textDocument/publishDiagnostics" and message["params"]["uri"] == opened["uri"]:
                 codes = [d.get("code") for d in message["params"]["diagnostics"]]
-        assert "missing-op" in codes, codes
+        assert code in codes, codes
         server.stdin.write(frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None}))
         server.stdin.flush()
         while (answer := messages.get(timeout=30)).get("id") != 2:
@@ -160,6 +168,30 @@ def test_a_pairing_glob_over_symlink_cycles_leaves_the_server_answering(tmp_path
         server.stdin.write(frame({"jsonrpc": "2.0", "method": "exit", "params": None}))
         server.stdin.close()
         assert server.wait(timeout=30) == 0
+        return server.stderr.read()
     finally:
         server.kill()
         server.wait()
+
+
+def test_the_log_level_an_editor_cannot_pass_comes_from_the_environment(tmp_path: Path) -> None:
+    """RCA_LSP_LOG_LEVEL: the server's own lines at that level (what each run cost), not pygls's copy of every
+    message; a level that is none names the variable."""
+    folder = tmp_path / "exp"
+    shutil.copytree(FIXTURES / "missing_activation", folder)
+    env = {**os.environ, "RCA_LSP_LOG_LEVEL": "info"}
+    stderr = published_then_shut_down(folder / "mapping_key.json", tmp_path, "missing-op", env).decode()
+    assert "INFO rca_lsp.server.pipeline: analysed mapping_key.json" in stderr, stderr[-2000:]
+    assert "pygls" not in stderr, stderr[-2000:]
+    wrong = subprocess.run(
+        [sys.executable, "-m", "rca_lsp", "serve"],
+        env={**os.environ, "RCA_LSP_LOG_LEVEL": "loud"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert wrong.returncode == 2
+    assert (
+        wrong.stderr.strip()
+        == "rca-lsp: error: RCA_LSP_LOG_LEVEL: expected one of debug, info, warning, error, got 'loud'"
+    )

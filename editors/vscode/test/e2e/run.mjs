@@ -91,6 +91,7 @@ class Scenario {
       if (this.page) {
         await shot(this.page, `${this.name}-FAILED-${slug(name)}`).catch(() => {});
       }
+      this.onFailure?.();
       return undefined;
     }
   }
@@ -294,6 +295,16 @@ class CodeServer {
     walk(logsRoot);
   }
 
+  /** After a failed step, the end of what the server logged (its own lines, then the last messages), so that a CI
+   * log shows what the server was doing. */
+  printServerLog(lines = 40) {
+    const text = this.outputChannelText().split('\n');
+    const own = text.filter((l) => l.trim() && !/\[Trace - /.test(l));
+    const traced = text.filter((l) => /\[Trace - /.test(l));
+    process.stdout.write(`# the server's last ${lines} log lines:\n${own.slice(-lines).map((l) => `#   ${l}`).join('\n')}\n`);
+    process.stdout.write(`# its last ${lines / 2} messages:\n${traced.slice(-lines / 2).map((l) => `#   ${l}`).join('\n')}\n`);
+  }
+
   /** The text of the extension's output channel ("rca-lsp"), from the log files VS Code writes. */
   outputChannelText() {
     const found = [];
@@ -302,7 +313,7 @@ class CodeServer {
         const p = path.join(d, e.name);
         if (e.isDirectory()) {
           walk(p);
-        } else if (/rca-lsp\.log$/.test(e.name) || (/rca-lsp/.test(d) && e.name.endsWith('.log'))) {
+        } else if (/rca-lsp\.log$/.test(e.name) || (/rca-lsp/.test(path.basename(d)) && e.name.endsWith('.log'))) {
           found.push(fs.readFileSync(p, 'utf8'));
         }
       }
@@ -830,6 +841,8 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
   }
 
   const cs = new CodeServer(bin, base, name);
+  cs.env.RCA_LSP_LOG_LEVEL = 'info'; // what each run and chart cost: printed after a failed step
+  sc.onFailure = () => cs.printServerLog();
   const ws = path.join(base, `ws-${name}`);
   const mockLog = path.join(base, `${name}-server-events.jsonl`);
   if (mock) {
