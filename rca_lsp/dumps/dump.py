@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from rca_lsp.base.cached import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence, Union
 
 import msgspec
 
+from rca_lsp.base.cached import cached_property
 from rca_lsp.base.errors import InputError
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.base.inputfile import read_regular_file

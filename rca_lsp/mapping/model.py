@@ -156,9 +156,14 @@ class LineIndex:
 
     @property
     def _starts(self) -> np.ndarray:
+        self.build()
+        assert self._built is not None
+        return self._built
+
+    def build(self) -> None:
+        """Build the index now (in a worker thread, before an event loop looks positions up in it)."""
         if self._built is None:
             self._built = line_starts(self._text)
-        return self._built
 
     def after_edit(self, text: str, start: int, old_end: int, new_end: int) -> LineIndex:
         """The index of `text`, made from the old text's by replacing old[start:old_end] with text[start:new_end].

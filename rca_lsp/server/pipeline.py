@@ -55,6 +55,14 @@ class Run:
             self.check()
 
 
+def _parsed(path: str, text: str, earlier: ParsedMapping | None) -> ParsedMapping:
+    """The mapping's parse with its line index built here, off the loop: the publish that follows looks every
+    finding's position up in it (~50 ms for a file of 10^5 entries, on the loop otherwise)."""
+    parsed = parse_mapping(path, text, earlier)
+    parsed.lines.build()
+    return parsed
+
+
 class Pipeline:
     def __init__(self, server: ServerState) -> None:
         self.server = server
@@ -114,9 +122,9 @@ class Pipeline:
         if isinstance(pair, Pair):
             await run.step(self.server.watcher.watch, pair.roots())  # off the loop: watchdog lists the folders
             layout, gone = await run.step(dump_layout, None if doc.accept_layout else doc.good_layout, pair)
-            if not gone:  # dumps not loaded yet: the smaller one loads in a child while the mapping is parsed
+            if not gone:  # dumps not loaded yet: the larger one loads in a child while the mapping is parsed
                 await run.step(self.server.engine.start_loading, pair)
-        parsed = await run.step(parse_mapping, str(doc.path), text, doc.latest_parse())
+        parsed = await run.step(_parsed, str(doc.path), text, doc.latest_parse())
         laps.lap("parse")
         replaced: list[object] = [doc.parsed, doc.analysis, doc.last_good]  # freed after the publish (release)
         doc.parsed = parsed  # the last run's dump problems stay shown (and told to commands) until this run's are known
