@@ -1,32 +1,77 @@
 """Where keys' entries lie in a dump file: dumps carry no positions, so the server's locations (diagnostics on dump
-keys, go-to-definition) are found by searching the file's text."""
+keys, go-to-definition) are found by searching the file's text.
+
+The file is read in chunks into one buffer, not whole: a dump of hundreds of MB read at once added its size to the
+language server's peak memory (and its pages to fault in) each time the findings' locations were looked up."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from io import FileIO
+
+_CHUNK = 1 << 22
 
 
 def find_lines(path: str, keys: list[str]) -> list[int | None]:
-    """The 0-based line of each key's `"key":` in the file, searched in the given (dump) order; None where absent."""
+    """The 0-based line of each key's `"key":` in the file, searched in the given (dump) order: from where the key
+    before it was found, else in the whole file (a key out of dump order); None where absent."""
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb", buffering=0) as file:
+            scanner = _Scanner(file)
+            lines: list[int | None] = []
+            for key in keys:
+                needle = quoted_key(key)
+                after = scanner.place()
+                line = scanner.find(needle)
+                if line is None:  # not where dump order says: the whole file, once
+                    scanner.seek(0, 0)
+                    line = scanner.find(needle)
+                    if line is None:
+                        scanner.seek(*after)
+                lines.append(line)
+            return lines
     except OSError:
         return [None] * len(keys)
-    lines: list[int | None] = []
-    offset = line = 0
-    for key in keys:
-        found = data.find(quoted_key(key), offset)
-        if found < 0:
-            found = data.find(quoted_key(key))  # not where dump order says: search the whole file once
-            if found < 0:
-                lines.append(None)
-                continue
-            offset = line = 0
-        line += data.count(b"\n", offset, found)
-        offset = found
-        lines.append(line)
-    return lines
 
 
 def quoted_key(key: str) -> bytes:
     return b'"' + key.encode() + b'"'
+
+
+class _Scanner:
+    """A position in a file (its byte offset and line) that moves forward to the next occurrence of a text."""
+
+    def __init__(self, file: FileIO) -> None:
+        self._file = file
+        self._buffer = bytearray(_CHUNK)
+        self.seek(0, 0)
+
+    def place(self) -> tuple[int, int]:
+        """The position's offset and line (for seek)."""
+        return self._base + self._at, self._line
+
+    def seek(self, offset: int, line: int) -> None:
+        self._file.seek(offset)
+        self._base, self._at, self._end, self._line = offset, 0, 0, line  # the buffer holds [base, base + end)
+
+    def find(self, needle: bytes) -> int | None:
+        """The line of the next occurrence of `needle` at or after the position, which moves there; None (the
+        position then at the end of the file) when there is none."""
+        buffer = self._buffer
+        while True:
+            found = buffer.find(needle, self._at, self._end)
+            if found >= 0:
+                self._line += buffer.count(b"\n", self._at, found)
+                self._at = found
+                return self._line
+            # keep the end that may hold the needle's start, read more after it
+            keep = min(len(needle) - 1, self._end - self._at)
+            self._line += buffer.count(b"\n", self._at, self._end - keep)
+            buffer[:keep] = buffer[self._end - keep : self._end]
+            self._base += self._end - keep
+            if keep * 2 > len(buffer):  # a needle as long as the buffer: room for it and more
+                buffer.extend(bytes(len(buffer)))
+            with memoryview(buffer) as view:
+                read = self._file.readinto(view[keep:])
+            self._at, self._end = 0, keep + (read or 0)
+            if not read:
+                return None
