@@ -79,7 +79,7 @@ def stream_reading(train: ModuleEntry, rollout: ModuleEntry, judge: Judge) -> St
 
 
 class BranchFacts(NamedTuple):
-    """Per side, where a pair's module hands on or takes a branch output (see dump.BranchOutputs): the module whose
+    """Per side, where a pair's module hands on or takes a branch output (see dumps.branches): the module whose
     output its output is (`*_returns`), the module whose branch output its input is (`*_takes`); None where not."""
 
     train_returns: str | None = None
@@ -91,7 +91,7 @@ class BranchFacts(NamedTuple):
 def branch_facts(
     train: Dump, rollout: Dump, train_keys: Sequence[str], rollout_keys: Sequence[str]
 ) -> BranchFacts | None:
-    """Where a pair's modules hand on or take a branch output (dump.BranchOutputs), each side one module (the keys
+    """Where a pair's modules hand on or take a branch output (dumps.branches), each side one module (the keys
     being its calls) that does so in every call; None when neither side does."""
 
     def source(found: dict[str, str], keys: Sequence[str]) -> str | None:
