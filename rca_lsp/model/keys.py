@@ -88,14 +88,18 @@ ACTIVATION_TOKENS = frozenset(
 _TOKEN_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
 
-@lru_cache(maxsize=1 << 16)
 def is_activation_like(key: str) -> bool:
     """Activation-like module: its own name or class has an activation token (act_fn, SiluAndMul, GELU...).
 
     Tokens, not substrings: the seed's substring test flags `multi_head` or `cumulative` as activations.
     """
-    parsed = parse_module_key(key)
-    name = f"{parsed.path.rpartition('.')[2]} {parsed.class_name}" if parsed else key
+    parsed = split_module_key(key)  # its module's split is kept: cheap for every call's key
+    return _has_activation_token(f"{parsed.path.rpartition('.')[2]} {parsed.class_name}" if parsed else key)
+
+
+@lru_cache(maxsize=1 << 16)
+def _has_activation_token(name: str) -> bool:
+    """Per name and class (a few hundred in a model, repeated in every layer and call): its tokens read once."""
     return any(token.lower() in ACTIVATION_TOKENS for token in _TOKEN_RE.findall(name))
 
 

@@ -180,27 +180,39 @@ def _series() -> TargetSeries:
     return TargetSeries([], [], [], [])
 
 
-class _Labels:
-    """Each module's short label (the path below its layer), the same in every call: by key head, once per chart
-    (a bounded cache thrashed: the heads of 10^5 modules cycle in order, call after call)."""
+class _Keys:
+    """Each dump key's numbers for the chart (`_Strings.key` of it with its label), and each module's short label
+    (the path below its layer) and layer: worked out once per module (key head), the same in every call, whose keys
+    differ in the call index only (10^5 modules; a bounded cache thrashed: their heads cycle, call after call)."""
 
-    def __init__(self) -> None:
-        self.by_head: dict[str, str] = {}
-        self.layers: dict[str, int | None] = {}
+    def __init__(self, strings: _Strings) -> None:
+        self._strings = strings
+        self._number = strings.index.__getitem__
+        # head -> its label, its layer, and (prefix number, label number, where the tail starts) or None when the
+        # label is not in the key (then the key is numbered whole)
+        self._heads: dict[str, tuple[str, int | None, tuple[int, int, int] | None]] = {}
 
-    def __call__(self, key: str) -> str:
+    def _head(self, key: str) -> tuple[str, int | None, tuple[int, int, int] | None]:
         head = key.rpartition(".")[0]
-        found = self.by_head.get(head)
+        found = self._heads.get(head)
         if found is None:
-            found = self.by_head[head] = _call_free_label(head)
-        return found or key
+            label = _call_free_label(head) or key
+            numbers = self._strings.key(key, label)  # its texts numbered as they come, as any key's are
+            split = (numbers[0], numbers[1], key.rfind("." + label + ".") + 1 + len(label)) if numbers[1] else None
+            found = self._heads[head] = (label, layer_index(key), split)
+        return found
 
-    def layer(self, key: str) -> int | None:
-        """layer_index of a module key, once per module (its calls' keys differ in the call index only)."""
-        head = key.rpartition(".")[0]
-        if head not in self.layers:
-            self.layers[head] = layer_index(key)
-        return self.layers[head]
+    def key(self, key: str) -> Key:
+        """[head, label, tail] numbers of a key (the key whole, 0, 0 when its label is not in it)."""
+        split = self._head(key)[2]
+        if split is None:
+            return [self._number(key), 0, 0]
+        return [split[0], split[1], self._number(key[split[2] :])]
+
+    def module(self, key: str) -> tuple[Key, str, int | None]:
+        """A module key's numbers, its label and its layer (record.layer_index, parsed once per module)."""
+        label, layer, _split = self._head(key)
+        return self.key(key), label, layer
 
 
 def _call_free_label(head: str) -> str:
@@ -296,7 +308,7 @@ def _modules(
     stats: _Stats,
     thresholds: _Thresholds,
     targets: _Targets,
-    labels: _Labels,
+    keys: _Keys,
 ) -> ChartModules:
     floors = {d: (None if c.fallback else thresholds(c.floor)) for d, c in analysis.calibration.by_dtype.items()}
     series = {kind: _series() for kind in TARGET_KINDS}
@@ -313,18 +325,18 @@ def _modules(
     output_train, output_rollout = targets.statistics(worst[:, 0])
     columns = [(column.target.append, column.consistency.append) for column in kinds]
     specs = targets.specs
-    key_of, text = strings.key, strings.index.__getitem__  # strings(), without a Python call per text
+    key_of, module_of, text = keys.key, keys.module, strings.index.__getitem__  # text: strings(), without a call
     add_train_key, add_rollout_key = modules.train_key.append, modules.rollout_key.append
     add_label, add_layer, add_bucket = modules.label.append, modules.layer.append, modules.bucket.append
     add_suspect, add_floor = modules.suspect.append, modules.noise_floor.append
     add_output_train, add_output_rollout = modules.output_train.append, modules.output_rollout.append
     for index, (record, rows) in enumerate(zip(records, worst.tolist())):
         comparison = record.comparison
-        label = labels(comparison.train_key)
-        add_train_key(key_of(comparison.train_key, label))
-        add_rollout_key([i for k in comparison.rollout_keys for i in key_of(k, labels(k))])
+        train_key, label, layer = module_of(comparison.train_key)
+        add_train_key(train_key)
+        add_rollout_key([i for k in comparison.rollout_keys for i in key_of(k)])
         add_label(text(label))
-        add_layer(labels.layer(comparison.train_key))  # record.layer_index, parsed once per module
+        add_layer(layer)
         add_bucket(text(comparison.module_bucket))
         suspect = suspects.get(id(record))
         add_suspect(text(suspect.classification) if suspect is not None else None)
@@ -400,7 +412,7 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
     thresholds = _Thresholds()
     errors = _Errors()
     targets = _Targets(analysis)
-    labels = _Labels()
+    keys = _Keys(strings)
     calls = []
     for call, evidence in analysis.calls.items():
         records = evidence.records
@@ -412,7 +424,7 @@ def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
         boundary = _marker(records, origin.boundary if origin else None, None)
         if boundary is not None:
             marked.add(boundary.index)
-        modules = _modules(records, analysis, suspects, marked, strings, stats, thresholds, targets, labels)
+        modules = _modules(records, analysis, suspects, marked, strings, stats, thresholds, targets, keys)
         note = next((r.comparison.calls_note for r in records if r.comparison.joins_calls), "")
         calls.append(
             ChartCall(
