@@ -204,15 +204,17 @@ class _Keys:
 
     def key(self, key: str) -> Key:
         """[head, label, tail] numbers of a key (the key whole, 0, 0 when its label is not in it)."""
-        split = self._head(key)[2]
-        if split is None:
-            return [self._number(key), 0, 0]
-        return [split[0], split[1], self._number(key[split[2] :])]
+        return self._numbers(key, self._head(key)[2])
 
     def module(self, key: str) -> tuple[Key, str, int | None]:
         """A module key's numbers, its label and its layer (record.layer_index, parsed once per module)."""
-        label, layer, _split = self._head(key)
-        return self.key(key), label, layer
+        label, layer, split = self._head(key)
+        return self._numbers(key, split), label, layer
+
+    def _numbers(self, key: str, split: tuple[int, int, int] | None) -> Key:
+        if split is None:
+            return [self._number(key), 0, 0]
+        return [split[0], split[1], self._number(key[split[2] :])]
 
 
 def _call_free_label(head: str) -> str:
