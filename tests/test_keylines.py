@@ -1,9 +1,12 @@
-"""Where keys lie in a dump file, read in chunks: the lines one search of the whole text finds, whatever the chunk."""
+"""Where keys lie in a dump file, read in chunks: the lines one search of the whole text finds, whatever the chunk;
+the readers that go back to a dump file after its load do not wait on a FIFO put in its place."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,8 @@ from conftest import FIXTURES
 
 from rca_lsp.dumps import keylines
 from rca_lsp.dumps.keylines import find_lines, quoted_key
+from rca_lsp.dumps.rankfile import read_raw_entries
+from rca_lsp.dumps.tensorfile import hashes_in
 
 
 def lines_in_whole_text(data: bytes, keys: list[str]) -> list[int | None]:
@@ -74,3 +79,24 @@ def test_a_key_that_repeats_is_found_after_the_one_before_it(
     found = find_lines(str(dump), wanted)
     assert found == lines_in_whole_text(text, wanted)
     assert found != lines_in_whole_text(text, wanted[:1]) * len(wanted)  # later copies were found
+
+
+@pytest.mark.parametrize("reader", ["key lines", "raw entries", "md5 mode"])
+def test_a_fifo_put_in_place_of_a_dump_is_not_waited_on(tmp_path: Path, reader: str) -> None:
+    """The readers that go back to a dump file after its load (the server's locations and hovers, the tensor modes'
+    sniff) find nothing in a FIFO now lying at its path, at once: opening one for reading waits for a writer."""
+    fifo = tmp_path / "dump.json"
+    os.mkfifo(fifo)
+    read = {
+        "key lines": lambda: find_lines(str(fifo), ["a"]),
+        "raw entries": lambda: read_raw_entries(fifo, ["a"]),
+        "md5 mode": lambda: hashes_in(str(fifo)),
+    }[reader]
+    answer: list[object] = []
+    worker = threading.Thread(target=lambda: answer.append(read()), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    if worker.is_alive():  # free the reader still waiting on the FIFO
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("the reader waits for a writer of the FIFO")
+    assert answer == [{"key lines": [None], "raw entries": {"a": None}, "md5 mode": False}[reader]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 
@@ -23,6 +24,16 @@ def file_kind(mode: int) -> str:
 
 def read_regular_file(path: str | os.PathLike[str], what: str) -> bytes:
     """The bytes of `path`; InputError "cannot read <what>: ..." when it cannot be read or is not a regular file."""
+    with open_regular_file(path, what) as stream:
+        try:
+            return stream.read()
+        except OSError as error:
+            raise InputError(str(path), f"cannot read {what}: {error.strerror or error}") from None
+
+
+def open_regular_file(path: str | os.PathLike[str], what: str) -> io.FileIO:
+    """`path` opened for reading (unbuffered); InputError as read_regular_file's when it cannot be opened or is not a
+    regular file."""
     try:
         # O_NONBLOCK: opening a FIFO waits for a writer without it; reads of a regular file ignore the flag.
         handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -32,8 +43,4 @@ def read_regular_file(path: str | os.PathLike[str], what: str) -> bytes:
     if not stat.S_ISREG(mode):
         os.close(handle)
         raise InputError(str(path), f"cannot read {what}: {file_kind(mode)}, not a regular file")
-    with os.fdopen(handle, "rb") as stream:
-        try:
-            return stream.read()
-        except OSError as error:
-            raise InputError(str(path), f"cannot read {what}: {error.strerror or error}") from None
+    return io.FileIO(handle, "rb")

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from io import FileIO
 
+from rca_lsp.base.errors import InputError
+from rca_lsp.base.inputfile import open_regular_file
+
 _CHUNK = 1 << 22
 
 
@@ -15,7 +18,7 @@ def find_lines(path: str, keys: list[str]) -> list[int | None]:
     """The 0-based line of each key's `"key":` in the file, searched in the given (dump) order: from where the key
     before it was found, else in the whole file (a key out of dump order); None where absent."""
     try:
-        with open(path, "rb", buffering=0) as file:
+        with open_regular_file(path, "dump") as file:  # not a FIFO put in its place meanwhile: that read never ends
             scanner = _Scanner(file)
             lines: list[int | None] = []
             for key in keys:
@@ -29,7 +32,7 @@ def find_lines(path: str, keys: list[str]) -> list[int | None]:
                         scanner.seek(*after)
                 lines.append(line)
             return lines
-    except OSError:
+    except (OSError, InputError):
         return [None] * len(keys)
 
 

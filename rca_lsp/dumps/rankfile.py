@@ -9,6 +9,8 @@ import mmap
 from pathlib import Path
 from typing import Any, Sequence
 
+from rca_lsp.base.errors import InputError
+from rca_lsp.base.inputfile import open_regular_file
 from rca_lsp.dumps.keylines import quoted_key
 
 _WINDOW = 1 << 20  # bytes read after the key: an entry is a few KB, a module with many kwargs some 100 KB
@@ -24,7 +26,7 @@ def read_raw_entries(path: Path, keys: Sequence[str]) -> dict[str, dict[str, Any
     search starts where the previous entry was found)."""
     found: dict[str, dict[str, Any] | None] = dict.fromkeys(keys)
     try:
-        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        with open_regular_file(path, "dump") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
             starts: dict[str, int] = {}
             position = 0
             for key in found:
@@ -41,7 +43,7 @@ def read_raw_entries(path: Path, keys: Sequence[str]) -> dict[str, dict[str, Any
                     found[key] = _entry(data[start:stop].decode("utf-8", errors="replace"), key)
                     if found[key] is not None:
                         break
-    except (OSError, ValueError):
+    except (OSError, ValueError, InputError):  # a FIFO put in its place is not opened: its read would never end
         pass
     return found
 

@@ -18,7 +18,7 @@ from typing import Any, Iterator, NamedTuple, Union
 import msgspec
 
 from rca_lsp.base.errors import InputError
-from rca_lsp.base.inputfile import read_regular_file
+from rca_lsp.base.inputfile import open_regular_file, read_regular_file
 from rca_lsp.base.jsonload import as_float, quote_literals
 from rca_lsp.model.stats import TensorStats
 
@@ -114,9 +114,9 @@ def slot_node(entry: Any, slot: str, stats: TensorStats) -> TensorNode | None:
 def hashes_in(dump_file: str) -> bool:
     """Whether the dump was made in md5 summary mode (its first tensor nodes carry an "md5")."""
     try:
-        with open(dump_file, "rb") as handle:
+        with open_regular_file(dump_file, "dump") as handle:
             return b'"md5":' in handle.read(1 << 18)
-    except OSError:
+    except (OSError, InputError):
         return False
 
 
