@@ -186,7 +186,7 @@ def test_the_rollout_is_loaded_by_a_child_only_when_this_process_has_as_much_to_
     monkeypatch.setattr(run, "BackgroundDump", counted)
     forked = run.analyze_paths(*paths, fork=True)
     assert len(children) == 1  # the train dump and mapping weigh about what the rollout does: a child loads it
-    monkeypatch.setattr(run, "TRANSFER_SHARE", 1e6)  # as if the rollout were a million times the train side
+    monkeypatch.setattr(forkload, "TRANSFER_SHARE", 1e6)  # as if the rollout were a million times the train side
     here = run.analyze_paths(*paths, fork=True)
     assert len(children) == 1
     assert [r.comparison.output_consistency for r in here.records] == [
@@ -284,3 +284,28 @@ def test_a_child_forked_while_another_thread_computes_a_cached_value_computes_it
         release.set()
         computing.join()
     assert data == packed_columns(entry_columns(two.ordered_entries))
+
+
+@pytest.mark.parametrize(
+    ("train_entries", "rollout_entries", "child"), [(300, 200, "train"), (200, 300, "rollout"), (20, 400, "train")]
+)
+def test_the_server_child_loads_the_larger_dump_where_its_transfer_pays(
+    tmp_path: Path, train_entries: int, rollout_entries: int, child: str
+) -> None:
+    """The larger dump, while this process loads the other and parses the mapping; the smaller one when this
+    process would have too little to do meanwhile (a small train dump against a rollout of many decode steps):
+    the CLI's rule (forkload.worth_loading_apart)."""
+    from rca_lsp.server.engine import _child_side
+    from rca_lsp.server.pairing import Pair
+
+    sides = {}
+    for side, count in (("train", train_entries), ("rollout", rollout_entries)):
+        data = {
+            KEY.replace("layers.0", f"layers.{i}"): entry([1.0, 2.0], [3.0, 4.0], [0.5, 0.25]) for i in range(count)
+        }
+        write_dump(tmp_path / side / "dump.json", data)
+        sides[side] = resolve_dump_source(tmp_path / side)
+    mapping = tmp_path / "mapping_key.json"
+    mapping.write_text("{}")
+    pair = Pair(mapping, sides["train"], sides["rollout"], "test")
+    assert _child_side(pair) == sides[child]

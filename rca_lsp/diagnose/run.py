@@ -17,7 +17,7 @@ from rca_lsp.compare.datagroups import DataGroupChoice, choose_data_group
 from rca_lsp.compare.records import Comparator
 from rca_lsp.diagnose.analysis import Analysis, OnCompared, analyze
 from rca_lsp.dumps.dump import Dump
-from rca_lsp.dumps.forkload import BackgroundDump, BackgroundRanks
+from rca_lsp.dumps.forkload import BackgroundDump, BackgroundRanks, files_bytes, worth_loading_apart
 from rca_lsp.dumps.load import DumpCache
 from rca_lsp.dumps.ranks.merge import load_ranks
 from rca_lsp.dumps.sources import DumpSource, ParallelLayout, StepChoice, resolve_dump_source
@@ -89,8 +89,8 @@ def analyze_paths(
     on_compared: OnCompared | None = None,
 ) -> Analysis:
     """With `fork` (single-threaded callers only), the rollout dump is loaded by a child process meanwhile, unless
-    the train dump and the mapping are too small for that to pay (see TRANSFER_SHARE); `progress` is told each
-    phase as it starts; `on_compared`: see analyze."""
+    the train dump and the mapping are too small for that to pay (forkload.worth_loading_apart); `progress` is told
+    each phase as it starts; `on_compared`: see analyze."""
     cache = cache or DumpCache()
     with (
         _background_load(
@@ -131,11 +131,6 @@ class RunProgress(Protocol):
     def say(self, text: str) -> None: ...
 
 
-# A dump loaded by a child comes back encoded (MessagePack there, decoded here): about half of what loading it here
-# costs. The child pays only when this process has at least that much work of its own meanwhile.
-TRANSFER_SHARE = 0.5
-
-
 def _background_load(
     path: str | os.PathLike[str], options: SideOptions | None, own_bytes: int | None
 ) -> ContextManager[BackgroundDump | None]:
@@ -147,7 +142,7 @@ def _background_load(
         source = options.resolve(path)
     except InputError:  # reported by the usual load, after any problem with the mapping or the train dump
         return nullcontext()
-    if own_bytes is not None and own_bytes < TRANSFER_SHARE * sum(map(_file_size, source.files)):
+    if own_bytes is not None and not worth_loading_apart(own_bytes, files_bytes(source.files)):
         return nullcontext()  # e.g. a small train dump against a rollout of hundreds of decode steps
     return BackgroundDump(source)
 
@@ -159,14 +154,7 @@ def _own_bytes(train: str | os.PathLike[str], options: SideOptions, mapping: str
         files = options.resolve(train).files
     except InputError:
         return None
-    return sum(map(_file_size, (*files, Path(mapping))))
-
-
-def _file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:  # reported by the usual load
-        return 0
+    return files_bytes((*files, Path(mapping)))
 
 
 def _background_ranks(

@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from threading import Thread
 from types import MappingProxyType
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import msgspec
 
@@ -99,6 +99,28 @@ class _Received(_Transfer, array_like=True, gc=False):
 
 
 _DECODER = msgspec.msgpack.Decoder(_Received)
+
+
+# A dump loaded by a child comes back encoded (MessagePack there, decoded here): about half of what loading it here
+# costs. The child pays only when this process has at least that much work of its own meanwhile.
+TRANSFER_SHARE = 0.5
+
+
+def worth_loading_apart(own_bytes: int, child_bytes: int) -> bool:
+    """Whether a child loading `child_bytes` of dump files pays, while this process reads `own_bytes` of files itself
+    (its dump, the mapping): not when the transfer back would cost more than this process has to do meanwhile."""
+    return own_bytes >= TRANSFER_SHARE * child_bytes
+
+
+def files_bytes(paths: Iterable[Path]) -> int:
+    """The files' sizes summed (one that cannot be read counts 0: its load reports why)."""
+    total = 0
+    for path in paths:
+        try:
+            total += path.stat().st_size
+        except OSError:
+            pass
+    return total
 
 
 class BackgroundDump:

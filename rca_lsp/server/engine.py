@@ -14,7 +14,7 @@ from rca_lsp.diagnose.analysis import Analysis, analyze
 from rca_lsp.diagnose.rootcause import Suspect
 from rca_lsp.diagnose.run import with_data_group
 from rca_lsp.dumps.dump import Dump
-from rca_lsp.dumps.forkload import BackgroundDump
+from rca_lsp.dumps.forkload import BackgroundDump, files_bytes, worth_loading_apart
 from rca_lsp.dumps.load import DumpCache
 from rca_lsp.dumps.sources import DumpSource
 from rca_lsp.mapping.model import ParsedMapping
@@ -31,13 +31,14 @@ MAX_ORIGINS_PER_RANK_READ = 3  # credible origins whose per-rank statistics are 
 MAX_COUNTERPART_LOOKUPS = 300
 
 
-def _larger(pair: Pair) -> DumpSource:
-    """The side whose dump files hold more bytes (the rollout when that cannot be told)."""
-    try:
-        train, rollout = (sum(path.stat().st_size for path in side.files) for side in (pair.train, pair.rollout))
-    except OSError:
-        return pair.rollout
-    return pair.train if train > rollout else pair.rollout
+def _child_side(pair: Pair) -> DumpSource:
+    """The dump a child loads while this process parses the mapping and loads the other: the larger one, when what
+    this process reads meanwhile is worth its transfer back (forkload.worth_loading_apart, the CLI's rule); else the
+    smaller one, which costs little to send (a small train dump against a rollout of hundreds of decode steps)."""
+    train, rollout = files_bytes(pair.train.files), files_bytes(pair.rollout.files)
+    larger, smaller = (pair.train, pair.rollout) if train > rollout else (pair.rollout, pair.train)
+    own = min(train, rollout) + files_bytes([pair.mapping])
+    return larger if worth_loading_apart(own, max(train, rollout)) else smaller
 
 
 class Engine:
@@ -55,11 +56,11 @@ class Engine:
         return not (self.dumps.is_current(pair.train) and self.dumps.is_current(pair.rollout))
 
     def start_loading(self, pair: Pair) -> None:
-        """When neither dump is loaded yet, the larger one starts loading in a child process now, while the caller
-        parses the mapping and then loads the other one here (two cores; `load` takes it up). The larger one: this
-        process also parses the mapping, gathers its own dump's columns and reads the child's dump back (MessagePack,
-        ~30% of a load), while the child gathers and sends its dump's columns after the dump; measured on the
-        benchmark sets, the first findings come 0.1-0.4 s sooner than with the smaller one in the child."""
+        """When neither dump is loaded yet, one starts loading in a child process now (`_child_side`), while the
+        caller parses the mapping and then loads the other one here (two cores; `load` takes it up). The larger one
+        where that pays: this process also gathers its own dump's columns and reads the child's dump back
+        (MessagePack, ~30% of a load) while the child gathers and sends its own columns; measured, the first findings
+        come 0.1-0.4 s sooner than with the smaller one in the child (benchmarks/README, thirteenth session)."""
         with self._lock:
             if self._pending is not None and self._pending[0] == pair:
                 return
@@ -67,7 +68,7 @@ class Engine:
             if self.dumps.is_current(pair.train) or self.dumps.is_current(pair.rollout) or pair.train == pair.rollout:
                 return
             try:
-                self._pending = (pair, BackgroundDump(_larger(pair), threaded=True))
+                self._pending = (pair, BackgroundDump(_child_side(pair), threaded=True))
             except (OSError, InputError):  # no child process: `load` loads both here
                 pass
 
@@ -77,7 +78,7 @@ class Engine:
             self._pending = None
 
     def load(self, pair: Pair) -> tuple[Dump, Dump]:
-        """Both dumps; when neither is loaded yet, the larger one in a child process meanwhile (start_loading)."""
+        """Both dumps; when neither is loaded yet, one of them in a child process meanwhile (start_loading)."""
         if self.dumps.is_current(pair.train) or self.dumps.is_current(pair.rollout) or pair.train == pair.rollout:
             return self._get(pair.train), self._get(pair.rollout)
         with self._lock:
@@ -86,7 +87,7 @@ class Engine:
             pending[1].close()
             pending = None
         try:
-            background = pending[1] if pending is not None else BackgroundDump(_larger(pair), threaded=True)
+            background = pending[1] if pending is not None else BackgroundDump(_child_side(pair), threaded=True)
         except (OSError, InputError):  # no child process: load both here (which reports any problem with the files)
             return self._get(pair.train), self._get(pair.rollout)
         with background:  # while the child works, what the comparison reads of this one is gathered

@@ -122,7 +122,7 @@ class Pipeline:
         if isinstance(pair, Pair):
             await run.step(self.server.watcher.watch, pair.roots())  # off the loop: watchdog lists the folders
             layout, gone = await run.step(dump_layout, None if doc.accept_layout else doc.good_layout, pair)
-            if not gone:  # dumps not loaded yet: the larger one loads in a child while the mapping is parsed
+            if not gone:  # dumps not loaded yet: one loads in a child while the mapping is parsed
                 await run.step(self.server.engine.start_loading, pair)
         parsed = await run.step(_parsed, str(doc.path), text, doc.latest_parse())
         laps.lap("parse")
