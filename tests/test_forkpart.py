@@ -4,6 +4,9 @@ the work done here when the child fails."""
 from __future__ import annotations
 
 import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -134,6 +137,40 @@ def test_forked_bytes_then_more_work_whose_bytes_come_later() -> None:
 
     with ForkedBytes(lambda: b"first", fails) as child:
         assert child.result() == b"first" and child.later() is None
+
+
+def test_a_child_stuck_on_a_lock_it_inherited_is_given_up() -> None:
+    """Forked while another thread held a lock its work takes: the child sleeps forever, using no CPU. It is given
+    up after 5 s of that (the caller does the work itself); a child that works, or sleeps less, is waited for."""
+    lock, held, release = threading.Lock(), threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        with ForkedBytes(lambda: b"took it" if lock.acquire() else b"") as child:
+            answer: list[bytes | None] = []
+            reader = threading.Thread(target=lambda: answer.append(child.result()), daemon=True)
+            reader.start()
+            reader.join(30)
+            if reader.is_alive():
+                assert child.pid is not None
+                os.kill(child.pid, signal.SIGKILL)  # frees the reader
+                reader.join()
+                pytest.fail("a child stuck on a lock it inherited is waited for forever")
+        assert answer == [None]
+    finally:
+        release.set()
+        holder.join()
+    with ForkedBytes(lambda: b"took it" if lock.acquire() else b"") as child:  # released: the work is done
+        assert child.result() == b"took it"
+    with ForkedBytes(lambda: time.sleep(2) or b"slept") as child:
+        assert child.result() == b"slept"
 
 
 # A language server: one thread blocked reading its input (holding the stdin buffer's lock), a log handler on

@@ -38,6 +38,7 @@ _PATHS = msgspec.json.Decoder(list[str])
 
 _LOOK_EVERY_MS = 200  # while a child's pipe is silent, how often the child is looked at
 _STOPPED_LOOKS = 5  # looks in a row that find the child stopped (1 s of this process running) before giving it up
+_STUCK_LOOKS = 25  # looks in a row that find the child asleep, no CPU time used since the last (5 s): stuck
 _LENGTH = struct.Struct("!Q")
 
 
@@ -50,7 +51,12 @@ class Channel:
     the pipe is silent the child is looked at every 0.2 s, and once it has been found stopped 5 looks in a row (1 s
     of this process running) the read gives up (None), as for a child that failed: the caller ends it and does its
     work here. A Ctrl-Z stops this process with the child and `fg` resumes both, so it never looks that long. Without
-    /proc (not Linux) a child is never taken for stopped: the reads wait as before."""
+    /proc (not Linux) a child is never taken for stopped: the reads wait as before.
+
+    A child forked from a process with threads (`stuck` reads) may also wait forever without being stopped: on a
+    lock that another thread of the parent held at the fork, which no thread of the child will release. Such a child
+    sleeps and uses no CPU: found so 25 looks in a row (5 s), it is given up as a stopped one is. (Not for children
+    that may wait on their own children, as BackgroundWork's report child waits on its image's: they sleep so too.)"""
 
     def __init__(self) -> None:
         self._reading: int | None
@@ -85,13 +91,13 @@ class Channel:
             while view:
                 view = view[os.write(self._writing, view) :]
 
-    def receive(self, child: int) -> bytearray | None:
+    def receive(self, child: int, stuck: bool = False) -> bytearray | None:
         """The next message of the child whose pid is `child`; None when the pipe ends first (the child failed) or
-        the child is stopped (see the class)."""
-        length = self._read(_LENGTH.size, child)
+        the child is stopped, or with `stuck` stuck (see the class)."""
+        length = self._read(_LENGTH.size, child, stuck=stuck)
         if length is None:
             return None
-        return self._read(_LENGTH.unpack(length)[0], child)
+        return self._read(_LENGTH.unpack(length)[0], child, stuck=stuck)
 
     def receive_all(self, child: int) -> bytearray | None:
         """Everything the child writes until it closes the pipe (a child process's stdout); None if it is stopped."""
@@ -102,22 +108,22 @@ class Channel:
             received += chunk
         return None
 
-    def _read(self, size: int, child: int, partial: bool = False) -> bytearray | None:
+    def _read(self, size: int, child: int, partial: bool = False, stuck: bool = False) -> bytearray | None:
         """`size` bytes (`partial`: what is there, up to `size`; empty at the end); None at the end of the pipe
-        before `size` bytes, or when the child is stopped."""
+        before `size` bytes, or when the child is stopped (or `stuck`, stuck)."""
         assert self._reading is not None
         buffer = bytearray(size)
-        done = stopped = 0
+        done = 0
+        looks = _Looks(child, stuck)
         poll = select.poll()
         poll.register(self._reading, select.POLLIN)
         with memoryview(buffer) as view:
             while done < size:
                 if not poll.poll(_LOOK_EVERY_MS):
-                    stopped = stopped + 1 if _is_stopped(child) else 0
-                    if stopped >= _STOPPED_LOOKS:
+                    if looks.given_up():
                         return None
                     continue
-                stopped = 0
+                looks = _Looks(child, stuck)
                 count = os.readv(self._reading, [view[done:]])
                 done += count
                 if count == 0 or partial:  # the end of the pipe, or what there is
@@ -128,15 +134,37 @@ class Channel:
         return buffer
 
 
-def _is_stopped(pid: int) -> bool:
-    """Whether process `pid` is stopped (by a signal or a tracer), as /proc says; False when it cannot tell."""
+class _Looks:
+    """The looks at a child whose pipe stays silent, in a row: whether to give it up (see Channel)."""
+
+    def __init__(self, pid: int, stuck: bool) -> None:
+        self._pid, self._stuck = pid, stuck
+        self._stopped = self._asleep = 0
+        self._cpu: int | None = None
+
+    def given_up(self) -> bool:
+        state, cpu = _process_state(self._pid)
+        self._stopped = self._stopped + 1 if state in (b"T", b"t") else 0
+        if self._stuck:
+            idle = state == b"S" and cpu is not None and cpu == self._cpu
+            self._asleep = self._asleep + 1 if idle else 0
+            self._cpu = cpu
+        return self._stopped >= _STOPPED_LOOKS or self._asleep >= _STUCK_LOOKS
+
+
+def _process_state(pid: int) -> tuple[bytes, int | None]:
+    """Process `pid`'s state letter (`T`: stopped by a signal, `t` by a tracer, `S` asleep) and the CPU time it has
+    used (clock ticks), as /proc says; (b"", None) when it cannot tell."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read()
+            text = stat.read()
     except OSError:
-        return False
-    state = fields[fields.rfind(b")") + 2 : fields.rfind(b")") + 3]  # after the command, which may hold spaces
-    return state in (b"T", b"t")
+        return b"", None
+    fields = text[text.rfind(b")") + 2 :].split()  # after the command, which may hold spaces and parentheses
+    try:
+        return fields[0], int(fields[11]) + int(fields[12])  # state, then utime and stime (fields 14 and 15)
+    except (IndexError, ValueError):
+        return fields[0] if fields else b"", None
 
 
 @contextmanager
@@ -220,7 +248,8 @@ class BackgroundWork:
 class ForkedBytes:
     """Starts `work` in a forked child at once, for a process that must stay responsive meanwhile: Python work in one
     of its threads would hold the interpreter lock (and a C call holds it throughout). `result()` waits for the bytes
-    the work returns, None when the child failed (the caller then does the work itself, which reports the problem).
+    the work returns, None when the child failed or got stuck on a lock it inherited (see Channel; the caller then
+    does the work itself, which reports the problem).
 
     A plain fork, not multiprocessing's: its child closes sys.stdin first, which waits forever for the lock a thread
     of a language server holds while it reads its input. The child writes nothing where this process writes (a
@@ -260,7 +289,7 @@ class ForkedBytes:
         data = None
         try:
             if self._pid is not None:
-                data = self._channel.receive(self._pid)
+                data = self._channel.receive(self._pid, stuck=True)  # forked from a process with threads
         finally:
             if closing or data is None:
                 self.close()

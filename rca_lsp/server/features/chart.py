@@ -42,7 +42,7 @@ def _built(analysis: Analysis) -> bytes:
     with ForkedBytes(lambda: encoded_chart(analysis)) as child:
         forked = time.perf_counter()
         result = child.result()
-    if result is None:  # the child failed: here, which raises what went wrong (or builds it after all)
+    if result is None:  # the child failed or got stuck: here, which raises what went wrong (or builds it after all)
         result = encoded_chart(analysis)
     # the fork itself (page tables of a ~1.5 GB process) is the one moment the loop cannot run
     log.info(
