@@ -10,7 +10,7 @@ from typing import Any, Mapping, NamedTuple, Protocol, Sequence
 from rca_lsp.model.stats import TensorStats, four_statistics, is_integer_dtype
 
 
-class EntryFields(Protocol):
+class BranchEntry(Protocol):
     """What a dump entry (dumps.dump.ModuleEntry) tells of where its tensors flow."""
 
     @property
@@ -58,7 +58,7 @@ def _nested(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
-def branch_outputs(entries: Mapping[str, EntryFields], ordered_entries: Sequence[EntryFields]) -> BranchOutputs:
+def branch_outputs(entries: Mapping[str, BranchEntry], ordered_entries: Sequence[BranchEntry]) -> BranchOutputs:
     """The dump's BranchOutputs, from its entries by key and in dump order."""
     with_stream: set[tuple[str, int]] = set()  # (path, call) of modules containing a fused-residual module
     for entry in entries.values():
@@ -114,8 +114,8 @@ def branch_outputs(entries: Mapping[str, EntryFields], ordered_entries: Sequence
 
 
 def _returns_reduced_sums(
-    entries: Mapping[str, EntryFields],
-    ordered_entries: Sequence[EntryFields],
+    entries: Mapping[str, BranchEntry],
+    ordered_entries: Sequence[BranchEntry],
     returns: dict[str, str],
     with_stream: set[tuple[str, int]],
 ) -> None:
