@@ -93,7 +93,24 @@ def is_activation_like(key: str) -> bool:
 
     Tokens, not substrings: the seed's substring test flags `multi_head` or `cumulative` as activations.
     """
-    parsed = split_module_key(key)  # its module's split is kept: cheap for every call's key
+    head, _, index = key.rpartition(".")
+    if not is_ascii_digits(index):
+        return _activation_like(key)
+    # a call index is a token of digits, never an activation's: the answer is its head's, in every call (asked of
+    # every key between a suspect and its boundary: hundreds of decode steps' calls of the same modules)
+    found = _ACTIVATION_BY_HEAD.get(head)
+    if found is None:
+        if len(_ACTIVATION_BY_HEAD) >= _MODULES_LIMIT:
+            _ACTIVATION_BY_HEAD.clear()
+        found = _ACTIVATION_BY_HEAD[head] = _activation_like(key)
+    return found
+
+
+_ACTIVATION_BY_HEAD: dict[str, bool] = {}
+
+
+def _activation_like(key: str) -> bool:
+    parsed = split_module_key(key)
     return _has_activation_token(f"{parsed.path.rpartition('.')[2]} {parsed.class_name}" if parsed else key)
 
 
