@@ -79,9 +79,12 @@ def _one_sided(
     found: list[OneSidedOp] = []
     train, rollout = analysis.train, analysis.rollout
     train_positions = [r.train_position for r in records]
-    for position in analysis.comparator.train_calls.get(call, []):
+    call_positions = analysis.comparator.train_calls.get(call, [])
+    entries = train.ordered_entries
+    # the unmatched keys only (a few among each call's 10^4), in dump order
+    for position in _within(analysis.unmatched[0].positions, call_positions[:1] + call_positions[-1:]):
         key = train.keys[position]
-        if key not in analysis.matched_train and is_activation_like(key):
+        if entries[position].call_index == call and is_activation_like(key):
             after = bisect.bisect_left(train_positions, position) - 1
             found.append(OneSidedOp("train", key, after, key in named))
     if records:
@@ -91,9 +94,9 @@ def _one_sided(
         firsts = [records[i].rollout_first_position for i in order]
         low, high = firsts[0], max(r.rollout_position for r in records)
         seen: set[str] = set()
-        for position in range(low, high + 1):
+        for position in _within(analysis.unmatched[1].positions, [low, high]):
             key = rollout.keys[position]
-            if key in analysis.matched_rollout or not is_activation_like(key):
+            if not is_activation_like(key):
                 continue
             path = rollout.entries[key].path
             if path in seen:
@@ -103,6 +106,13 @@ def _one_sided(
             found.append(OneSidedOp("rollout", key, order[slot] if slot >= 0 else -1, key in named))
     found.sort(key=lambda op: op.after)
     return found
+
+
+def _within(positions: list[int], span: list[int]) -> list[int]:
+    """The ascending `positions` from span[0] to span[-1], both included (none for an empty span)."""
+    if not span:
+        return []
+    return positions[bisect.bisect_left(positions, span[0]) : bisect.bisect_right(positions, span[-1])]
 
 
 def chart_data(analysis: Analysis, run_id: str | None = None) -> ChartData:
