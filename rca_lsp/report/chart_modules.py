@@ -22,7 +22,7 @@ from rca_lsp.compare.groupform import SpecTuple
 from rca_lsp.compare.module import ModuleComparison
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.diagnose.rootcause import Suspect
-from rca_lsp.model.keys import layer_index, parse_module_key
+from rca_lsp.model.keys import layer_index, split_module_key
 from rca_lsp.model.stats import TensorStats
 from rca_lsp.model.tolerance import Tolerances, normalise_dtype
 from rca_lsp.report.chart_schema import ChartModules, Number, Stats, TargetSeries, TargetStats
@@ -211,14 +211,12 @@ class Targets:
         return [index[at] for at in which.tolist()]
 
 
-def _call_free_label(head: str) -> str:
-    """The short label of a module key head (the path below its layer); '' for what is not a module key."""
-    key = head + ".0"
-    parsed = parse_module_key(key)
+def _call_free_label(head: str, layer: int | None) -> str:
+    """The short label of a module key head (the path below its layer `layer`); '' for what is not a module key."""
+    parsed = split_module_key(head + ".0")  # split once per head already (its keys were), no cache of its own
     if parsed is None:
         return ""
     path = parsed.path
-    layer = layer_index(key)
     if layer is not None:
         marker = f"layers.{layer}."
         at = path.find(marker)
@@ -240,12 +238,13 @@ class _KeyParts:
 
     def _head(self, head: str, key: str) -> tuple[int, int, int, int | None]:
         """A head's parts, read off the first key met with it (whose label it keeps when not a module key)."""
-        label = _call_free_label(head) or key
+        layer = layer_index(key)  # a call index ends the key: the head's layer
+        label = _call_free_label(head, layer) or key
         at = key.rfind("." + label + ".")
         local = self._local
         if at < 0:
-            return NO_TEXT, local[label], 0, layer_index(key)
-        return local[key[: at + 1]], local[label], at + 1 + len(label), layer_index(key)
+            return NO_TEXT, local[label], 0, layer
+        return local[key[: at + 1]], local[label], at + 1 + len(label), layer
 
     def of(self, keys: list[str]) -> tuple[np.ndarray, np.ndarray, list[int | None]]:
         """(keys, 3) each key's parts as local ids (NO_TEXT: none), each key's label id and layer."""
