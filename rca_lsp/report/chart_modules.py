@@ -14,7 +14,7 @@ import operator
 from functools import lru_cache
 from itertools import chain
 from operator import attrgetter
-from typing import TYPE_CHECKING, NamedTuple, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence, TypeVar
 
 import numpy as np
 
@@ -58,20 +58,21 @@ class StringTable:
         """The text's number (numbered now when new)."""
         return self.index[text]
 
-    def number(self, ids: np.ndarray, places: np.ndarray) -> np.ndarray:
-        """Numbers the texts of the local `ids` as if met one by one in the order of their `places` (0, 1, ... each
-        once); returns the number of each local id (-1: not numbered; NO_TEXT's: 0, what a missing part of a key
-        reads as)."""
-        met = np.empty(len(places), dtype=np.int64)
-        met[places] = ids
-        met = met[met != NO_TEXT]
-        distinct, first = np.unique(met, return_index=True)
+    def number(self, met: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[int]:
+        """Numbers texts as if met one by one in the order of their places: `met` holds blocks of local ids and each
+        one's place (distinct places; an id may be in several blocks); returns the number of each local id (-1: not
+        numbered; NO_TEXT's: 0, what a missing part of a key reads as)."""
+        ids = np.concatenate([block for block, _ in met])
+        places = np.concatenate([block_places for _, block_places in met])
+        in_order = ids[np.argsort(places, kind="stable")]
+        in_order = in_order[in_order != NO_TEXT]
+        distinct, first = np.unique(in_order, return_index=True)
         texts = [text or "" for text in self.local]  # NO_TEXT's None: "", number 0, never met
         number_of = self.index.__getitem__
         for local in distinct[np.argsort(first)].tolist():
             number_of(texts[local])
         known = self.index.get
-        return np.array([known(text, -1) for text in texts], dtype=np.int64)
+        return [known(text, -1) for text in texts]
 
     def table(self) -> list[str]:
         return list(self.index)
@@ -257,9 +258,9 @@ class _KeyParts:
                 known[head] = len(self._parts)
                 self._parts.append(self._head(head, first_key[head]))
         which = np.fromiter(map(known.__getitem__, heads), dtype=np.int64, count=len(keys))
-        prefix, label, tail = np.array([part[:3] for part in self._parts], dtype=np.int64).reshape(-1, 3)[which].T
+        prefix, label, tail = np.array([part[:3] for part in self._parts], dtype=np.int32).reshape(-1, 3)[which].T
         tails = [key[start:] for key, start in zip(keys, tail.tolist())]  # a whole key's tail: itself (start 0)
-        tail_ids = np.fromiter(map(self._local.__getitem__, tails), dtype=np.int64, count=len(keys))
+        tail_ids = np.fromiter(map(self._local.__getitem__, tails), dtype=np.int32, count=len(keys))
         whole = prefix == NO_TEXT  # keys whose label is not in them: numbered whole
         parts = np.stack(
             [np.where(whole, tail_ids, prefix), np.where(whole, NO_TEXT, label), np.where(whole, NO_TEXT, tail_ids)],
@@ -307,19 +308,28 @@ class _Layout:
         self.key_starts = np.zeros(len(key_counts) + 1, dtype=np.int64)
         np.cumsum(key_counts, out=self.key_starts[1:])
 
-    def key_places(self) -> np.ndarray:
-        """(keys, 3) the places of every key's parts, the keys of all records in order."""
-        owner = np.repeat(np.arange(len(self.starts)), np.diff(self.key_starts))
-        first = self.starts[owner] + 3 * (np.arange(len(owner)) - self.key_starts[owner])
-        return first[:, None] + np.arange(3)
+    def key_places(self, flat: np.ndarray) -> np.ndarray:
+        """The places of the keys' parts at these indexes of the keys' parts, all records' keys in order, 3 each."""
+        key, part = np.divmod(flat, 3)
+        owner = np.searchsorted(self.key_starts, key, "right") - 1
+        return self.starts[owner] + 3 * (key - self.key_starts[owner]) + part
 
-    def fixed_places(self) -> np.ndarray:
-        return self.fixed[:, None] + np.arange(_FIXED)
+    def fixed_places(self, flat: np.ndarray) -> np.ndarray:
+        """The places of the fixed texts at these indexes of the records' fixed texts, _FIXED each."""
+        record, column = np.divmod(flat, _FIXED)
+        return self.fixed[record] + column
+
+
+def _firsts(ids: np.ndarray, places: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Each distinct local id of a block laid out in order and the place of its first occurrence there (`places` of
+    its index in the block): what numbering needs of a block, without a place for each of its 10^6 texts."""
+    distinct, first = np.unique(ids, return_index=True)
+    return distinct, places(first)
 
 
 def _local_ids(texts: Sequence[str | None], local: _Numbering[str | None]) -> np.ndarray:
     """Local ids of texts (None: NO_TEXT)."""
-    return np.fromiter(map(local.__getitem__, texts), dtype=np.int64, count=len(texts))
+    return np.fromiter(map(local.__getitem__, texts), dtype=np.int32, count=len(texts))
 
 
 def _slot_ids(objects: Sequence[TensorStats | None], local: _Numbering[str | None]) -> tuple[np.ndarray, np.ndarray]:
@@ -363,17 +373,13 @@ def module_columns(
     layout = _Layout(key_counts, detail_counts)
     detail_ids = [_detail_texts(details[at], local) for at in marked]
     numbers = strings.number(
-        np.concatenate([key_ids.ravel(), fixed.ravel(), *detail_ids]),
-        np.concatenate(
-            [
-                layout.key_places().ravel(),
-                layout.fixed_places().ravel(),
-                *(layout.fixed[at] + _FIXED + np.arange(len(ids)) for at, ids in zip(marked, detail_ids)),
-            ]
-        ),
+        [
+            _firsts(key_ids.ravel(), layout.key_places),
+            _firsts(fixed.ravel(), layout.fixed_places),
+            *((ids, layout.fixed[at] + _FIXED + np.arange(len(ids))) for at, ids in zip(marked, detail_ids)),
+        ]
     )
-    numbered = numbers[fixed]  # no text reads as 0: None where the column says so (_or_none)
-    output_stats, shown_targets = _statistics(outputs, numbered, targets, marked, details, numbers, local, stats)
+    output_stats, shown_targets = _statistics(outputs, fixed, targets, marked, details, numbers, local, stats)
 
     # thresholds: the noise floors, then each target's tolerance, in order
     floors = {d: (None if c.fallback else thresholds(c.floor)) for d, c in analysis.calibration.by_dtype.items()}
@@ -381,24 +387,24 @@ def module_columns(
     floor_of = {d: floors.get(normalise_dtype(d) or "") for d in dict.fromkeys(output_dtypes)}
     tolerance = targets.tolerances(worst.reshape(-1), analysis.judge.tolerances, thresholds)
 
-    rollout_parts = numbers[np.delete(key_ids, train_at, axis=0)].ravel().tolist()
+    rollout_parts = _numbered(numbers, np.delete(key_ids, train_at, axis=0).ravel())
     rollout_ends = (3 * np.cumsum(key_counts - 1)).tolist()
     output, inputs, parameters = (
         TargetSeries(
             targets.errors(worst[:, kind]),
             tolerance[kind :: len(_VERDICTS)],
-            numbered[:, _TARGET + 2 * kind + 1].tolist(),
-            _or_none(numbered[:, _TARGET + 2 * kind], fixed[:, _TARGET + 2 * kind]),
+            _numbered(numbers, fixed[:, _TARGET + 2 * kind + 1]),
+            _numbered_or_none(numbers, fixed[:, _TARGET + 2 * kind]),
         )
         for kind in range(len(_VERDICTS))
     )
     every = ChartModules(
-        numbers[key_ids[train_at]].tolist(),
+        [[numbers[head], numbers[label], numbers[tail]] for head, label, tail in key_ids[train_at].tolist()],
         [rollout_parts[a:b] for a, b in zip([0, *rollout_ends[:-1]], rollout_ends)],
-        numbered[:, _LABEL].tolist(),
+        _numbered(numbers, fixed[:, _LABEL]),
         [key_layers[at] for at in train_at.tolist()],
-        numbered[:, _BUCKET].tolist(),
-        _or_none(numbered[:, _CLASS], fixed[:, _CLASS]),
+        _numbered(numbers, fixed[:, _BUCKET]),
+        _numbered_or_none(numbers, fixed[:, _CLASS]),
         list(map(floor_of.__getitem__, output_dtypes)),
         output,
         inputs,
@@ -437,7 +443,7 @@ def _fixed_texts(
     local: _Numbering[str | None],
 ) -> np.ndarray:
     """(records, _FIXED) the local ids of each record's fixed texts, but its label."""
-    fixed = np.full((len(comparisons), _FIXED), NO_TEXT, dtype=np.int64)
+    fixed = np.full((len(comparisons), _FIXED), NO_TEXT, dtype=np.int32)
     fixed[:, _BUCKET] = _local_ids(list(map(_MODULE_BUCKET, comparisons)), local)
     for call, start in zip(calls, call_starts.tolist()):
         position = {id(r): i for i, r in enumerate(call.records, start)}
@@ -467,11 +473,11 @@ def _detail_texts(own: Sequence[SpecTuple], local: _Numbering[str | None]) -> np
 
 def _statistics(
     outputs: _OutputObjects,
-    numbered: np.ndarray,
+    fixed: np.ndarray,
     targets: Targets,
     marked: list[int],
     details: dict[int, list[SpecTuple]],
-    numbers: np.ndarray,
+    numbers: list[int],
     local: _Numbering[str | None],
     stats: StatsTable,
 ) -> tuple[list[int | None], dict[int, list[TargetStats]]]:
@@ -481,10 +487,15 @@ def _statistics(
     for side, (objects, values) in enumerate(
         ((outputs.train, targets.table.train_values), (outputs.rollout, targets.table.rollout_values))
     ):
-        dtypes = numbered[:, _OUTPUT_STATS + 2 * side].tolist()
-        shapes = numbered[:, _OUTPUT_STATS + 2 * side + 1].tolist()
+        dtypes = _numbered(numbers, fixed[:, _OUTPUT_STATS + 2 * side])
+        shapes = _numbered(numbers, fixed[:, _OUTPUT_STATS + 2 * side + 1])
         rows = _rounded_rows(values[outputs.rows])
-        sides.append([None if s is None else _entry(s, *texts) for s, *texts in zip(objects, dtypes, shapes, rows)])
+        sides.append(
+            [
+                None if s is None else _entry(s, dtype, shape, row)
+                for s, dtype, shape, row in zip(objects, dtypes, shapes, rows)
+            ]
+        )
     met: list[Stats | None] = list(chain.from_iterable(zip(*sides)))
     output_stats: list[int | None] = []
     shown: dict[int, list[TargetStats]] = {}
@@ -495,8 +506,7 @@ def _statistics(
         own = details[at]
         own_stats = stats.numbered([_entry_of(s, numbers, local) for spec in own for s in (spec[3], spec[4])])
         shown[at] = [
-            TargetStats(int(numbers[local[spec[0]]]), own_stats[2 * i], own_stats[2 * i + 1])
-            for i, spec in enumerate(own)
+            TargetStats(numbers[local[spec[0]]], own_stats[2 * i], own_stats[2 * i + 1]) for i, spec in enumerate(own)
         ]
     output_stats += stats.numbered(met[2 * done :])
     return output_stats, shown
@@ -527,16 +537,21 @@ def _sliced(every: ChartModules, start: int, end: int) -> ChartModules:
     )
 
 
-def _entry_of(stats: TensorStats | None, numbers: np.ndarray, local: _Numbering[str | None]) -> Stats | None:
+def _entry_of(stats: TensorStats | None, numbers: list[int], local: _Numbering[str | None]) -> Stats | None:
     """The statistics entry of an object whose texts are numbered already, rounded from the object."""
     if stats is None:
         return None
-    return _entry(stats, int(numbers[local[stats.dtype or ""]]), int(numbers[local[_shape(stats.shape)]]), None)
+    return _entry(stats, numbers[local[stats.dtype or ""]], numbers[local[_shape(stats.shape)]], None)
 
 
-def _or_none(numbers: np.ndarray, ids: np.ndarray) -> list[int | None]:
-    """`numbers` where a text was, None elsewhere."""
-    listed: list[int | None] = numbers.tolist()
+def _numbered(numbers: list[int], ids: np.ndarray) -> list[int]:
+    """The numbers of the texts of local `ids` (the one int object of each: 10^6 cells share a few thousand)."""
+    return list(map(numbers.__getitem__, ids.tolist()))
+
+
+def _numbered_or_none(numbers: list[int], ids: np.ndarray) -> list[int | None]:
+    """`_numbered`, None where there is no text."""
+    found: list[int | None] = list(_numbered(numbers, ids))
     for at in np.flatnonzero(ids == NO_TEXT).tolist():
-        listed[at] = None
-    return listed
+        found[at] = None
+    return found
