@@ -3,9 +3,10 @@
 A chart numbers its texts (keys, labels, buckets, target names, verdicts, dtypes, shapes) and its statistics entries
 in the order they first appear, module after module, call after call. Made module by module, ~20 numbers each in
 Python calls, that was most of a chart's time on 10^5 modules. Here each column is read off all records in one pass
-and its texts given local ids (any order); the local ids are then laid out at the places the module-by-module build
-met them (`_Layout`), and numbered in the order of their first place (`StringTable.number`): the same numbers, so the
-same chart data, to the byte (tests/test_outputs_unchanged.py)."""
+and its texts given local ids (any order); each block of them (the keys' parts, the fixed texts, a marked module's
+targets) gives its distinct ids and the place where the module-by-module build met each first (`_Layout`), and they
+are numbered in that order (`StringTable.number`): the same numbers, so the same chart data, to the byte
+(tests/test_outputs_unchanged.py)."""
 
 from __future__ import annotations
 
@@ -53,10 +54,6 @@ class StringTable:
     def __init__(self) -> None:
         self.index = _Numbering[str]({"": 0})
         self.local = _Numbering[str | None]({None: NO_TEXT})
-
-    def __call__(self, text: str) -> int:
-        """The text's number (numbered now when new)."""
-        return self.index[text]
 
     def number(self, met: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[int]:
         """Numbers texts as if met one by one in the order of their places: `met` holds blocks of local ids and each
