@@ -138,7 +138,10 @@ def _chart_data(analysis: Analysis, run_id: str | None) -> ChartData:
         boundary = _marker(records, origin.boundary if origin else None, None)
         if boundary is not None:
             marked.add(boundary.index)
-        shown.append(CallModules(records, {id(s.record): s for s in evidence.suspects}, marked))
+        classifications = {
+            position[id(s.record)]: s.classification for s in evidence.suspects if id(s.record) in position
+        }
+        shown.append(CallModules(records, classifications, marked))
         markers.append((origin, boundary))
     columns = module_columns(shown, analysis, strings, stats, thresholds, Targets(analysis))
     texts = strings.table()

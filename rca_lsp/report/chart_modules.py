@@ -15,14 +15,13 @@ import operator
 from functools import lru_cache
 from itertools import chain
 from operator import attrgetter
-from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, Sequence, TypeVar
 
 import numpy as np
 
 from rca_lsp.compare.groupform import SpecTuple
 from rca_lsp.compare.module import ModuleComparison
 from rca_lsp.compare.records import ModuleRecord
-from rca_lsp.diagnose.rootcause import Suspect
 from rca_lsp.model.keys import layer_index, split_module_key
 from rca_lsp.model.stats import TensorStats
 from rca_lsp.model.tolerance import Tolerances, normalise_dtype
@@ -268,11 +267,11 @@ class _KeyParts:
 
 
 class CallModules(NamedTuple):
-    """One call's records in train completion order, its suspects (by their record's id) and the indexes of the
-    records whose every target is shown (marked)."""
+    """One call's records in train completion order, the classification of each suspect's (by record index) and the
+    indexes of the records whose every target is shown (marked)."""
 
     records: Sequence[ModuleRecord]
-    suspects: dict[int, Suspect]
+    classifications: Mapping[int, str]
     marked: set[int]
 
 
@@ -443,11 +442,8 @@ def _fixed_texts(
     fixed = np.full((len(comparisons), _FIXED), NO_TEXT, dtype=np.int32)
     fixed[:, _BUCKET] = _local_ids(list(map(_MODULE_BUCKET, comparisons)), local)
     for call, start in zip(calls, call_starts.tolist()):
-        position = {id(r): i for i, r in enumerate(call.records, start)}
-        for record_id, suspect in call.suspects.items():
-            at = position.get(record_id)
-            if at is not None:
-                fixed[at, _CLASS] = local[suspect.classification]
+        for index, classification in call.classifications.items():
+            fixed[start + index, _CLASS] = local[classification]
     for kind, verdict in enumerate(_VERDICTS):
         rows = worst[:, kind]
         shown = np.flatnonzero(rows >= 0)
