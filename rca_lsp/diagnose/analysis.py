@@ -77,7 +77,6 @@ class Compared:
 class Analysis(Compared):
     flagged: list[MappingEntry]  # entries naming keys that are not in the dumps, in file order
     issues: list[MappingIssue]
-    owners: Owners
     by_train_key: dict[str, ModuleRecord]
     matched_train: set[str]
     matched_rollout: set[str]
@@ -89,6 +88,12 @@ class Analysis(Compared):
     calibration: Calibration  # the run's noise floor per dtype, and the thresholds the records were judged by
     series: ErrorSeries  # the errors calibrated, kept to calibrate again after an edit
     judge: Comparator  # the comparator under those thresholds (comparator itself when nothing was tightened)
+
+    @cached_property
+    def owners(self) -> Owners:
+        """Rollout key -> the train keys naming it: what an edit regroups by (an analysis no edit follows never
+        needs it; _update carries it along)."""
+        return owners_of(self.usable)
 
     @cached_property
     def structural(self) -> list[ModuleRecord]:
@@ -108,11 +113,15 @@ def _data_note(comparator: Comparator) -> str | None:
     return choice.describe() if choice is not None else None
 
 
-def _usable_mapping(effective: dict[str, MappingEntry], train: Dump, rollout: Dump) -> Usable:
+def _usable_mapping(effective: dict[str, MappingEntry], train: Dump, rollout: Dump) -> tuple[Usable, bool]:
+    """The entries' keys present in the dumps (an entry with none is left out), and whether every key the entries
+    name is present (then validate.unknown_entries finds none of them)."""
     usable: Usable = {}
+    known = True
     train_entries, rollout_entries = train.entries, rollout.entries
     for train_key, entry in effective.items():
         if train_key not in train_entries:
+            known = False
             continue
         keys = entry.rollout_keys
         if len(keys) == 1 and keys[0] in rollout_entries:
@@ -120,11 +129,14 @@ def _usable_mapping(effective: dict[str, MappingEntry], train: Dump, rollout: Du
             continue
         if len(keys) == 1:  # forward.*: every call (the common case of a decode rollout, hundreds of them)
             present = tuple(rollout.calls_of(keys[0]))
+            known = known and bool(present)
         else:
-            present = tuple(dict.fromkeys(k for key in keys for k in rollout.calls_of(key)))
+            found = [rollout.calls_of(key) for key in keys]
+            known = known and all(found)
+            present = tuple(dict.fromkeys(chain.from_iterable(found)))
         if present:
             usable[train_key] = present
-    return usable
+    return usable, known
 
 
 def _rows(train: Dump, mapping: ParsedMapping, usable: Usable) -> list[MappingRow]:
@@ -221,7 +233,7 @@ def _usable_after_edit(mapping: ParsedMapping, previous: Analysis) -> tuple[Usab
     for key in edited:
         usable.pop(key, None)
     usable.update(
-        _usable_mapping({k: effective[k] for k in edited if k in effective}, previous.train, previous.rollout)
+        _usable_mapping({k: effective[k] for k in edited if k in effective}, previous.train, previous.rollout)[0]
     )
     return usable, [k for k in edited if usable.get(k) != previous.usable.get(k)]
 
@@ -240,11 +252,14 @@ def _calibrated(comparator: Comparator, series: ErrorSeries) -> tuple[Calibratio
 
 def _analyze(mapping: ParsedMapping, comparator: Comparator, on_compared: OnCompared | None = None) -> Analysis:
     train, rollout = comparator.train, comparator.rollout
-    usable = _usable_mapping(mapping.effective(), train, rollout)
+    effective = mapping.effective()
+    usable, all_known = _usable_mapping(effective, train, rollout)
     groups = build_groups(usable, train, rollout)
-    series = ErrorSeries.of(comparator.records(groups))
+    records = comparator.records(groups)
+    series = ErrorSeries.of(records)
     calibration, judge = _calibrated(comparator, series)
-    records = judge.records(groups)
+    if judge is not comparator:
+        records = judge.records(groups)
     if on_compared is not None:
         on_compared(Compared(comparator, mapping, usable, records))
     # a record's keys are its group's
@@ -254,7 +269,10 @@ def _analyze(mapping: ParsedMapping, comparator: Comparator, on_compared: OnComp
     root_cause = RootCauseAnalysis(train, rollout, unmatched, _data_note(comparator))
     calls = {call: root_cause.call_evidence(rs) for call, rs in _by_call(records).items()}
     unmapped = {call: _unmapped_between(train, keys, matched_train) for call, keys in comparator.train_calls.items()}
-    flagged = unknown_entries(mapping.entries, train, rollout)
+    # every key known and no train key defined twice (an earlier definition's keys are not in `effective`): none
+    flagged = (
+        [] if all_known and len(effective) == len(mapping.entries) else unknown_entries(mapping.entries, train, rollout)
+    )
     return Analysis(
         comparator=comparator,
         mapping=mapping,
@@ -262,7 +280,6 @@ def _analyze(mapping: ParsedMapping, comparator: Comparator, on_compared: OnComp
         records=records,
         flagged=flagged,
         issues=_issues(mapping, flagged, comparator),
-        owners=owners_of(usable),
         by_train_key={k: r for (train_keys, _), r in zip(groups, records) for k in train_keys},
         matched_train=matched_train,
         matched_rollout=matched_rollout,
@@ -284,7 +301,7 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
     issues = _issues(mapping, flagged, comparator)
     usable, changed = _usable_after_edit(mapping, previous)
     if not changed:  # no entry pairs other keys than before: the same comparisons
-        return replace(previous, mapping=mapping, flagged=flagged, issues=issues, usable=usable)
+        return _with_owners(replace(previous, mapping=mapping, flagged=flagged, issues=issues, usable=usable), previous)
     owners = updated_owners(previous.owners, previous.usable, usable, changed)
     dirty, groups = regroup(changed, usable, owners, previous.by_train_key, train, rollout)
     old = {id(r): r for k in dirty if (r := previous.by_train_key.get(k)) is not None}
@@ -333,13 +350,12 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
     calibration, judge = _calibrated(comparator, series)
     if judge is not previous.judge:  # the edit moved the noise floor: every verdict may change
         return _analyze(mapping, comparator)
-    return replace(
+    updated = replace(
         previous,
         mapping=mapping,
         flagged=flagged,
         issues=issues,
         usable=usable,
-        owners=owners,
         records=records,
         by_train_key=by_train_key,
         matched_train=matched_train,
@@ -352,6 +368,15 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
         calibration=calibration,
         series=series,
     )
+    updated.__dict__["owners"] = owners  # the cached property, worked out for this usable mapping already
+    return updated
+
+
+def _with_owners(analysis: Analysis, previous: Analysis) -> Analysis:
+    """`analysis`, of the same usable mapping as `previous`, with its owners if `previous` worked them out."""
+    if "owners" in previous.__dict__:
+        analysis.__dict__["owners"] = previous.__dict__["owners"]
+    return analysis
 
 
 def _calls_after(

@@ -157,12 +157,19 @@ class Pipeline:
         laps.lap("publish")
         log.info("analysed %s (version %s): %s", doc.path.name, version, laps)
         self.release(replaced)
+        kept = doc.analysis
+        if kept is not None:  # what the next edit's analysis reads of this one, worked out meanwhile
+            self._after_publish(lambda: kept.owners)
 
     def release(self, replaced: list[object]) -> None:
         """Free what a run replaced (the previous parse and analysis: containers of 10^5 items each, milliseconds to
         free) in a worker thread, once the run has published: not on the loop, not before the publish."""
+        self._after_publish(replaced.clear)
+
+    def _after_publish(self, work: Callable[[], object]) -> None:
+        """`work` in a worker thread: what a run does once it has published."""
         try:
-            self.server.executor.submit(replaced.clear)
+            self.server.executor.submit(work)
         except RuntimeError:  # shutting down
             pass
 
