@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
+import pytest
 from builders import ROLLOUT, TRAIN, entry, mlp_layer, write_dump, write_mapping
 
 from rca_lsp.diagnose.analysis import Analysis
@@ -127,3 +129,41 @@ def test_unknown_keys_are_reported_with_closest_matches(tmp_path: Path) -> None:
     assert issue.key == typo and issue.suggestions[0] == f"{TRAIN}.0.mlp.linear_fc2.Linear.forward.0"
     text = analysis.mapping.text
     assert analysis.mapping.line_of(issue.span) == text[: text.index(typo)].count("\n") + 1
+
+
+FC1 = f"{TRAIN}.0.mlp.linear_fc1.ColumnParallelLinear.forward.0"
+
+
+@pytest.mark.parametrize(
+    "value, wanted",
+    [
+        ([f"{ROLLOUT}.0.mlp.gate_proj.Linear.forward.0", f"{ROLLOUT}.0.mlp.up_prj.Linear.forward.0"], True),
+        (f"{ROLLOUT}.0.mlp.gate_prj.Linear.forward.*", True),
+        ([f"{ROLLOUT}.0.mlp.gate_proj.Linear.forward.0", f"{ROLLOUT}.0.mlp.up_proj.Linear.forward.0"], False),
+    ],
+    ids=["one of several keys unknown", "unknown forward.*", "every key known"],
+)
+def test_an_entry_naming_an_unknown_key_is_flagged(tmp_path: Path, value: object, wanted: bool) -> None:
+    """The entries naming a key no dump has are flagged, whichever form their value takes (the usable mapping
+    says when none does, and the search for them is skipped then)."""
+    train = mlp_layer(TRAIN, 0, NAMES_TRAIN, X, GATE, UP, ACT, OUT)
+    rollout = mlp_layer(ROLLOUT, 0, NAMES_ROLLOUT, X, GATE, UP, ACT, OUT, act_module=True, fused_fc1=False)
+    analysis = run(tmp_path, train, rollout, mapping_for() | {FC1: value})
+    assert [entry.train_key for entry in analysis.flagged] == ([FC1] if wanted else [])
+    assert any(i.code == "unknown-rollout-key" for i in analysis.issues) == wanted
+
+
+def test_an_earlier_definition_of_a_key_naming_an_unknown_key_is_flagged(tmp_path: Path) -> None:
+    """A train key defined twice: the last definition is analysed, and an earlier one naming a key no dump has is
+    still flagged where it stands, though every key of the definitions analysed is known."""
+    train = mlp_layer(TRAIN, 0, NAMES_TRAIN, X, GATE, UP, ACT, OUT)
+    rollout = mlp_layer(ROLLOUT, 0, NAMES_ROLLOUT, X, GATE, UP, ACT, OUT, act_module=True, fused_fc1=False)
+    write_dump(tmp_path / "train" / "dump.json", train)
+    write_dump(tmp_path / "rollout" / "dump.json", rollout)
+    earlier = f'  "{FC1}": "{ROLLOUT}.0.mlp.gate_prj.Linear.forward.0",\n'
+    text = json.dumps(mapping_for(), indent=2).replace("{\n", "{\n" + earlier, 1)
+    (tmp_path / "mapping_key.json").write_text(text)
+    analysis = analyze_paths(tmp_path / "train", tmp_path / "rollout", tmp_path / "mapping_key.json")
+    assert len(analysis.flagged) == 1 and analysis.flagged[0].train_key == FC1
+    assert "gate_prj" in analysis.flagged[0].rollout_keys[0]
+    assert len(analysis.records) == 3  # the last definition of FC1 is compared
