@@ -39,7 +39,7 @@ from typing import Any
 
 import orjson
 from bench_analyze import analyze_argv, ensure_dataset, floor_argv, warm_caches
-from bench_common import LARGE, benchmark_parser
+from bench_common import LARGE, benchmark_parser, tensor_parallel_set
 
 _TABLES = ("output_1_key_mapping", "output_2_mapping", "output_3_value_compare", "output_4_module_analysis")
 
@@ -156,8 +156,9 @@ def main() -> None:
     parser.add_argument(
         "--settle", type=float, default=5.0, help="seconds between deleting a copy and writing the next"
     )
+    parser.add_argument("--tp", type=int, default=1, help="train ranks of a tensor-parallel set (bench_parallel.py's)")
     args = parser.parse_args()
-    paths = ensure_dataset(args.data_dir)
+    paths = ensure_dataset(args.data_dir, tensor_parallel_set(args.tp) if args.tp > 1 else LARGE)
     warm_caches(paths)
     with tempfile.TemporaryDirectory(dir=args.data_dir) as kept:
         out_dir = Path(kept) / "outputs"
