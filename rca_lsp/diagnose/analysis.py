@@ -301,7 +301,8 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
     issues = _issues(mapping, flagged, comparator)
     usable, changed = _usable_after_edit(mapping, previous)
     if not changed:  # no entry pairs other keys than before: the same comparisons
-        return _with_owners(replace(previous, mapping=mapping, flagged=flagged, issues=issues, usable=usable), previous)
+        unchanged = replace(previous, mapping=mapping, flagged=flagged, issues=issues, usable=usable)
+        return _with_owners(unchanged, previous.__dict__.get("owners"))
     owners = updated_owners(previous.owners, previous.usable, usable, changed)
     dirty, groups = regroup(changed, usable, owners, previous.by_train_key, train, rollout)
     old = {id(r): r for k in dirty if (r := previous.by_train_key.get(k)) is not None}
@@ -368,14 +369,13 @@ def _update(mapping: ParsedMapping, previous: Analysis) -> Analysis:
         calibration=calibration,
         series=series,
     )
-    updated.__dict__["owners"] = owners  # the cached property, worked out for this usable mapping already
-    return updated
+    return _with_owners(updated, owners)
 
 
-def _with_owners(analysis: Analysis, previous: Analysis) -> Analysis:
-    """`analysis`, of the same usable mapping as `previous`, with its owners if `previous` worked them out."""
-    if "owners" in previous.__dict__:
-        analysis.__dict__["owners"] = previous.__dict__["owners"]
+def _with_owners(analysis: Analysis, owners: Owners | None) -> Analysis:
+    """`analysis` with its owners (the cached property), when they were worked out for its usable mapping already."""
+    if owners is not None:
+        analysis.__dict__["owners"] = owners
     return analysis
 
 
