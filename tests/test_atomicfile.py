@@ -97,6 +97,16 @@ def test_temporary_names_say_whose_they_are(tmp_path: Path) -> None:
     assert not is_stale_temporary(dead.replace(host_label(), "another-host"))
 
 
+def test_a_temporary_that_cannot_be_made_is_an_error_naming_the_file_asked_for(tmp_path: Path) -> None:
+    """A folder the temporary cannot go in (as root too: beneath a regular file; for a user, one without write
+    permission): the error names the output file, not the temporary's made-up name."""
+    (tmp_path / "a_file").write_text("not a folder")
+    target = tmp_path / "a_file" / "output_5_root_cause_report.json"
+    with pytest.raises(OSError) as caught:
+        create_temporary(target)
+    assert isinstance(caught.value, NotADirectoryError) and caught.value.filename == str(target)
+
+
 def test_a_later_run_removes_the_temporaries_of_a_killed_one_and_nothing_else(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()

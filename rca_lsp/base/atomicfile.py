@@ -40,7 +40,8 @@ def host_label() -> str:
 
 def create_temporary(path: Path) -> tuple[int, Path]:
     """A new temporary file beside `path`, open for writing: its descriptor and name. Created with mode 0o666 so
-    the umask applies as for `open(path, "w")` (tempfile.mkstemp makes every file 0o600)."""
+    the umask applies as for `open(path, "w")` (tempfile.mkstemp makes every file 0o600). An error names `path`,
+    the file the user asked for (a folder without write permission), not the temporary."""
     stem = f"{_PREFIX}{host_label()}.{os.getpid()}.{path.name}"
     while True:
         temporary = path.with_name(f"{stem}.{secrets.token_hex(4)}.tmp")
@@ -48,6 +49,8 @@ def create_temporary(path: Path) -> tuple[int, Path]:
             return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temporary
         except FileExistsError:
             continue
+        except OSError as error:
+            raise OSError(error.errno, error.strerror, str(path)) from None
 
 
 class UnwritableTarget(OSError):
