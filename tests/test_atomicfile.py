@@ -60,6 +60,31 @@ def test_an_atomic_write_gets_the_mode_open_would_give(tmp_path: Path, umask: in
     )
 
 
+@pytest.mark.parametrize("kept", [0o600, 0o640, 0o444])
+def test_a_replaced_file_keeps_its_permissions(tmp_path: Path, kept: int) -> None:
+    """As `open(path, "w")` keeps them: a mapping file the user made private is not made world-readable by
+    suggest-mapping writing it again."""
+    path = tmp_path / "mapping.json"
+    path.write_text("{}")
+    path.chmod(kept)
+    link = tmp_path / "link.json"
+    link.symlink_to(path)
+    write_atomically(path, b"[]")
+    assert mode(path) == kept and path.read_bytes() == b"[]"
+    write_atomically(link, b"[1]")  # written through to the file, which keeps its mode
+    assert mode(path) == kept and path.read_bytes() == b"[1]"
+
+
+def test_suggest_mapping_keeps_the_permissions_of_the_file_it_replaces(tmp_path: Path) -> None:
+    mapping = tmp_path / "mapping.json"
+    mapping.write_text("{}")
+    mapping.chmod(0o600)
+    dumps = ("--train", str(SOURCE / "train"), "--rollout", str(SOURCE / "rollout"))
+    result = rca("suggest-mapping", *dumps, "--existing", "mapping.json", "-o", "mapping.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert mode(mapping) == 0o600 and mapping.read_text() != "{}"
+
+
 @pytest.mark.parametrize("fork", [False, True])
 def test_every_output_file_follows_the_umask(tmp_path: Path, umask_027: None, fork: bool) -> None:
     analysis = analyze_paths(SOURCE / "train", SOURCE / "rollout", SOURCE / "mapping_key.json")
