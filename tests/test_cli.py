@@ -8,9 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import FIXTURES
 
-from rca_lsp.cli.main import DEMO_DIR
+from rca_lsp.cli.main import DEMO_DIR, main
 
 DEMO_SOURCE = FIXTURES / "missing_activation"
 
@@ -144,6 +145,30 @@ def test_an_unwritable_output_folder_is_a_one_line_error(tmp_path: Path) -> None
     result = rca("analyze", "--out-dir", str(blocker / "out"), cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip() == f"rca-lsp: error: {blocker / 'out'}: cannot write the output files: Not a directory"
+
+
+def test_an_out_dir_that_is_no_folder_is_refused_before_the_analysis(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Said before the dumps are read (minutes on large ones), in words: not mkdir's "File exists"."""
+
+    def no_analysis(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the analysis ran")
+
+    monkeypatch.setattr("rca_lsp.cli.main.analyze_paths", no_analysis)
+    (tmp_path / "a_file").write_text("kept")
+    (tmp_path / "a_link").symlink_to(tmp_path / "gone")
+    cases = {
+        "a_file": "a_file: cannot write the output files: a file, not a folder",
+        "a_link": f"a_link: cannot write the output files: a symbolic link to nothing ({tmp_path / 'gone'})",
+        "": "--out-dir: an empty folder name",  # e.g. --out-dir "$OUT" with OUT unset: not ./rca_out
+    }
+    for out, message in cases.items():
+        given = str(tmp_path / out) if out else out
+        assert main(list(analyze_args(DEMO_SOURCE, Path("placeholder")))[:-1] + [given]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.rstrip().endswith(message), err
+    assert (tmp_path / "a_file").read_text() == "kept" and not (tmp_path / "gone").exists()
 
 
 def test_unknown_keys_are_warnings_naming_the_line(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from rca_lsp.base.errors import InputError
 from rca_lsp.base.forkpart import can_fork
 from rca_lsp.cli import export as export_cli
 from rca_lsp.cli import suggest as suggest_cli
+from rca_lsp.cli.output_file import output_folder
 from rca_lsp.cli.progress import Progress
 from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
 from rca_lsp.diagnose.analysis import Analysis, Compared
@@ -157,7 +158,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         train, rollout, mapping = Path(args.train), Path(args.rollout), Path(args.mapping_key)
     train_options, rollout_options = side_options(args)
     progress = Progress()
-    out_dir = Path(args.out_dir or "rca_out")
+    out_dir = output_folder("rca_out" if args.out_dir is None else args.out_dir)
 
     def compared(result: Compared) -> None:  # the groups compared: the tables are written from now on
         raise_if_unusable(result.mapping)  # before anything is written
