@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import filecmp
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -336,3 +337,19 @@ def test_a_null_entry_is_said_to_have_no_data_not_to_be_unknown(tmp_path: Path) 
     assert result.returncode == 0, result.stderr
     warning = next(line for line in result.stderr.splitlines() if "unknown-train-key" in line)
     assert f"train key has no entry data in {train} (a null entry)" in warning and "unknown train key" not in warning
+
+
+def test_serve_on_an_address_it_cannot_take_is_a_one_line_error(tmp_path: Path) -> None:
+    """A port in use, out of range, or a host that does not resolve: not asyncio's traceback with status 1."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for address, said in {
+            f"127.0.0.1:{port}": f"--tcp: cannot listen on 127.0.0.1:{port}: ",
+            "127.0.0.1:99999": "--tcp: expected HOST:PORT (a port from 0 to 65535), got '127.0.0.1:99999'",
+            "no-such-host.invalid:2087": "--tcp: cannot listen on no-such-host.invalid:2087: ",
+        }.items():
+            result = rca("serve", "--tcp", address, cwd=tmp_path)
+            assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+            assert result.stderr.startswith(f"rca-lsp: error: {said}") and result.stderr.count("\n") == 1

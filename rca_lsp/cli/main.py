@@ -251,9 +251,12 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.getLogger("rca_lsp").setLevel(args.log_level.upper())
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")
-        if not is_ascii_digits(port):
-            raise InputError("--tcp", f"expected HOST:PORT, got {args.tcp!r}")
-        server.start_tcp(host or "127.0.0.1", int(port))
+        if not is_ascii_digits(port) or int(port) > 65535:
+            raise InputError("--tcp", f"expected HOST:PORT (a port from 0 to 65535), got {args.tcp!r}")
+        try:  # an address in use, a host that does not resolve: one line, not asyncio's traceback
+            server.start_tcp(host.removeprefix("[").removesuffix("]") or "127.0.0.1", int(port))  # [::1]:2087
+        except OSError as error:
+            raise InputError("--tcp", f"cannot listen on {args.tcp}: {error.strerror or error}") from None
     else:
         server.start_io()
     return 0
