@@ -146,6 +146,10 @@ def test_directory_layouts(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="no dump.json found"):
         resolve_dump_source(tmp_path / "empty")
+    (tmp_path / "two" / "step4").mkdir()  # a step that did not dump (or is still being copied)
+    write_dump(tmp_path / "two" / "step5" / "proc7" / "dump.json", {KEY: entry([1.0], [1.0])})
+    with pytest.raises(InputError, match=r"; step4 \(no dump.json\); step5 \(1 proc folder\); choose one"):
+        resolve_dump_source(tmp_path / "two")
 
 
 def test_cache_reuses_until_file_changes(tmp_path: Path) -> None:
