@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import filecmp
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -353,3 +354,18 @@ def test_serve_on_an_address_it_cannot_take_is_a_one_line_error(tmp_path: Path) 
             result = rca("serve", "--tcp", address, cwd=tmp_path)
             assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
             assert result.stderr.startswith(f"rca-lsp: error: {said}") and result.stderr.count("\n") == 1
+
+
+def test_analyze_with_its_output_closed_still_ends_well(tmp_path: Path) -> None:
+    """Started with stdout closed (`>&-`, as some schedulers do): Python's sys.stdout is None; the summary has
+    nowhere to go, the files are written and the status is 0, not an AttributeError at exit."""
+    result = subprocess.run(
+        [sys.executable, "-m", "rca_lsp", *analyze_args(DEMO_SOURCE, tmp_path / "o")],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert (tmp_path / "o" / "output_manifest.json").is_file()

@@ -217,8 +217,9 @@ def _output_errors(out_dir: Path) -> Iterator[None]:
 
 def _exit_without_teardown() -> NoReturn:
     """End the process now: freeing the analysis' ~10^7 objects one by one took ~2 s on a 160 MB dump pair."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:  # None: started with the descriptor closed (`>&-`), nothing to flush
+            stream.flush()
     os._exit(0)
 
 
