@@ -60,6 +60,31 @@ def test_an_atomic_write_gets_the_mode_open_would_give(tmp_path: Path, umask: in
     )
 
 
+@pytest.mark.parametrize("kept", [0o600, 0o640, 0o444])
+def test_a_replaced_file_keeps_its_permissions(tmp_path: Path, kept: int) -> None:
+    """As `open(path, "w")` keeps them: a mapping file the user made private is not made world-readable by
+    suggest-mapping writing it again."""
+    path = tmp_path / "mapping.json"
+    path.write_text("{}")
+    path.chmod(kept)
+    link = tmp_path / "link.json"
+    link.symlink_to(path)
+    write_atomically(path, b"[]")
+    assert mode(path) == kept and path.read_bytes() == b"[]"
+    write_atomically(link, b"[1]")  # written through to the file, which keeps its mode
+    assert mode(path) == kept and path.read_bytes() == b"[1]"
+
+
+def test_suggest_mapping_keeps_the_permissions_of_the_file_it_replaces(tmp_path: Path) -> None:
+    mapping = tmp_path / "mapping.json"
+    mapping.write_text("{}")
+    mapping.chmod(0o600)
+    dumps = ("--train", str(SOURCE / "train"), "--rollout", str(SOURCE / "rollout"))
+    result = rca("suggest-mapping", *dumps, "--existing", "mapping.json", "-o", "mapping.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert mode(mapping) == 0o600 and mapping.read_text() != "{}"
+
+
 @pytest.mark.parametrize("fork", [False, True])
 def test_every_output_file_follows_the_umask(tmp_path: Path, umask_027: None, fork: bool) -> None:
     analysis = analyze_paths(SOURCE / "train", SOURCE / "rollout", SOURCE / "mapping_key.json")
@@ -95,6 +120,16 @@ def test_temporary_names_say_whose_they_are(tmp_path: Path) -> None:
     dead = temporary.name.replace(f".{os.getpid()}.", f".{finished_pid()}.")
     assert is_stale_temporary(dead)
     assert not is_stale_temporary(dead.replace(host_label(), "another-host"))
+
+
+def test_a_temporary_that_cannot_be_made_is_an_error_naming_the_file_asked_for(tmp_path: Path) -> None:
+    """A folder the temporary cannot go in (as root too: beneath a regular file; for a user, one without write
+    permission): the error names the output file, not the temporary's made-up name."""
+    (tmp_path / "a_file").write_text("not a folder")
+    target = tmp_path / "a_file" / "output_5_root_cause_report.json"
+    with pytest.raises(OSError) as caught:
+        create_temporary(target)
+    assert isinstance(caught.value, NotADirectoryError) and caught.value.filename == str(target)
 
 
 def test_a_later_run_removes_the_temporaries_of_a_killed_one_and_nothing_else(tmp_path: Path) -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import filecmp
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import FIXTURES
 
-from rca_lsp.cli.main import DEMO_DIR
+from rca_lsp.cli.main import DEMO_DIR, main
 
 DEMO_SOURCE = FIXTURES / "missing_activation"
 
@@ -144,6 +147,30 @@ def test_an_unwritable_output_folder_is_a_one_line_error(tmp_path: Path) -> None
     result = rca("analyze", "--out-dir", str(blocker / "out"), cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip() == f"rca-lsp: error: {blocker / 'out'}: cannot write the output files: Not a directory"
+
+
+def test_an_out_dir_that_is_no_folder_is_refused_before_the_analysis(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Said before the dumps are read (minutes on large ones), in words: not mkdir's "File exists"."""
+
+    def no_analysis(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the analysis ran")
+
+    monkeypatch.setattr("rca_lsp.cli.main.analyze_paths", no_analysis)
+    (tmp_path / "a_file").write_text("kept")
+    (tmp_path / "a_link").symlink_to(tmp_path / "gone")
+    cases = {
+        "a_file": "a_file: cannot write the output files: a file, not a folder",
+        "a_link": f"a_link: cannot write the output files: a symbolic link to nothing ({tmp_path / 'gone'})",
+        "": "--out-dir: an empty folder name",  # e.g. --out-dir "$OUT" with OUT unset: not ./rca_out
+    }
+    for out, message in cases.items():
+        given = str(tmp_path / out) if out else out
+        assert main(list(analyze_args(DEMO_SOURCE, Path("placeholder")))[:-1] + [given]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.rstrip().endswith(message), err
+    assert (tmp_path / "a_file").read_text() == "kept" and not (tmp_path / "gone").exists()
 
 
 def test_unknown_keys_are_warnings_naming_the_line(tmp_path: Path) -> None:
@@ -311,3 +338,34 @@ def test_a_null_entry_is_said_to_have_no_data_not_to_be_unknown(tmp_path: Path) 
     assert result.returncode == 0, result.stderr
     warning = next(line for line in result.stderr.splitlines() if "unknown-train-key" in line)
     assert f"train key has no entry data in {train} (a null entry)" in warning and "unknown train key" not in warning
+
+
+def test_serve_on_an_address_it_cannot_take_is_a_one_line_error(tmp_path: Path) -> None:
+    """A port in use, out of range, or a host that does not resolve: not asyncio's traceback with status 1."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for address, said in {
+            f"127.0.0.1:{port}": f"--tcp: cannot listen on 127.0.0.1:{port}: ",
+            "127.0.0.1:99999": "--tcp: expected HOST:PORT (a port from 0 to 65535), got '127.0.0.1:99999'",
+            "no-such-host.invalid:2087": "--tcp: cannot listen on no-such-host.invalid:2087: ",
+        }.items():
+            result = rca("serve", "--tcp", address, cwd=tmp_path)
+            assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+            assert result.stderr.startswith(f"rca-lsp: error: {said}") and result.stderr.count("\n") == 1
+
+
+def test_analyze_with_its_output_closed_still_ends_well(tmp_path: Path) -> None:
+    """Started with stdout closed (`>&-`, as some schedulers do): Python's sys.stdout is None; the summary has
+    nowhere to go, the files are written and the status is 0, not an AttributeError at exit."""
+    result = subprocess.run(
+        [sys.executable, "-m", "rca_lsp", *analyze_args(DEMO_SOURCE, tmp_path / "o")],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert (tmp_path / "o" / "output_manifest.json").is_file()

@@ -16,7 +16,7 @@ from rca_lsp.base.errors import InputError
 from rca_lsp.base.jsonload import loads_lenient, quote_literals
 from rca_lsp.diagnose.run import read_mapping_file
 from rca_lsp.dumps.dump import decode_dump
-from rca_lsp.dumps.load import DumpCache
+from rca_lsp.dumps.load import DumpCache, load_source
 from rca_lsp.dumps.sources import resolve_dump_source
 
 KEY = "Module.model.layers.0.mlp.down_proj.Linear.forward.0"
@@ -146,6 +146,10 @@ def test_directory_layouts(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="no dump.json found"):
         resolve_dump_source(tmp_path / "empty")
+    (tmp_path / "two" / "step4").mkdir()  # a step that did not dump (or is still being copied)
+    write_dump(tmp_path / "two" / "step5" / "proc7" / "dump.json", {KEY: entry([1.0], [1.0])})
+    with pytest.raises(InputError, match=r"; step4 \(no dump.json\); step5 \(1 proc folder\); choose one"):
+        resolve_dump_source(tmp_path / "two")
 
 
 def test_cache_reuses_until_file_changes(tmp_path: Path) -> None:
@@ -157,6 +161,26 @@ def test_cache_reuses_until_file_changes(tmp_path: Path) -> None:
     os.utime(path, ns=(1, 1))
     second = cache.get(path)
     assert second is not first and second.entries[KEY].output.max == 2.0
+
+
+def test_a_dump_read_while_rewritten_is_said_to_have_changed_not_to_be_broken(tmp_path: Path) -> None:
+    """msprobe (or a copy) rewriting the file while it is read: the half read does not parse, but the file is
+    whole by the time the user looks at the line named; the error says what happened."""
+    path = write_dump(tmp_path / "dump.json", {KEY: entry([1.0], [1.0])})
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])  # the writer is halfway
+
+    def read_while_the_writer_finishes(source: object) -> object:
+        try:
+            return load_source(resolve_dump_source(path))
+        finally:
+            path.write_bytes(whole)
+
+    with pytest.raises(InputError) as caught:
+        DumpCache().get(path, read_while_the_writer_finishes)  # type: ignore[arg-type]
+    assert "changed while it was being read" in caught.value.message and caught.value.line is None
+    assert Path(caught.value.path).samefile(path)
+    assert DumpCache().get(path).entries[KEY].output.max == 1.0  # read again, once whole: it loads
 
 
 def test_hidden_states_kwarg_is_the_input(tmp_path: Path) -> None:

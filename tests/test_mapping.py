@@ -63,6 +63,18 @@ def test_not_an_object() -> None:
     assert codes_by_line('["a", "b"]') == [(1, "invalid-value")]
 
 
+@pytest.mark.parametrize("comment", ["// my run's mapping", "/* block */", "# notes"])
+@pytest.mark.parametrize("at_the_top", [True, False])
+def test_a_comment_is_said_to_be_no_json_where_it_is(comment: str, at_the_top: bool) -> None:
+    """Not "a mapping-key file is a JSON object" (it is one, after the comment), nor "expected a string key"."""
+    body = '{\n  "a": "x",\n  "b": "y"\n}\n'
+    text = f"{comment}\n{body}" if at_the_top else body.replace('  "b"', f'  {comment}\n  "b"')
+    parsed = parse_mapping("m.json", text)
+    (issue,) = [i for i in parsed.issues if i.code in ("json-syntax", "invalid-value")]
+    assert issue.code == "json-syntax" and issue.message == "JSON syntax error: comments are not allowed in JSON"
+    assert parsed.line_of(issue.span) == (1 if at_the_top else 3)
+
+
 def test_escaped_quotes_in_keys() -> None:
     text = '{"a\\"q": "x", "b": "y"}'
     parsed = parse_mapping("m.json", text)

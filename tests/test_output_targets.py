@@ -90,6 +90,20 @@ def test_analyze_refuses_an_output_file_that_is_not_a_regular_file(tmp_path: Pat
     assert is_kind(os.lstat(target).st_mode) and not (out / "output_manifest.json").exists()
 
 
+@pytest.mark.parametrize("through_a_link", [False, True])
+def test_export_mapping_refuses_to_write_over_the_mapping_it_reads(tmp_path: Path, through_a_link: bool) -> None:
+    """`-o` naming the --mapping-key file (a slip of the shell history): the user's mapping is kept, not replaced
+    by the YAML."""
+    mapping = tmp_path / "mapping_key.json"
+    mapping.write_bytes((SOURCE / "mapping_key.json").read_bytes())
+    output = tmp_path / "mapping.yaml" if through_a_link else mapping
+    if through_a_link:
+        output.symlink_to(mapping)
+    result = rca("export-mapping", *DUMPS, "--mapping-key", str(mapping), "-o", str(output), cwd=tmp_path)
+    one_line_error(result, str(output), "the mapping-key file read (--mapping-key) would be lost")
+    assert mapping.read_bytes() == (SOURCE / "mapping_key.json").read_bytes()
+
+
 @pytest.mark.parametrize("command", [SUGGEST, EXPORT], ids=["suggest-mapping", "export-mapping"])
 def test_a_symlinked_output_is_written_through_and_the_summary_says_so(
     tmp_path: Path, command: tuple[str, ...]

@@ -448,6 +448,36 @@ def test_bad_rules_file_is_an_input_error(tmp_path: Path) -> None:
         NamingRules.from_files([rules_file])
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('[[rename]]\nname = ["a"]\ncanonical = "b"\n', "unknown key 'name' in rename rule 1 (expected canonical,"),
+        ('[[renames]]\nnames = ["a"]\ncanonical = "b"\n', "unknown key 'renames' in the file"),
+        ('[[rename]]\ncanonical = "b"\n', "rename rule 1: no names"),
+        ('[rename]\nnames = ["a"]\ncanonical = "b"\n', "rename must be an array of tables, each under its own"),
+        ('class_kinds = ["norm"]\n', "class_kinds must be a table"),
+        (
+            '[[fused]]\nnames = ["qkv"]\ncanonical = "qkv"\nparts = ["q", "k"]\n',
+            "fused rule 1: parts must be a list of",
+        ),
+        (
+            '[[rename]]\nnames = ["a"]\ncanonical = "b"\n[[rename]]\nnames = "c"\ncanonical = "d"\n',
+            "rename rule 2: names",
+        ),
+    ],
+)
+def test_a_rules_file_the_matcher_would_misread_is_an_error_naming_the_key(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    """A misspelt key or a table where an array of tables belongs: said, naming the key and the rule, never
+    silently left out (the user's rules would not apply) nor a Python message ('str' object has no attribute)."""
+    rules_file = tmp_path / "rules.toml"
+    rules_file.write_text(text)
+    with pytest.raises(InputError) as caught:
+        NamingRules.from_files([rules_file])
+    assert caught.value.path == str(rules_file) and said in caught.value.message, caught.value.message
+
+
 def test_litgpt_fc_2_is_the_up_projection_not_megatrons_linear_fc2() -> None:
     canonical = Matcher(*_dumps(model_pair("litgpt"))).canonicalizer.canonical
     assert canonical("transformer.h.3.mlp.fc_2").path == "layers.3.mlp.gate_up[1]"

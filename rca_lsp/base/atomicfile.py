@@ -39,15 +39,24 @@ def host_label() -> str:
 
 
 def create_temporary(path: Path) -> tuple[int, Path]:
-    """A new temporary file beside `path`, open for writing: its descriptor and name. Created with mode 0o666 so
-    the umask applies as for `open(path, "w")` (tempfile.mkstemp makes every file 0o600)."""
+    """A new temporary file beside `path`, open for writing: its descriptor and name. It gets the mode
+    `open(path, "w")` gives: the permissions of the file at `path` when there is one (a file the user made private
+    stays private once replaced), else 0o666 less the umask (tempfile.mkstemp makes every file 0o600). An error
+    names `path`, the file the user asked for (a folder without write permission), not the temporary."""
     stem = f"{_PREFIX}{host_label()}.{os.getpid()}.{path.name}"
     while True:
         temporary = path.with_name(f"{stem}.{secrets.token_hex(4)}.tmp")
         try:
-            return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temporary
+            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
             continue
+        except OSError as error:
+            raise OSError(error.errno, error.strerror, str(path)) from None
+        try:
+            os.fchmod(handle, stat.S_IMODE(os.stat(path).st_mode) & 0o777)
+        except OSError:  # no file there yet (or one whose mode cannot be given): the umask's mode
+            pass
+        return handle, temporary
 
 
 class UnwritableTarget(OSError):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from rca_lsp.base.display import shown
-from rca_lsp.cli.output_file import output_target, through_symlink, write_output
+from rca_lsp.base.errors import InputError
+from rca_lsp.cli.output_file import output_target, same_file, through_symlink, write_output
 from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
 from rca_lsp.diagnose.run import raise_if_unusable, read_mapping_file
 from rca_lsp.dumps.load import DumpCache
@@ -31,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     what = "the msprobe mapping"
     target = output_target(args.output, what)
+    if same_file(args.mapping_key, target):
+        raise InputError(
+            args.output, f"cannot write {what}: the mapping-key file read (--mapping-key) would be lost; name another"
+        )
     parsed = read_mapping_file(args.mapping_key)
     raise_if_unusable(parsed)
     cache = DumpCache()

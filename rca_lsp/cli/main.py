@@ -17,6 +17,7 @@ from rca_lsp.base.errors import InputError
 from rca_lsp.base.forkpart import can_fork
 from rca_lsp.cli import export as export_cli
 from rca_lsp.cli import suggest as suggest_cli
+from rca_lsp.cli.output_file import output_folder
 from rca_lsp.cli.progress import Progress
 from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
 from rca_lsp.diagnose.analysis import Analysis, Compared
@@ -157,7 +158,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         train, rollout, mapping = Path(args.train), Path(args.rollout), Path(args.mapping_key)
     train_options, rollout_options = side_options(args)
     progress = Progress()
-    out_dir = Path(args.out_dir or "rca_out")
+    out_dir = output_folder("rca_out" if args.out_dir is None else args.out_dir)
 
     def compared(result: Compared) -> None:  # the groups compared: the tables are written from now on
         raise_if_unusable(result.mapping)  # before anything is written
@@ -216,8 +217,9 @@ def _output_errors(out_dir: Path) -> Iterator[None]:
 
 def _exit_without_teardown() -> NoReturn:
     """End the process now: freeing the analysis' ~10^7 objects one by one took ~2 s on a 160 MB dump pair."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:  # None: started with the descriptor closed (`>&-`), nothing to flush
+            stream.flush()
     os._exit(0)
 
 
@@ -250,9 +252,12 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.getLogger("rca_lsp").setLevel(args.log_level.upper())
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")
-        if not is_ascii_digits(port):
-            raise InputError("--tcp", f"expected HOST:PORT, got {args.tcp!r}")
-        server.start_tcp(host or "127.0.0.1", int(port))
+        if not is_ascii_digits(port) or int(port) > 65535:
+            raise InputError("--tcp", f"expected HOST:PORT (a port from 0 to 65535), got {args.tcp!r}")
+        try:  # an address in use, a host that does not resolve: one line, not asyncio's traceback
+            server.start_tcp(host.removeprefix("[").removesuffix("]") or "127.0.0.1", int(port))  # [::1]:2087
+        except OSError as error:
+            raise InputError("--tcp", f"cannot listen on {args.tcp}: {error.strerror or error}") from None
     else:
         server.start_io()
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from rca_lsp.base.atomicfile import (
@@ -13,6 +15,7 @@ from rca_lsp.base.atomicfile import (
     write_atomically,
 )
 from rca_lsp.base.errors import InputError
+from rca_lsp.base.inputfile import file_kind
 
 
 def output_target(given: str, what: str) -> Path:
@@ -28,6 +31,34 @@ def output_target(given: str, what: str) -> Path:
     if not target.parent.is_dir():  # a mistyped folder is an error, not created
         raise InputError(given, f"cannot write {what}: no folder {target.parent}")
     return target
+
+
+def output_folder(given: str) -> Path:
+    """The folder `analyze --out-dir` names (created when missing), checked before the analysis, which may take
+    minutes: InputError when it names nothing, or something that is not a folder (a file, a link to nothing)."""
+    if not given:
+        raise InputError("--out-dir", "an empty folder name")
+    path = Path(given)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise InputError(given, f"cannot write the output files: a symbolic link to nothing ({os.readlink(path)})")
+        return path
+    except OSError as error:
+        raise InputError(given, f"cannot write the output files: {error.strerror or error}") from None
+    if not stat.S_ISDIR(mode):
+        kind = "a file" if stat.S_ISREG(mode) else file_kind(mode)
+        raise InputError(given, f"cannot write the output files: {kind}, not a folder")
+    return path
+
+
+def same_file(first: str, second: Path) -> bool:
+    """Whether the two paths name one file (through links); False when either is missing."""
+    try:
+        return os.path.samefile(first, second)
+    except OSError:
+        return False
 
 
 def through_symlink(given: str, target: Path) -> str:

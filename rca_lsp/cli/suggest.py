@@ -12,7 +12,7 @@ import orjson
 
 from rca_lsp.base.atomicfile import FileStamp, TargetChanged
 from rca_lsp.base.errors import InputError
-from rca_lsp.cli.output_file import output_target, through_symlink, write_output
+from rca_lsp.cli.output_file import output_target, same_file, through_symlink, write_output
 from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
 from rca_lsp.diagnose.run import raise_if_unusable, read_mapping_file, with_data_group
 from rca_lsp.dumps.dump import Dump
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         # the statistics evidence compares the train group that read the rollout's data
         train, choice = with_data_group(cache, train_source, train, rollout)
         # the file kept is the one replaced: its stamp, taken before reading it, tells an edit saved meanwhile
-        stamp = FileStamp.of(target) if args.existing and _same_file(args.existing, target) else None
+        stamp = FileStamp.of(target) if args.existing and same_file(args.existing, target) else None
         existing = read_existing(args.existing, train, rollout) if args.existing else None
         result = suggest_mapping(train, rollout, existing, rules)
         written = write_mapping(args.output, result.mapping, stamp)
@@ -84,13 +84,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 WHAT = "mapping-key file"
-
-
-def _same_file(first: str, second: Path) -> bool:
-    try:
-        return os.path.samefile(first, second)
-    except OSError:  # either is missing
-        return False
 
 
 def read_existing(path: str, train: Dump, rollout: Dump) -> dict[str, MappingValue]:

@@ -36,7 +36,11 @@ class DumpCache:
             cached = self._dumps.get(identity)
             if cached is not None and cached[0] == before:
                 return cached[1]
-            dump = (load or load_source)(source)
+            try:
+                dump = (load or load_source)(source)
+            except InputError:  # a file read half rewritten: say it changed, not where its half stopped parsing
+                check_unchanged(source, before)
+                raise
             check_unchanged(source, before)
             self._dumps[identity] = (before, dump)
             return dump

@@ -408,7 +408,8 @@ def _describe_ranks(folder: Path) -> str:
     ranks = [r for r, _ in _rank_folders(folder)]
     if ranks:
         return _ranks_text(ranks)
-    return f"{len(_proc_folders(folder))} proc"
+    procs = len(_proc_folders(folder))
+    return f"{procs} proc folder{'s' if procs > 1 else ''}" if procs else "no dump.json"
 
 
 def signatures(source: "DumpSource") -> tuple[tuple[int, int], ...]:

@@ -20,6 +20,7 @@ from rca_lsp.mapping.model import EntryList, LineIndex, MappingEdit, MappingEntr
 if TYPE_CHECKING:
     pass
 
+_COMMENT_STARTS = ("//", "/*", "#")
 _TOKEN_RE = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"?|[{}\[\]:,]|[^\s{}\[\]:,"]+')
 
 
@@ -48,6 +49,11 @@ class _Reader:
         j = self.i + ahead
         return self.tokens[j] if j < len(self.tokens) else None
 
+    def _at_key(self) -> bool:
+        """Whether the next tokens are a quoted key and its ':'."""
+        token, following = self._peek(), self._peek(1)
+        return token is not None and token[0].startswith('"') and following is not None and following[0] == ":"
+
     def _skip_value(self) -> None:
         """Skip one value, balancing brackets."""
         depth = 0
@@ -68,6 +74,9 @@ class _Reader:
         first = self._peek()
         if first is None or first[0] != "{":
             where = first or ("", 0, 0)
+            if where[0].startswith(_COMMENT_STARTS):  # an object after a comment: a syntax error, said as such
+                self._issue("json-syntax", "comments are not allowed in JSON", where[1], where[2])
+                return
             self._issue(
                 "invalid-value", "a mapping-key file is a JSON object: {train key: rollout key(s)}", where[1], where[2]
             )
@@ -81,8 +90,7 @@ class _Reader:
             if text == ",":
                 self.i += 1
                 continue
-            following = self._peek(1)
-            if text.startswith('"') and following is not None and following[0] == ":":
+            if self._at_key():
                 self.i += 2
                 self._read_value(_unquote(text), Span(start, end))
                 after = self._peek()
@@ -91,7 +99,8 @@ class _Reader:
                 continue
             self._issue("json-syntax", f"expected a quoted train key followed by ':', found {text[:40]!r}", start, end)
             self.i += 1
-            self._skip_value()
+            if not self._at_key():  # `/* note */ "b": ...`: the junk ends where the next entry starts
+                self._skip_value()
 
     def _read_value(self, key: str, key_span: Span) -> None:
         tok = self._peek()
@@ -173,8 +182,10 @@ def _read_tolerantly(text: str, error: orjson.JSONDecodeError | None) -> tuple[E
     if error is None:
         return reader.entries, reader.issues
     offset = min(error.pos, len(text))
+    # "unexpected character, expected a string key" at a `//` line: JSON has no comments, which the user may not know
+    said = "comments are not allowed in JSON" if text.startswith(_COMMENT_STARTS, offset) else error.msg
     return reader.entries, reader.issues + [
-        MappingIssue("json-syntax", f"JSON syntax error: {error.msg}", Span(offset, min(offset + 1, len(text))))
+        MappingIssue("json-syntax", f"JSON syntax error: {said}", Span(offset, min(offset + 1, len(text))))
     ]
 
 

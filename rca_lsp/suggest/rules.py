@@ -96,6 +96,10 @@ def _read_rules_file(path: Path) -> dict[str, Any]:
         raise InputError(str(path), f"invalid naming rules TOML: {error}") from None
 
 
+_TOP_KEYS = ("wrappers", "identity_classes", "class_kinds", "rename", "fused")
+_RULE_KEYS = {"rename": ("canonical", "names", "inside"), "fused": ("canonical", "names", "parts", "inside")}
+
+
 def _compile(sources: list[tuple[str, dict[str, Any]]]) -> NamingRules:
     wrappers: set[str] = set()
     identity: set[str] = set()
@@ -103,36 +107,62 @@ def _compile(sources: list[tuple[str, dict[str, Any]]]) -> NamingRules:
     aliases: list[Alias] = []
     for path, document in sources:
         try:
-            wrappers.update(_strings(document.get("wrappers", [])))
-            identity.update(_strings(document.get("identity_classes", [])))
-            for kind, words in dict(document.get("class_kinds", {})).items():
-                kinds.setdefault(kind, tuple(word.lower() for word in _strings(words)))
-            for rule in document.get("rename", []):
-                aliases += _aliases(rule, _strings(rule.get("names", [])), part=None)
-            for rule in document.get("fused", []):
-                aliases += _aliases(rule, _strings(rule.get("names", [])), part=None)
-                for part_names in rule.get("parts", []):
+            _known_keys(document, _TOP_KEYS, "the file")
+            wrappers.update(_strings(document.get("wrappers", []), "wrappers"))
+            identity.update(_strings(document.get("identity_classes", []), "identity_classes"))
+            class_kinds = document.get("class_kinds", {})
+            if not isinstance(class_kinds, dict):
+                raise ValueError(f"class_kinds must be a table ([class_kinds], kind = [words]), got {class_kinds!r}")
+            for kind, words in class_kinds.items():
+                kinds.setdefault(kind, tuple(word.lower() for word in _strings(words, f"class_kinds.{kind}")))
+            for section in _RULE_KEYS:
+                for where, rule in _rules(document, section):
+                    aliases += _aliases(rule, _strings(rule.get("names", []), f"{where}: names"), None, where)
+                    parts = rule.get("parts", [])
+                    if not isinstance(parts, list) or not all(isinstance(names, list) for names in parts):
+                        raise ValueError(f"{where}: parts must be a list of lists of names, got {parts!r}")
                     aliases += [
                         alias
-                        for position, name in enumerate(_strings(part_names))
-                        for alias in _aliases(rule, [name], part=position)
+                        for names in parts
+                        for position, name in enumerate(_strings(names, f"{where}: parts"))
+                        for alias in _aliases(rule, [name], position, where)
                     ]
-        except (TypeError, ValueError, AttributeError) as error:
+        except ValueError as error:
             raise InputError(path, f"invalid naming rules: {error}") from None
     # Conditional rules first, then longer dotted names; otherwise file order (stable sort).
     aliases.sort(key=lambda alias: (not alias.inside, -len(alias.names)))
     return NamingRules(frozenset(wrappers), frozenset(identity), tuple(kinds.items()), tuple(aliases))
 
 
-def _aliases(rule: dict[str, Any], names: list[str], part: int | None) -> list[Alias]:
+def _known_keys(table: dict[str, Any], known: tuple[str, ...], where: str) -> None:
+    """A misspelt key (`name` for `names`, `[[renames]]`) would leave the user's rules out without a word."""
+    unknown = [key for key in table if key not in known]
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r} in {where} (expected {', '.join(known)})")
+
+
+def _rules(document: dict[str, Any], section: str) -> list[tuple[str, dict[str, Any]]]:
+    """The `[[rename]]` or `[[fused]]` tables, each with the words naming it in messages (`rename rule 2`)."""
+    rules = document.get(section, [])
+    if not isinstance(rules, list) or not all(isinstance(rule, dict) for rule in rules):
+        raise ValueError(f"{section} must be an array of tables, each under its own [[{section}]] line")
+    named = [(f"{section} rule {number}", rule) for number, rule in enumerate(rules, 1)]
+    for where, rule in named:
+        _known_keys(rule, _RULE_KEYS[section], where)
+        if not rule.get("names") and not rule.get("parts"):
+            raise ValueError(f"{where}: no names (names = [...]) to give the canonical name to")
+    return named
+
+
+def _aliases(rule: dict[str, Any], names: list[str], part: int | None, where: str) -> list[Alias]:
     canonical = rule.get("canonical")
     if not isinstance(canonical, str) or not canonical:
-        raise ValueError(f"a rule without a canonical name (names {names})")
-    inside = frozenset(_strings(rule.get("inside", [])))
+        raise ValueError(f"{where}: a rule without a canonical name (names {names})")
+    inside = frozenset(_strings(rule.get("inside", []), f"{where}: inside"))
     return [Alias(tuple(name.split(".")), canonical, part, inside) for name in names]
 
 
-def _strings(values: Any) -> list[str]:
+def _strings(values: Any, what: str) -> list[str]:
     if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
-        raise ValueError(f"expected a list of strings, got {values!r}")
+        raise ValueError(f"{what} must be a list of strings, got {values!r}")
     return values
