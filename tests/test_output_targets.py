@@ -119,6 +119,44 @@ def test_a_symlinked_output_is_written_through_and_the_summary_says_so(
     assert real.read_text() != "old" and f"link.json (a symlink: written through to {real})" in result.stdout
 
 
+@pytest.mark.parametrize("through_a_link", [False, True])
+def test_analyze_refuses_a_mapping_key_file_that_is_one_of_its_outputs(tmp_path: Path, through_a_link: bool) -> None:
+    """A previous run's output_2_mapping.json is a valid mapping: read from the folder the run writes to, it would
+    be replaced by what the run keeps of it (its entries naming keys missing from the dumps lost). Refused before
+    the analysis, with nothing in the folder touched."""
+    out = tmp_path / "out"
+    out.mkdir()
+    kept = out / "output_2_mapping.json"
+    mapping = json.loads((SOURCE / "mapping_key.json").read_text())
+    mapping["Module.not.in.the.dumps.Linear.forward.0"] = "Module.nor.here.Linear.forward.0"
+    kept.write_text(json.dumps(mapping))
+    before = kept.read_bytes()
+    given = tmp_path / "mapping_key.json" if through_a_link else kept
+    if through_a_link:
+        given.symlink_to(kept)
+    result = rca("analyze", *DUMPS, "--mapping-key", str(given), "--out-dir", str(out), cwd=tmp_path)
+    one_line_error(result, str(given), "output_2_mapping.json", "copy it elsewhere")
+    assert kept.read_bytes() == before and sorted(p.name for p in out.iterdir()) == ["output_2_mapping.json"]
+
+
+def test_write_outputs_refuses_to_replace_the_mapping_key_file_it_read(tmp_path: Path) -> None:
+    """The server's write-outputs command with an output folder holding the mapping being edited: an error, and the
+    document on disk kept."""
+    from rca_lsp.base.errors import InputError
+    from rca_lsp.diagnose.run import analyze_paths
+    from rca_lsp.report.outputs import write_outputs
+
+    out = tmp_path / "out"
+    out.mkdir()
+    mapping = out / "output_1_key_mapping.json"
+    mapping.write_bytes((SOURCE / "mapping_key.json").read_bytes())
+    analysis = analyze_paths(SOURCE / "train", SOURCE / "rollout", mapping)
+    with pytest.raises(InputError, match="output_1_key_mapping.json in the output folder"):
+        write_outputs(analysis, out, chart=False)
+    assert mapping.read_bytes() == (SOURCE / "mapping_key.json").read_bytes()
+    assert sorted(p.name for p in out.iterdir()) == ["output_1_key_mapping.json"]
+
+
 def test_analyze_writes_through_a_symlinked_output_file(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()

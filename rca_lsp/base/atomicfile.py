@@ -113,6 +113,14 @@ def writable_target(path: Path) -> Path:
     return target
 
 
+def same_file(first: str | Path, second: str | Path) -> bool:
+    """Whether the two paths name one file (through links); False when either is missing."""
+    try:
+        return os.path.samefile(first, second)
+    except OSError:
+        return False
+
+
 def replace_checked(temporary: Path, path: Path, target: Path, expect: FileStamp | None = None) -> None:
     """Rename the finished `temporary` over `target` (writable_target of `path`), checking `path` once more
     just before: what it names may have changed while the file was written."""

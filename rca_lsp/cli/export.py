@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 
+from rca_lsp.base.atomicfile import same_file
 from rca_lsp.base.display import shown
 from rca_lsp.base.errors import InputError
-from rca_lsp.cli.output_file import output_target, same_file, through_symlink, write_output
+from rca_lsp.cli.output_file import output_target, through_symlink, write_output
 from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
 from rca_lsp.diagnose.run import raise_if_unusable, read_mapping_file
 from rca_lsp.dumps.load import DumpCache

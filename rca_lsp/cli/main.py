@@ -25,7 +25,7 @@ from rca_lsp.diagnose.run import analyze_paths, raise_if_unusable
 from rca_lsp.dumps.stepjoin import steps_joined
 from rca_lsp.model.tolerance import Tolerances, checked_tolerance
 from rca_lsp.report.markdown import NOTHING_COMPARED
-from rca_lsp.report.outputs import BackgroundTables, write_outputs
+from rca_lsp.report.outputs import BackgroundTables, check_inputs_spared, write_outputs
 from rca_lsp.report.root_cause import confidence_text
 from rca_lsp.report.tables.columns import COLUMN_STYLES
 
@@ -159,6 +159,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     train_options, rollout_options = side_options(args)
     progress = Progress()
     out_dir = output_folder("rca_out" if args.out_dir is None else args.out_dir)
+    check_inputs_spared(out_dir, [mapping])  # before the analysis, which may take minutes
 
     def compared(result: Compared) -> None:  # the groups compared: the tables are written from now on
         raise_if_unusable(result.mapping)  # before anything is written

@@ -53,14 +53,6 @@ def output_folder(given: str) -> Path:
     return path
 
 
-def same_file(first: str, second: Path) -> bool:
-    """Whether the two paths name one file (through links); False when either is missing."""
-    try:
-        return os.path.samefile(first, second)
-    except OSError:
-        return False
-
-
 def through_symlink(given: str, target: Path) -> str:
     """How the summary names the file written: `given`, and the file it was written through to."""
     return given if target == Path(given) else f"{given} (a symlink: written through to {target})"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import orjson
 
-from rca_lsp.base.atomicfile import FileStamp, TargetChanged
+from rca_lsp.base.atomicfile import FileStamp, TargetChanged, same_file
 from rca_lsp.base.errors import InputError
-from rca_lsp.cli.output_file import output_target, same_file, through_symlink, write_output
+from rca_lsp.cli.output_file import output_target, through_symlink, write_output
 from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
 from rca_lsp.diagnose.run import raise_if_unusable, read_mapping_file, with_data_group
 from rca_lsp.dumps.dump import Dump

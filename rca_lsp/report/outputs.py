@@ -10,14 +10,15 @@ from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVa
 import orjson
 
 from rca_lsp import __version__
-from rca_lsp.base.atomicfile import remove_stale_temporaries, write_atomically
+from rca_lsp.base.atomicfile import remove_stale_temporaries, same_file, write_atomically
 from rca_lsp.base.cancel import ShouldStop, never, stop_if
+from rca_lsp.base.errors import InputError
 from rca_lsp.base.forkpart import BackgroundWork, can_fork
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.diagnose.analysis import Analysis, Compared
 from rca_lsp.report.answer import ANSWER_NAMES, write_answer, write_chart
-from rca_lsp.report.manifest import forget_manifest, new_run_id, write_manifest
+from rca_lsp.report.manifest import MANIFEST_NAME, forget_manifest, new_run_id, write_manifest
 from rca_lsp.report.root_cause import root_cause_report
 from rca_lsp.report.tables.cells import csv_table
 from rca_lsp.report.tables.splittable import write_split
@@ -221,9 +222,24 @@ class BackgroundTables:
         self.close()
 
 
+def check_inputs_spared(out_dir: Path, inputs: Iterable[str | Path]) -> None:
+    """InputError when an input of the run is one of the files it writes into `out_dir`: a mapping-key file kept
+    as a previous run's output_2_mapping.json (it is a valid mapping) would be replaced by what this run keeps of
+    it, its entries naming keys missing from the dumps lost."""
+    for given in inputs:
+        for name in (*OUTPUT_NAMES, MANIFEST_NAME):
+            if same_file(given, out_dir / name):
+                raise InputError(
+                    str(given),
+                    f"is {name} in the output folder {out_dir}, which this run replaces: copy it elsewhere to read "
+                    "it, or write the outputs to another folder",
+                )
+
+
 def _begin(compared: Compared, out_dir: Path) -> Meta:
-    """The output folder made ready for a run (created, killed runs' temporaries and the manifest removed): the
-    run's meta."""
+    """The output folder made ready for a run (checked not to hold the run's mapping-key file among the files it
+    replaces; created, killed runs' temporaries and the manifest removed): the run's meta."""
+    check_inputs_spared(out_dir, [compared.mapping.path])
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out_dir, OUTPUT_NAMES)
     forget_manifest(out_dir)
