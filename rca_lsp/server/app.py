@@ -178,7 +178,7 @@ def on_open(ls: RcaServer, params: types.DidOpenTextDocumentParams) -> None:
 
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
 def on_change(ls: RcaServer, params: types.DidChangeTextDocumentParams) -> None:
-    opened = ls.workspace.text_documents.get(params.text_document.uri)
+    opened = ls.opened(params.text_document.uri)
     if opened is None:
         return
     if len(opened.source) <= LIVE_EDIT_LIMIT:
@@ -212,7 +212,7 @@ def on_watched(ls: RcaServer, params: types.DidChangeWatchedFilesParams) -> None
             if change.type == types.FileChangeType.Deleted and doc is not None:
                 ls.documents.pop(change.uri, None)
                 ls.pipeline.clear(doc)
-            elif change.uri not in ls.workspace.text_documents:
+            elif ls.opened(change.uri) is None:
                 ls.pipeline.schedule(change.uri, DUMP_DELAY)
         else:
             ls.dump_changed(path)
@@ -263,7 +263,7 @@ def on_code_action(ls: RcaServer, params: types.CodeActionParams) -> list[types.
     if found is None:
         return None
     doc, parsed, analysis = found
-    opened = ls.workspace.text_documents.get(params.text_document.uri)
+    opened = ls.opened(params.text_document.uri)
     context = ActionContext(
         params.text_document.uri,
         opened.version if opened else None,

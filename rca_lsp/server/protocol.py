@@ -7,12 +7,14 @@ import asyncio
 import inspect
 import logging
 from typing import Any, Iterator
+from urllib.parse import unquote
 
 import orjson
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pygls.io_ import StdinAsyncReader
 from pygls.protocol.language_server import lsp_method
+from pygls.workspace import TextDocument, Workspace
 
 from rca_lsp.server.cancellation import CancellingProtocol
 from rca_lsp.server.positions import OpenText
@@ -38,6 +40,12 @@ class _NoTracebackForCommandErrors(logging.Filter):
 
 
 logging.getLogger("pygls.protocol.json_rpc").addFilter(_NoTracebackForCommandErrors())
+
+
+def open_document(workspace: Workspace, uri: str) -> TextDocument | None:
+    """The open document of a URI as the client spells it; None when it is not open. (pygls keeps open documents
+    under the URI with its %-escapes decoded: a folder "run 1" is `run%201` in the client's URI, `run 1` there.)"""
+    return workspace.text_documents.get(unquote(uri))
 
 
 _ANSWERED = object()  # a request already answered with an error while it was read
@@ -117,10 +125,11 @@ class RcaProtocol(CancellingProtocol):
         change, as pygls does). A change of a document that is not open is ignored (pygls raises a KeyError, which a
         client shows as "Error in server: KeyError")."""
         uri = params.text_document.uri
-        if uri not in self.workspace.text_documents:
+        opened = open_document(self.workspace, uri)
+        if opened is None:
             log.warning("didChange for %s, which is not open: ignored", uri)
             return
-        source = self.workspace.text_documents[uri].source
+        source = opened.source
         kept = self.open_texts.get(uri)
         text = kept if kept is not None and kept.text is source else OpenText(source)
         for change in params.content_changes:  # each one applied as the edit it is (see OpenText)

@@ -14,6 +14,7 @@ from lsprotocol import types
 from pygls.io_ import StdoutWriter, run_async
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
+from pygls.workspace import TextDocument
 
 from rca_lsp import __version__
 from rca_lsp.base.cancel import ShouldStop
@@ -24,7 +25,7 @@ from rca_lsp.server.cancellation import CancellingProtocol
 from rca_lsp.server.documents import MappingDocument
 from rca_lsp.server.engine import Engine
 from rca_lsp.server.pairing import is_mapping_name
-from rca_lsp.server.protocol import RcaProtocol, ResyncingReader
+from rca_lsp.server.protocol import RcaProtocol, ResyncingReader, open_document
 from rca_lsp.server.settings import Settings
 from rca_lsp.server.watcher import DumpWatcher
 
@@ -147,6 +148,10 @@ class ServerState(LanguageServer):
             for f in folders
         )
 
+    def opened(self, uri: str) -> TextDocument | None:
+        """The editor's document of `uri` while the client has it open."""
+        return open_document(self.workspace, uri)
+
     def document(self, uri: str) -> MappingDocument | None:
         path = Path(to_fs_path(uri) or "")
         if uri not in self.documents and self.is_mapping(path):
@@ -165,7 +170,7 @@ class ServerState(LanguageServer):
 
     def analysis_at(self, uri: str) -> tuple[MappingDocument, ParsedMapping, Analysis | None] | None:
         doc = self.documents.get(uri)
-        opened = self.workspace.text_documents.get(uri)
+        opened = self.opened(uri)
         if doc is None:
             return None
         parsed = doc.parsed

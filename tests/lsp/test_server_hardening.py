@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import test_server
+from conftest import FIXTURES
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
@@ -204,3 +206,36 @@ async def test_an_incremental_edit_lands_where_the_client_put_it_past_a_line_sep
     assert not [d for d in after if d.code == "json-syntax"]
     (flagged,) = [d for d in after if d.code == "unknown-train-key" and d.data["key"] == typo]
     assert flagged.range.start.line == line
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_edits_of_a_file_whose_uri_has_escapes_are_analysed_as_typed(client: LanguageClient) -> None:
+    """A mapping in a folder named "run 1" (or with any non-ASCII letter): its URI holds %-escapes, and pygls keeps
+    open documents under the unescaped URI. Looked up by the client's URI the document was "not open": every edit
+    was ignored (the file on disk analysed instead), a typo typed in got no diagnostic."""
+    folder = client.root / "run 1 é"  # type: ignore[attr-defined]
+    shutil.copytree(FIXTURES / "missing_activation", folder)
+    mapping = folder / "mapping_key.json"
+    uri = open_document(client, mapping)
+    assert "%20" in uri
+    await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    key = list(json.loads(mapping.read_text()))[2]
+    typo = key.replace(".forward.", ".froward.")
+    on_disk = mapping.read_text()
+    client.text_document_did_change(  # typed, not saved
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[
+                types.TextDocumentContentChangeWholeDocument(text=on_disk.replace(f'"{key}"', f'"{typo}"'))
+            ],
+        )
+    )
+    after = await wait_for(client, uri, lambda ds: any(d.code == "unknown-train-key" for d in ds), timeout=10)
+    (flagged,) = [d for d in after if d.code == "unknown-train-key"]
+    assert flagged.data["key"] == typo
+    assert flagged.range.start.line == next(i for i, line in enumerate(on_disk.split("\n")) if f'"{key}"' in line)
+    hover = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=flagged.range.start)
+    )
+    assert hover is not None and "Not in the train dump" in hover.contents.value  # the typed text's entry
+    assert mapping.read_text() == on_disk
