@@ -143,7 +143,7 @@ class ServerState(LanguageServer):
     def _named_by_pair(self, path: Path, pattern: str) -> bool:
         folders = self.folders() or [path.parent]
         return any(
-            path.match(pattern.replace("${workspaceFolder}", str(f)))
+            _matches(path, pattern.replace("${workspaceFolder}", str(f)))
             or path == Path(pattern.replace("${workspaceFolder}", str(f))).resolve()
             for f in folders
         )
@@ -182,3 +182,12 @@ class ServerState(LanguageServer):
         if parsed is None:
             return None
         return doc, parsed, doc.last_good or doc.analysis
+
+
+def _matches(path: Path, pattern: str) -> bool:
+    """Whether the pattern matches the path; a pattern of no parts ("." or "./", which Path.match refuses with a
+    ValueError) matches no file."""
+    try:
+        return path.match(pattern)
+    except ValueError:
+        return False

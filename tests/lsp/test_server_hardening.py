@@ -239,3 +239,22 @@ async def test_edits_of_a_file_whose_uri_has_escapes_are_analysed_as_typed(clien
     )
     assert hover is not None and "Not in the train dump" in hover.contents.value  # the typed text's entry
     assert mapping.read_text() == on_disk
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_pair_whose_mapping_key_names_no_file_leaves_dump_changes_seen(client: LanguageClient) -> None:
+    """`"mappingKey": "."` in rcaLsp.pairs (a pattern of no path parts): Path.match raised "empty pattern" for each
+    file the client reported changed: "Error in server: ValueError" and the dump change was not analysed."""
+    mapping = copy_variant(client, "healthy_fp32")
+    uri = open_document(client, mapping)
+    await asyncio.sleep(1.0)
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(
+            settings={"rcaLsp": {"pairs": [{"mappingKey": ".", "train": "train", "rollout": "rollout"}]}}
+        )
+    )
+    train_dump = next(mapping.parent.joinpath("train").rglob("dump.json"))
+    train_dump.write_bytes(next((FIXTURES / "param_desync" / "train").rglob("dump.json")).read_bytes())
+    report(client, train_dump, types.FileChangeType.Changed)
+    await wait_for(client, uri, lambda ds: any(d.code == "parameter-sync" for d in ds), timeout=10)
+    assert not [m.message for m in client.messages if "Error in server" in m.message]
