@@ -208,11 +208,13 @@ def on_watched(ls: RcaServer, params: types.DidChangeWatchedFilesParams) -> None
         if path.name == CONFIG_NAME:
             ls.pipeline.schedule_all(DUMP_DELAY, accept_layout=True)
         elif ls.is_mapping(path):
+            if ls.opened(change.uri) is not None:
+                continue  # the editor's text is analysed, not the file's (read again once it is closed)
             doc = ls.document(change.uri)
             if change.type == types.FileChangeType.Deleted and doc is not None:
                 ls.documents.pop(change.uri, None)
                 ls.pipeline.clear(doc)
-            elif ls.opened(change.uri) is None:
+            else:
                 ls.pipeline.schedule(change.uri, DUMP_DELAY)
         else:
             ls.dump_changed(path)

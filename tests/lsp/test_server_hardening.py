@@ -258,3 +258,25 @@ async def test_a_pair_whose_mapping_key_names_no_file_leaves_dump_changes_seen(c
     report(client, train_dump, types.FileChangeType.Changed)
     await wait_for(client, uri, lambda ds: any(d.code == "parameter-sync" for d in ds), timeout=10)
     assert not [m.message for m in client.messages if "Error in server" in m.message]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_the_open_mapping_file_deleted_or_replaced_on_disk_keeps_its_analysis(client: LanguageClient) -> None:
+    """An open mapping file is analysed from the editor's text. A watcher's Deleted for it (the file removed while
+    open, an editor's save by rename, a `git checkout`) dropped the document: its diagnostics were cleared, and once
+    it was back (Created) it was not analysed again while open: hovers, code actions and commands had nothing."""
+    mapping = copy_variant(client, "missing_activation")
+    uri = open_document(client, mapping)
+    before = await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    text = mapping.read_text()
+    mapping.unlink()
+    report(client, mapping, types.FileChangeType.Deleted)
+    await asyncio.sleep(1.0)
+    assert placed(client.diagnostics[uri], "missing-op") == placed(before, "missing-op")
+    mapping.write_text(text)
+    report(client, mapping, types.FileChangeType.Created)
+    missing = next(d for d in before if d.code == "missing-op")
+    hover = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=missing.range.start)
+    )
+    assert hover is not None and "act_fn" in hover.contents.value
