@@ -13,6 +13,7 @@ import orjson
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pygls.io_ import StdinAsyncReader
+from pygls.protocol.json_rpc import RPCRequest
 from pygls.protocol.language_server import lsp_method
 from pygls.workspace import TextDocument, Workspace
 
@@ -84,8 +85,19 @@ class RcaProtocol(CancellingProtocol):
             return _ANSWERED
 
     def handle_message(self, message: Any) -> None:
-        if message is not _ANSWERED:
-            super().handle_message(message)
+        """pygls drops whatever comes after shutdown but exit: a request then gets InvalidRequest, as LSP says,
+        instead of no answer at all."""
+        if message is _ANSWERED:
+            return
+        if self._shutdown and isinstance(message, RPCRequest):
+            self._send_response(
+                message.id,
+                error=types.ResponseError(
+                    code=types.ErrorCodes.InvalidRequest, message=f"{message.method}: the server is shut down"
+                ),
+            )
+            return
+        super().handle_message(message)
 
     def publish_diagnostics(self, uri: str, version: int | None, diagnostics: list[types.Diagnostic]) -> None:
         """textDocument/publishDiagnostics, each diagnostic encoded once for as long as it is published (an edit

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import queue
@@ -195,3 +196,44 @@ def test_the_log_level_an_editor_cannot_pass_comes_from_the_environment(tmp_path
         wrong.stderr.strip()
         == "rca-lsp: error: RCA_LSP_LOG_LEVEL: expected one of debug, info, warning, error, got 'loud'"
     )
+
+
+def answers(out: bytes) -> dict[object, dict]:
+    """The responses in the server's stdout, by request id."""
+    found: queue.Queue[dict] = queue.Queue()
+    read_messages(io.BytesIO(out), found)
+    return {m["id"]: m for m in list(found.queue) if "id" in m and "method" not in m}
+
+
+def test_a_request_after_shutdown_is_refused_not_left_unanswered(tmp_path: Path) -> None:
+    """pygls drops every message after shutdown but exit: a request sent meanwhile (a hover the editor asked for
+    as it closed) waited for an answer that never came. LSP: it gets an InvalidRequest error."""
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}},
+        },
+        {"jsonrpc": "2.0", "method": "initialized", "params": {}},
+        {"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None},
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "textDocument/hover",
+            "params": {
+                "textDocument": {"uri": (tmp_path / "mapping_key.json").as_uri()},
+                "position": {"line": 0, "character": 0},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "exit", "params": None},
+    ]
+    server = subprocess.run(
+        [sys.executable, "-m", "rca_lsp", "serve"],
+        input=b"".join(map(frame, messages)),
+        capture_output=True,
+        timeout=60,
+    )
+    assert server.returncode == 0, server.stderr.decode(errors="replace")[-2000:]
+    refused = answers(server.stdout)[3]
+    assert refused["error"]["code"] == -32600 and "shut down" in refused["error"]["message"]
