@@ -85,19 +85,25 @@ class RcaProtocol(CancellingProtocol):
             return _ANSWERED
 
     def handle_message(self, message: Any) -> None:
-        """pygls drops whatever comes after shutdown but exit: a request then gets InvalidRequest, as LSP says,
-        instead of no answer at all."""
+        """What LSP says of messages out of their time, which pygls does not do: before initialize a request gets
+        ServerNotInitialized and a notification but exit is dropped (pygls ran them: a traceback each, the
+        workspace does not exist yet); after shutdown a request gets InvalidRequest (pygls left it unanswered)."""
         if message is _ANSWERED:
             return
+        method = getattr(message, "method", None)
+        if self._workspace is None and method not in (types.INITIALIZE, types.EXIT, None):
+            if isinstance(message, RPCRequest):
+                self._refuse(message, types.ErrorCodes.ServerNotInitialized, "the server is not initialized yet")
+            else:
+                log.warning("%s before initialize: dropped", method)
+            return
         if self._shutdown and isinstance(message, RPCRequest):
-            self._send_response(
-                message.id,
-                error=types.ResponseError(
-                    code=types.ErrorCodes.InvalidRequest, message=f"{message.method}: the server is shut down"
-                ),
-            )
+            self._refuse(message, types.ErrorCodes.InvalidRequest, "the server is shut down")
             return
         super().handle_message(message)
+
+    def _refuse(self, request: RPCRequest, code: int, why: str) -> None:
+        self._send_response(request.id, error=types.ResponseError(code=code, message=f"{request.method}: {why}"))
 
     def publish_diagnostics(self, uri: str, version: int | None, diagnostics: list[types.Diagnostic]) -> None:
         """textDocument/publishDiagnostics, each diagnostic encoded once for as long as it is published (an edit

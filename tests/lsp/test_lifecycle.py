@@ -237,3 +237,34 @@ def test_a_request_after_shutdown_is_refused_not_left_unanswered(tmp_path: Path)
     assert server.returncode == 0, server.stderr.decode(errors="replace")[-2000:]
     refused = answers(server.stdout)[3]
     assert refused["error"]["code"] == -32600 and "shut down" in refused["error"]["message"]
+
+
+def test_messages_before_initialize_are_refused_or_dropped_without_a_traceback(tmp_path: Path) -> None:
+    """A request before initialize was answered "RuntimeError: The workspace is not available" with pygls' traceback
+    (also logged), a didOpen logged one too. LSP: a request gets ServerNotInitialized, a notification is dropped."""
+    mapping = {"uri": (tmp_path / "mapping_key.json").as_uri(), "languageId": "json", "version": 1, "text": "{}"}
+    position = {"textDocument": {"uri": mapping["uri"]}, "position": {"line": 0, "character": 0}}
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "textDocument/hover", "params": position},
+        {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": mapping}},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "initialize",
+            "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}},
+        },
+        {"jsonrpc": "2.0", "method": "initialized", "params": {}},
+        {"jsonrpc": "2.0", "id": 3, "method": "shutdown", "params": None},
+        {"jsonrpc": "2.0", "method": "exit", "params": None},
+    ]
+    server = subprocess.run(
+        [sys.executable, "-m", "rca_lsp", "serve"],
+        input=b"".join(map(frame, messages)),
+        capture_output=True,
+        timeout=60,
+    )
+    stderr = server.stderr.decode(errors="replace")
+    assert server.returncode == 0 and "Traceback" not in stderr, stderr[-2000:]
+    found = answers(server.stdout)
+    assert found[1]["error"]["code"] == -32002 and "not initialized" in found[1]["error"]["message"]
+    assert "result" in found[2] and "result" in found[3]
