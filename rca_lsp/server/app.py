@@ -31,7 +31,7 @@ from rca_lsp.server.pipeline import Pipeline
 from rca_lsp.server.positions import Positions
 from rca_lsp.server.protocol import CommandError, RawJson
 from rca_lsp.server.settings import Settings
-from rca_lsp.server.state import ServerState
+from rca_lsp.server.state import ServerState, local_folders
 from rca_lsp.server.watcher import DumpWatcher
 from rca_lsp.suggest.coverage import render_coverage
 
@@ -54,11 +54,25 @@ class RcaServer(ServerState):
         self.watcher = DumpWatcher(self._dump_changed_threadsafe)
         self.pipeline = Pipeline(self)
 
-    async def scan_workspace(self) -> None:
-        """Analyse every mapping file of the workspace folders, found off the loop (a walk of the whole tree)."""
-        found = await asyncio.get_running_loop().run_in_executor(self.executor, mapping_files, self.folders())
+    async def scan_workspace(self, folders: list[Path] | None = None) -> None:
+        """Analyse every mapping file of the workspace folders (or of `folders`, just added), found off the loop (a
+        walk of the whole tree)."""
+        found = await asyncio.get_running_loop().run_in_executor(
+            self.executor, mapping_files, self.folders() if folders is None else folders
+        )
         for path in found:
             self.pipeline.schedule(path.as_uri(), 0.0)
+
+    def forget_folders(self, removed: list[Path]) -> None:
+        """Folders no longer in the workspace: their mapping files that are not open are not analysed any more, and
+        their diagnostics are cleared (those below a folder still in it stay)."""
+        kept = self.folders()
+        for doc in list(self.documents.values()):
+            gone = any(doc.path.is_relative_to(f) for f in removed) and not any(
+                doc.path.is_relative_to(f) for f in kept
+            )
+            if gone and self.opened(doc.uri) is None:
+                self.pipeline.forget(doc)
 
     # --- dumps changing on disk ---------------------------------------------------------------------------------
     def _dump_changed_threadsafe(self, path: Path) -> None:
@@ -171,6 +185,12 @@ async def on_configuration(ls: RcaServer, params: types.DidChangeConfigurationPa
     ls.pipeline.schedule_all(accept_layout=True)
 
 
+@server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+async def on_folders(ls: RcaServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
+    ls.forget_folders(local_folders([f.uri for f in params.event.removed]))
+    await ls.scan_workspace(local_folders([f.uri for f in params.event.added]))
+
+
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
 def on_open(ls: RcaServer, params: types.DidOpenTextDocumentParams) -> None:
     ls.pipeline.schedule(params.text_document.uri, 0.0)
@@ -212,8 +232,7 @@ def on_watched(ls: RcaServer, params: types.DidChangeWatchedFilesParams) -> None
                 continue  # the editor's text is analysed, not the file's (read again once it is closed)
             doc = ls.document(change.uri)
             if change.type == types.FileChangeType.Deleted and doc is not None:
-                ls.documents.pop(change.uri, None)
-                ls.pipeline.clear(doc)
+                ls.pipeline.forget(doc)
             else:
                 ls.pipeline.schedule(change.uri, DUMP_DELAY)
         else:

@@ -284,5 +284,15 @@ class Pipeline:
         diagnostics = document_diagnostics(doc, self.server.settings, positions)
         self.server.rca_protocol.publish_diagnostics(doc.uri, version, diagnostics)
 
+    def forget(self, doc: MappingDocument) -> None:
+        """Stop analysing a document (a pending run is cancelled, a running one publishes nothing) and clear its
+        diagnostics."""
+        for handle in (doc.pending, doc.pending_parse):
+            if handle is not None:
+                handle.cancel()
+        doc.next_generation()
+        self.server.documents.pop(doc.uri, None)
+        self.clear(doc)
+
     def clear(self, doc: MappingDocument) -> None:
         self.server.rca_protocol.publish_diagnostics(doc.uri, None, [])

@@ -191,3 +191,10 @@ def _matches(path: Path, pattern: str) -> bool:
         return path.match(pattern)
     except ValueError:
         return False
+
+
+def local_folders(uris: list[str]) -> list[Path]:
+    """The folders on this machine of workspace folder URIs, resolved (one of another scheme, such as vscode-vfs:,
+    has none)."""
+    paths = [to_fs_path(uri) for uri in uris]
+    return [Path(path).resolve() for path in paths if path]

@@ -280,3 +280,26 @@ async def test_the_open_mapping_file_deleted_or_replaced_on_disk_keeps_its_analy
         types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=missing.range.start)
     )
     assert hover is not None and "act_fn" in hover.contents.value
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_workspace_folder_added_is_analysed_and_one_removed_is_forgotten(
+    client: LanguageClient, tmp_path: Path
+) -> None:
+    """The mapping files of the folders open at start are analysed unopened; those of a folder added later were not
+    (nothing until opened), and those of a folder removed kept their diagnostics for good."""
+    await asyncio.sleep(1.0)  # the workspace at start has been scanned
+    other = tmp_path / "other"
+    shutil.copytree(FIXTURES / "missing_activation", other / "exp")
+    uri = (other / "exp" / "mapping_key.json").as_uri()
+    folder = types.WorkspaceFolder(uri=other.as_uri(), name="other")
+    client.workspace_did_change_workspace_folders(
+        types.DidChangeWorkspaceFoldersParams(event=types.WorkspaceFoldersChangeEvent(added=[folder], removed=[]))
+    )
+    await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    client.workspace_did_change_workspace_folders(
+        types.DidChangeWorkspaceFoldersParams(event=types.WorkspaceFoldersChangeEvent(added=[], removed=[folder]))
+    )
+    await wait_for(client, uri, lambda ds: ds == [], timeout=5)
+    await asyncio.sleep(1.0)  # nothing left to publish them again
+    assert not client.diagnostics[uri]
