@@ -133,9 +133,9 @@ class ServerState(LanguageServer):
 
     # --- which files -------------------------------------------------------------------------------------------
     def folders(self) -> list[Path]:
-        return [Path(to_fs_path(f.uri) or "").resolve() for f in self.workspace.folders.values()] or (
-            [Path(to_fs_path(self.workspace.root_uri) or "").resolve()] if self.workspace.root_uri else []
-        )
+        """The workspace folders on this machine (else the root's, if it is)."""
+        root = self.workspace.root_uri
+        return local_folders([f.uri for f in self.workspace.folders.values()]) or local_folders([root] if root else [])
 
     def is_mapping(self, path: Path) -> bool:
         return is_mapping_name(path) or any(self._named_by_pair(path, p.mapping_key) for p in self.settings.pairs)

@@ -268,3 +268,45 @@ def test_messages_before_initialize_are_refused_or_dropped_without_a_traceback(t
     found = answers(server.stdout)
     assert found[1]["error"]["code"] == -32002 and "not initialized" in found[1]["error"]["message"]
     assert "result" in found[2] and "result" in found[3]
+
+
+def test_a_workspace_of_virtual_folders_scans_nothing_on_disk(tmp_path: Path) -> None:
+    """A workspace whose folders are not on this machine (vscode-vfs://, a remote): their URIs have no path, which
+    became Path("") - the server's working directory - and the server analysed every mapping file below it, files
+    of no workspace (below / it would walk the whole disk)."""
+    elsewhere = tmp_path / "server-cwd"
+    shutil.copytree(FIXTURES / "missing_activation", elsewhere / "exp")
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "processId": None,
+                "rootUri": None,
+                "workspaceFolders": [{"uri": "vscode-vfs://github/owner/repo", "name": "repo"}],
+                "capabilities": {},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "initialized", "params": {}},
+    ]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # this checkout's rca_lsp
+    server = subprocess.Popen(
+        [sys.executable, "-m", "rca_lsp", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=elsewhere,
+        env=env,
+    )
+    assert server.stdin is not None
+    server.stdin.write(b"".join(map(frame, messages)))
+    server.stdin.flush()
+    time.sleep(3)  # a scan of the working directory publishes in well under a second
+    out, err = server.communicate(
+        frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None})
+        + frame({"jsonrpc": "2.0", "method": "exit", "params": None}),
+        timeout=60,
+    )
+    assert server.returncode == 0, err.decode(errors="replace")[-2000:]
+    assert b"publishDiagnostics" not in out, out[-1000:]
