@@ -58,7 +58,7 @@ class RcaServer(ServerState):
         """Analyse every mapping file of the workspace folders (or of `folders`, just added), found off the loop (a
         walk of the whole tree)."""
         found = await asyncio.get_running_loop().run_in_executor(
-            self.executor, mapping_files, self.folders() if folders is None else folders
+            self.executor, mapping_files, self.folders(resolved=False) if folders is None else folders
         )
         for path in found:
             self.pipeline.schedule(path.as_uri(), 0.0)
@@ -91,13 +91,13 @@ class RcaServer(ServerState):
 
 
 def mapping_files(folders: list[Path]) -> list[Path]:
-    """The mapping files below the folders (by name, see pairing.MAPPING_GLOBS), resolved; SKIP_DIRS and symlinked
-    folders are not entered."""
+    """The mapping files below the folders (by name, see pairing.MAPPING_GLOBS), by their paths below them (as the
+    client names them: not resolved); SKIP_DIRS and symlinked folders are not entered."""
     found = []
     for folder in folders:
         for parent, dirs, files in os.walk(folder):
             dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
-            found += [Path(parent, name).resolve() for name in files if is_mapping_name(Path(name))]
+            found += [Path(parent, name) for name in files if is_mapping_name(Path(name))]
     return found
 
 
@@ -187,7 +187,7 @@ async def on_configuration(ls: RcaServer, params: types.DidChangeConfigurationPa
 
 @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
 async def on_folders(ls: RcaServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
-    ls.forget_folders(local_folders([f.uri for f in params.event.removed]))
+    ls.forget_folders([folder.resolve() for folder in local_folders([f.uri for f in params.event.removed])])
     await ls.scan_workspace(local_folders([f.uri for f in params.event.added]))
 
 

@@ -132,10 +132,12 @@ class ServerState(LanguageServer):
         return protocol.cancellations.track(protocol.msg_id)
 
     # --- which files -------------------------------------------------------------------------------------------
-    def folders(self) -> list[Path]:
-        """The workspace folders on this machine (else the root's, if it is)."""
+    def folders(self, resolved: bool = True) -> list[Path]:
+        """The workspace folders on this machine (else the root's, if it is): resolved, or as the client names them
+        (a folder that is a symlink: the files below it are the client's by these paths)."""
         root = self.workspace.root_uri
-        return local_folders([f.uri for f in self.workspace.folders.values()]) or local_folders([root] if root else [])
+        found = local_folders([f.uri for f in self.workspace.folders.values()]) or local_folders([root] if root else [])
+        return [folder.resolve() for folder in found] if resolved else found
 
     def is_mapping(self, path: Path) -> bool:
         return is_mapping_name(path) or any(self._named_by_pair(path, p.mapping_key) for p in self.settings.pairs)
@@ -194,7 +196,6 @@ def _matches(path: Path, pattern: str) -> bool:
 
 
 def local_folders(uris: list[str]) -> list[Path]:
-    """The folders on this machine of workspace folder URIs, resolved (one of another scheme, such as vscode-vfs:,
-    has none)."""
+    """The folders on this machine of workspace folder URIs (one of another scheme, such as vscode-vfs:, has none)."""
     paths = [to_fs_path(uri) for uri in uris]
-    return [Path(path).resolve() for path in paths if path]
+    return [Path(path) for path in paths if path]

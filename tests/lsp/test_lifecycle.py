@@ -310,3 +310,47 @@ def test_a_workspace_of_virtual_folders_scans_nothing_on_disk(tmp_path: Path) ->
     )
     assert server.returncode == 0, err.decode(errors="replace")[-2000:]
     assert b"publishDiagnostics" not in out, out[-1000:]
+
+
+def test_a_workspace_opened_through_a_symlink_is_published_under_the_clients_uris(tmp_path: Path) -> None:
+    """A workspace folder that is a symlink (a home directory on a cluster's shared disk): the scan at start found
+    its mapping files by their resolved paths, so each one was analysed twice once opened, and its diagnostics
+    published under two URIs (the client's and the resolved one): each finding twice in the editor's problems."""
+    shutil.copytree(FIXTURES / "missing_activation", tmp_path / "real" / "exp")
+    workspace = tmp_path / "link"
+    workspace.symlink_to(tmp_path / "real", target_is_directory=True)
+    mapping = workspace / "exp" / "mapping_key.json"
+    opened = {"uri": mapping.as_uri(), "languageId": "json", "version": 1, "text": mapping.read_text()}
+    folder = {"uri": workspace.as_uri(), "name": "ws"}
+    start = {"processId": None, "rootUri": workspace.as_uri(), "workspaceFolders": [folder], "capabilities": {}}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "rca_lsp", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    messages: queue.Queue[dict] = queue.Queue()
+    threading.Thread(target=read_messages, args=(server.stdout, messages), daemon=True).start()
+    server.stdin.write(
+        frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": start})
+        + frame({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        + frame({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": opened}})
+    )
+    server.stdin.flush()
+    published: set[str] = set()
+    deadline = time.monotonic() + 4  # both runs publish in well under that
+    while time.monotonic() < deadline:
+        try:
+            message = messages.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        if message.get("method") == "textDocument/publishDiagnostics" and message["params"]["diagnostics"]:
+            published.add(message["params"]["uri"])
+    server.stdin.write(
+        frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None})
+        + frame({"jsonrpc": "2.0", "method": "exit", "params": None})
+    )
+    server.stdin.close()
+    assert server.wait(timeout=60) == 0
+    assert published == {mapping.as_uri()}
