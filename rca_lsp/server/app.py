@@ -31,7 +31,7 @@ from rca_lsp.server.pipeline import Pipeline
 from rca_lsp.server.positions import Positions
 from rca_lsp.server.protocol import CommandError, RawJson
 from rca_lsp.server.settings import Settings
-from rca_lsp.server.state import ServerState
+from rca_lsp.server.state import ServerState, local_folders
 from rca_lsp.server.watcher import DumpWatcher
 from rca_lsp.suggest.coverage import render_coverage
 
@@ -54,11 +54,25 @@ class RcaServer(ServerState):
         self.watcher = DumpWatcher(self._dump_changed_threadsafe)
         self.pipeline = Pipeline(self)
 
-    async def scan_workspace(self) -> None:
-        """Analyse every mapping file of the workspace folders, found off the loop (a walk of the whole tree)."""
-        found = await asyncio.get_running_loop().run_in_executor(self.executor, mapping_files, self.folders())
+    async def scan_workspace(self, folders: list[Path] | None = None) -> None:
+        """Analyse every mapping file of the workspace folders (or of `folders`, just added), found off the loop (a
+        walk of the whole tree)."""
+        found = await asyncio.get_running_loop().run_in_executor(
+            self.executor, mapping_files, self.folders(resolved=False) if folders is None else folders
+        )
         for path in found:
             self.pipeline.schedule(path.as_uri(), 0.0)
+
+    def forget_folders(self, removed: list[Path]) -> None:
+        """Folders no longer in the workspace: their mapping files that are not open are not analysed any more, and
+        their diagnostics are cleared (those below a folder still in it stay)."""
+        kept = self.folders()
+        for doc in list(self.documents.values()):
+            gone = any(doc.path.is_relative_to(f) for f in removed) and not any(
+                doc.path.is_relative_to(f) for f in kept
+            )
+            if gone and self.opened(doc.uri) is None:
+                self.pipeline.forget(doc)
 
     # --- dumps changing on disk ---------------------------------------------------------------------------------
     def _dump_changed_threadsafe(self, path: Path) -> None:
@@ -77,13 +91,13 @@ class RcaServer(ServerState):
 
 
 def mapping_files(folders: list[Path]) -> list[Path]:
-    """The mapping files below the folders (by name, see pairing.MAPPING_GLOBS), resolved; SKIP_DIRS and symlinked
-    folders are not entered."""
+    """The mapping files below the folders (by name, see pairing.MAPPING_GLOBS), by their paths below them (as the
+    client names them: not resolved); SKIP_DIRS and symlinked folders are not entered."""
     found = []
     for folder in folders:
         for parent, dirs, files in os.walk(folder):
             dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
-            found += [Path(parent, name).resolve() for name in files if is_mapping_name(Path(name))]
+            found += [Path(parent, name) for name in files if is_mapping_name(Path(name))]
     return found
 
 
@@ -171,6 +185,12 @@ async def on_configuration(ls: RcaServer, params: types.DidChangeConfigurationPa
     ls.pipeline.schedule_all(accept_layout=True)
 
 
+@server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+async def on_folders(ls: RcaServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
+    ls.forget_folders([folder.resolve() for folder in local_folders([f.uri for f in params.event.removed])])
+    await ls.scan_workspace(local_folders([f.uri for f in params.event.added]))
+
+
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
 def on_open(ls: RcaServer, params: types.DidOpenTextDocumentParams) -> None:
     ls.pipeline.schedule(params.text_document.uri, 0.0)
@@ -178,7 +198,7 @@ def on_open(ls: RcaServer, params: types.DidOpenTextDocumentParams) -> None:
 
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
 def on_change(ls: RcaServer, params: types.DidChangeTextDocumentParams) -> None:
-    opened = ls.workspace.text_documents.get(params.text_document.uri)
+    opened = ls.opened(params.text_document.uri)
     if opened is None:
         return
     if len(opened.source) <= LIVE_EDIT_LIMIT:
@@ -208,11 +228,12 @@ def on_watched(ls: RcaServer, params: types.DidChangeWatchedFilesParams) -> None
         if path.name == CONFIG_NAME:
             ls.pipeline.schedule_all(DUMP_DELAY, accept_layout=True)
         elif ls.is_mapping(path):
+            if ls.opened(change.uri) is not None:
+                continue  # the editor's text is analysed, not the file's (read again once it is closed)
             doc = ls.document(change.uri)
             if change.type == types.FileChangeType.Deleted and doc is not None:
-                ls.documents.pop(change.uri, None)
-                ls.pipeline.clear(doc)
-            elif change.uri not in ls.workspace.text_documents:
+                ls.pipeline.forget(doc)
+            else:
                 ls.pipeline.schedule(change.uri, DUMP_DELAY)
         else:
             ls.dump_changed(path)
@@ -263,7 +284,7 @@ def on_code_action(ls: RcaServer, params: types.CodeActionParams) -> list[types.
     if found is None:
         return None
     doc, parsed, analysis = found
-    opened = ls.workspace.text_documents.get(params.text_document.uri)
+    opened = ls.opened(params.text_document.uri)
     context = ActionContext(
         params.text_document.uri,
         opened.version if opened else None,

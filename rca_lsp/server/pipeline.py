@@ -90,14 +90,14 @@ class Pipeline:
             self.schedule(uri, delay, accept_layout)
 
     async def parse_unsaved(self, doc: MappingDocument) -> None:
-        opened = self.server.workspace.text_documents.get(doc.uri)
+        opened = self.server.opened(doc.uri)
         if opened is None:
             return
         text = opened.source
         parsed = await asyncio.get_running_loop().run_in_executor(
             self.server.executor, parse_mapping, str(doc.path), text, doc.latest_parse()
         )
-        current = self.server.workspace.text_documents.get(doc.uri)
+        current = self.server.opened(doc.uri)
         doc.remember(parsed)
         if current is not None and current.source == text:
             doc.unsaved_view = parsed
@@ -207,7 +207,7 @@ class Pipeline:
 
     def _text(self, doc: MappingDocument) -> tuple[str, int | None] | None:
         """The text to analyse: the editor's if the file is open, else the file's; None if it cannot be read."""
-        opened = self.server.workspace.text_documents.get(doc.uri)
+        opened = self.server.opened(doc.uri)
         if opened is not None:
             return opened.source, opened.version
         try:
@@ -283,6 +283,16 @@ class Pipeline:
         positions = Positions(doc.parsed, self.server.workspace.position_codec) if doc.parsed is not None else None
         diagnostics = document_diagnostics(doc, self.server.settings, positions)
         self.server.rca_protocol.publish_diagnostics(doc.uri, version, diagnostics)
+
+    def forget(self, doc: MappingDocument) -> None:
+        """Stop analysing a document (a pending run is cancelled, a running one publishes nothing) and clear its
+        diagnostics."""
+        for handle in (doc.pending, doc.pending_parse):
+            if handle is not None:
+                handle.cancel()
+        doc.next_generation()
+        self.server.documents.pop(doc.uri, None)
+        self.clear(doc)
 
     def clear(self, doc: MappingDocument) -> None:
         self.server.rca_protocol.publish_diagnostics(doc.uri, None, [])

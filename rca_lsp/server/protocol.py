@@ -7,12 +7,15 @@ import asyncio
 import inspect
 import logging
 from typing import Any, Iterator
+from urllib.parse import unquote
 
 import orjson
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pygls.io_ import StdinAsyncReader
+from pygls.protocol.json_rpc import RPCRequest
 from pygls.protocol.language_server import lsp_method
+from pygls.workspace import TextDocument, Workspace
 
 from rca_lsp.server.cancellation import CancellingProtocol
 from rca_lsp.server.positions import OpenText
@@ -38,6 +41,12 @@ class _NoTracebackForCommandErrors(logging.Filter):
 
 
 logging.getLogger("pygls.protocol.json_rpc").addFilter(_NoTracebackForCommandErrors())
+
+
+def open_document(workspace: Workspace, uri: str) -> TextDocument | None:
+    """The open document of a URI as the client spells it; None when it is not open. (pygls keeps open documents
+    under the URI with its %-escapes decoded: a folder "run 1" is `run%201` in the client's URI, `run 1` there.)"""
+    return workspace.text_documents.get(unquote(uri))
 
 
 _ANSWERED = object()  # a request already answered with an error while it was read
@@ -76,8 +85,25 @@ class RcaProtocol(CancellingProtocol):
             return _ANSWERED
 
     def handle_message(self, message: Any) -> None:
-        if message is not _ANSWERED:
-            super().handle_message(message)
+        """What LSP says of messages out of their time, which pygls does not do: before initialize a request gets
+        ServerNotInitialized and a notification but exit is dropped (pygls ran them: a traceback each, the
+        workspace does not exist yet); after shutdown a request gets InvalidRequest (pygls left it unanswered)."""
+        if message is _ANSWERED:
+            return
+        method = getattr(message, "method", None)
+        if self._workspace is None and method not in (types.INITIALIZE, types.EXIT, None):
+            if isinstance(message, RPCRequest):
+                self._refuse(message, types.ErrorCodes.ServerNotInitialized, "the server is not initialized yet")
+            else:
+                log.warning("%s before initialize: dropped", method)
+            return
+        if self._shutdown and isinstance(message, RPCRequest):
+            self._refuse(message, types.ErrorCodes.InvalidRequest, "the server is shut down")
+            return
+        super().handle_message(message)
+
+    def _refuse(self, request: RPCRequest, code: int, why: str) -> None:
+        self._send_response(request.id, error=types.ResponseError(code=code, message=f"{request.method}: {why}"))
 
     def publish_diagnostics(self, uri: str, version: int | None, diagnostics: list[types.Diagnostic]) -> None:
         """textDocument/publishDiagnostics, each diagnostic encoded once for as long as it is published (an edit
@@ -117,10 +143,11 @@ class RcaProtocol(CancellingProtocol):
         change, as pygls does). A change of a document that is not open is ignored (pygls raises a KeyError, which a
         client shows as "Error in server: KeyError")."""
         uri = params.text_document.uri
-        if uri not in self.workspace.text_documents:
+        opened = open_document(self.workspace, uri)
+        if opened is None:
             log.warning("didChange for %s, which is not open: ignored", uri)
             return
-        source = self.workspace.text_documents[uri].source
+        source = opened.source
         kept = self.open_texts.get(uri)
         text = kept if kept is not None and kept.text is source else OpenText(source)
         for change in params.content_changes:  # each one applied as the edit it is (see OpenText)

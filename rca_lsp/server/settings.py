@@ -48,7 +48,10 @@ class Settings:
         each part that had to be ignored."""
         if not isinstance(raw, dict):
             return cls(), ([] if raw is None else [f"rcaLsp settings must be an object, got {type(raw).__name__}"])
-        raw = raw["rcaLsp"] if isinstance(raw.get("rcaLsp"), dict) else raw
+        section = raw.get("rcaLsp")
+        if section is not None and not isinstance(section, dict):
+            return cls(), [f"rcaLsp settings must be an object, got {_json_kind(section)}"]
+        raw = raw if section is None else section
         problems: list[str] = []
         pairs = _pairs(raw.get("pairs"), problems)
         tolerances = _tolerances(raw.get("tolerances"), problems)

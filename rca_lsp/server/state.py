@@ -14,6 +14,7 @@ from lsprotocol import types
 from pygls.io_ import StdoutWriter, run_async
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
+from pygls.workspace import TextDocument
 
 from rca_lsp import __version__
 from rca_lsp.base.cancel import ShouldStop
@@ -24,7 +25,7 @@ from rca_lsp.server.cancellation import CancellingProtocol
 from rca_lsp.server.documents import MappingDocument
 from rca_lsp.server.engine import Engine
 from rca_lsp.server.pairing import is_mapping_name
-from rca_lsp.server.protocol import RcaProtocol, ResyncingReader
+from rca_lsp.server.protocol import RcaProtocol, ResyncingReader, open_document
 from rca_lsp.server.settings import Settings
 from rca_lsp.server.watcher import DumpWatcher
 
@@ -131,10 +132,12 @@ class ServerState(LanguageServer):
         return protocol.cancellations.track(protocol.msg_id)
 
     # --- which files -------------------------------------------------------------------------------------------
-    def folders(self) -> list[Path]:
-        return [Path(to_fs_path(f.uri) or "").resolve() for f in self.workspace.folders.values()] or (
-            [Path(to_fs_path(self.workspace.root_uri) or "").resolve()] if self.workspace.root_uri else []
-        )
+    def folders(self, resolved: bool = True) -> list[Path]:
+        """The workspace folders on this machine (else the root's, if it is): resolved, or as the client names them
+        (a folder that is a symlink: the files below it are the client's by these paths)."""
+        root = self.workspace.root_uri
+        found = local_folders([f.uri for f in self.workspace.folders.values()]) or local_folders([root] if root else [])
+        return [folder.resolve() for folder in found] if resolved else found
 
     def is_mapping(self, path: Path) -> bool:
         return is_mapping_name(path) or any(self._named_by_pair(path, p.mapping_key) for p in self.settings.pairs)
@@ -142,10 +145,14 @@ class ServerState(LanguageServer):
     def _named_by_pair(self, path: Path, pattern: str) -> bool:
         folders = self.folders() or [path.parent]
         return any(
-            path.match(pattern.replace("${workspaceFolder}", str(f)))
+            _matches(path, pattern.replace("${workspaceFolder}", str(f)))
             or path == Path(pattern.replace("${workspaceFolder}", str(f))).resolve()
             for f in folders
         )
+
+    def opened(self, uri: str) -> TextDocument | None:
+        """The editor's document of `uri` while the client has it open."""
+        return open_document(self.workspace, uri)
 
     def document(self, uri: str) -> MappingDocument | None:
         path = Path(to_fs_path(uri) or "")
@@ -165,7 +172,7 @@ class ServerState(LanguageServer):
 
     def analysis_at(self, uri: str) -> tuple[MappingDocument, ParsedMapping, Analysis | None] | None:
         doc = self.documents.get(uri)
-        opened = self.workspace.text_documents.get(uri)
+        opened = self.opened(uri)
         if doc is None:
             return None
         parsed = doc.parsed
@@ -177,3 +184,18 @@ class ServerState(LanguageServer):
         if parsed is None:
             return None
         return doc, parsed, doc.last_good or doc.analysis
+
+
+def _matches(path: Path, pattern: str) -> bool:
+    """Whether the pattern matches the path; a pattern of no parts ("." or "./", which Path.match refuses with a
+    ValueError) matches no file."""
+    try:
+        return path.match(pattern)
+    except ValueError:
+        return False
+
+
+def local_folders(uris: list[str]) -> list[Path]:
+    """The folders on this machine of workspace folder URIs (one of another scheme, such as vscode-vfs:, has none)."""
+    paths = [to_fs_path(uri) for uri in uris]
+    return [Path(path) for path in paths if path]

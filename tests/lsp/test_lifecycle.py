@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import queue
@@ -195,3 +196,161 @@ def test_the_log_level_an_editor_cannot_pass_comes_from_the_environment(tmp_path
         wrong.stderr.strip()
         == "rca-lsp: error: RCA_LSP_LOG_LEVEL: expected one of debug, info, warning, error, got 'loud'"
     )
+
+
+def answers(out: bytes) -> dict[object, dict]:
+    """The responses in the server's stdout, by request id."""
+    found: queue.Queue[dict] = queue.Queue()
+    read_messages(io.BytesIO(out), found)
+    return {m["id"]: m for m in list(found.queue) if "id" in m and "method" not in m}
+
+
+def test_a_request_after_shutdown_is_refused_not_left_unanswered(tmp_path: Path) -> None:
+    """pygls drops every message after shutdown but exit: a request sent meanwhile (a hover the editor asked for
+    as it closed) waited for an answer that never came. LSP: it gets an InvalidRequest error."""
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}},
+        },
+        {"jsonrpc": "2.0", "method": "initialized", "params": {}},
+        {"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None},
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "textDocument/hover",
+            "params": {
+                "textDocument": {"uri": (tmp_path / "mapping_key.json").as_uri()},
+                "position": {"line": 0, "character": 0},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "exit", "params": None},
+    ]
+    server = subprocess.run(
+        [sys.executable, "-m", "rca_lsp", "serve"],
+        input=b"".join(map(frame, messages)),
+        capture_output=True,
+        timeout=60,
+    )
+    assert server.returncode == 0, server.stderr.decode(errors="replace")[-2000:]
+    refused = answers(server.stdout)[3]
+    assert refused["error"]["code"] == -32600 and "shut down" in refused["error"]["message"]
+
+
+def test_messages_before_initialize_are_refused_or_dropped_without_a_traceback(tmp_path: Path) -> None:
+    """A request before initialize was answered "RuntimeError: The workspace is not available" with pygls' traceback
+    (also logged), a didOpen logged one too. LSP: a request gets ServerNotInitialized, a notification is dropped."""
+    mapping = {"uri": (tmp_path / "mapping_key.json").as_uri(), "languageId": "json", "version": 1, "text": "{}"}
+    position = {"textDocument": {"uri": mapping["uri"]}, "position": {"line": 0, "character": 0}}
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "textDocument/hover", "params": position},
+        {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": mapping}},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "initialize",
+            "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}},
+        },
+        {"jsonrpc": "2.0", "method": "initialized", "params": {}},
+        {"jsonrpc": "2.0", "id": 3, "method": "shutdown", "params": None},
+        {"jsonrpc": "2.0", "method": "exit", "params": None},
+    ]
+    server = subprocess.run(
+        [sys.executable, "-m", "rca_lsp", "serve"],
+        input=b"".join(map(frame, messages)),
+        capture_output=True,
+        timeout=60,
+    )
+    stderr = server.stderr.decode(errors="replace")
+    assert server.returncode == 0 and "Traceback" not in stderr, stderr[-2000:]
+    found = answers(server.stdout)
+    assert found[1]["error"]["code"] == -32002 and "not initialized" in found[1]["error"]["message"]
+    assert "result" in found[2] and "result" in found[3]
+
+
+def test_a_workspace_of_virtual_folders_scans_nothing_on_disk(tmp_path: Path) -> None:
+    """A workspace whose folders are not on this machine (vscode-vfs://, a remote): their URIs have no path, which
+    became Path("") - the server's working directory - and the server analysed every mapping file below it, files
+    of no workspace (below / it would walk the whole disk)."""
+    elsewhere = tmp_path / "server-cwd"
+    shutil.copytree(FIXTURES / "missing_activation", elsewhere / "exp")
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "processId": None,
+                "rootUri": None,
+                "workspaceFolders": [{"uri": "vscode-vfs://github/owner/repo", "name": "repo"}],
+                "capabilities": {},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "initialized", "params": {}},
+    ]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # this checkout's rca_lsp
+    server = subprocess.Popen(
+        [sys.executable, "-m", "rca_lsp", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=elsewhere,
+        env=env,
+    )
+    assert server.stdin is not None
+    server.stdin.write(b"".join(map(frame, messages)))
+    server.stdin.flush()
+    time.sleep(3)  # a scan of the working directory publishes in well under a second
+    out, err = server.communicate(
+        frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None})
+        + frame({"jsonrpc": "2.0", "method": "exit", "params": None}),
+        timeout=60,
+    )
+    assert server.returncode == 0, err.decode(errors="replace")[-2000:]
+    assert b"publishDiagnostics" not in out, out[-1000:]
+
+
+def test_a_workspace_opened_through_a_symlink_is_published_under_the_clients_uris(tmp_path: Path) -> None:
+    """A workspace folder that is a symlink (a home directory on a cluster's shared disk): the scan at start found
+    its mapping files by their resolved paths, so each one was analysed twice once opened, and its diagnostics
+    published under two URIs (the client's and the resolved one): each finding twice in the editor's problems."""
+    shutil.copytree(FIXTURES / "missing_activation", tmp_path / "real" / "exp")
+    workspace = tmp_path / "link"
+    workspace.symlink_to(tmp_path / "real", target_is_directory=True)
+    mapping = workspace / "exp" / "mapping_key.json"
+    opened = {"uri": mapping.as_uri(), "languageId": "json", "version": 1, "text": mapping.read_text()}
+    folder = {"uri": workspace.as_uri(), "name": "ws"}
+    start = {"processId": None, "rootUri": workspace.as_uri(), "workspaceFolders": [folder], "capabilities": {}}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "rca_lsp", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    messages: queue.Queue[dict] = queue.Queue()
+    threading.Thread(target=read_messages, args=(server.stdout, messages), daemon=True).start()
+    server.stdin.write(
+        frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": start})
+        + frame({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        + frame({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": opened}})
+    )
+    server.stdin.flush()
+    published: set[str] = set()
+    deadline = time.monotonic() + 4  # both runs publish in well under that
+    while time.monotonic() < deadline:
+        try:
+            message = messages.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        if message.get("method") == "textDocument/publishDiagnostics" and message["params"]["diagnostics"]:
+            published.add(message["params"]["uri"])
+    server.stdin.write(
+        frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None})
+        + frame({"jsonrpc": "2.0", "method": "exit", "params": None})
+    )
+    server.stdin.close()
+    assert server.wait(timeout=60) == 0
+    assert published == {mapping.as_uri()}

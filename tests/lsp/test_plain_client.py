@@ -132,3 +132,14 @@ async def test_a_rank_folder_moved_away_is_noticed_and_the_last_analysis_kept(
     (folder / f"{moved}.away").rename(rank)
     after = await until(lambda ds: not dump_problems(ds) and any(d.code == "parameter-sync" for d in ds))
     assert after == before
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_pushed_settings_section_that_is_not_an_object_is_said(plain: LanguageClient) -> None:
+    """`{"rcaLsp": "..."}` pushed by didChangeConfiguration was read as a section without any setting: every
+    setting silently back to its default, and no word of why."""
+    plain.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"rcaLsp": ["pairs"]}))
+    deadline = time.monotonic() + 10
+    while not plain.messages and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert [m.message for m in plain.messages] == ["rcaLsp settings must be an object, got a list"]

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import test_server
+from conftest import FIXTURES
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
@@ -204,3 +206,100 @@ async def test_an_incremental_edit_lands_where_the_client_put_it_past_a_line_sep
     assert not [d for d in after if d.code == "json-syntax"]
     (flagged,) = [d for d in after if d.code == "unknown-train-key" and d.data["key"] == typo]
     assert flagged.range.start.line == line
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_edits_of_a_file_whose_uri_has_escapes_are_analysed_as_typed(client: LanguageClient) -> None:
+    """A mapping in a folder named "run 1" (or with any non-ASCII letter): its URI holds %-escapes, and pygls keeps
+    open documents under the unescaped URI. Looked up by the client's URI the document was "not open": every edit
+    was ignored (the file on disk analysed instead), a typo typed in got no diagnostic."""
+    folder = client.root / "run 1 é"  # type: ignore[attr-defined]
+    shutil.copytree(FIXTURES / "missing_activation", folder)
+    mapping = folder / "mapping_key.json"
+    uri = open_document(client, mapping)
+    assert "%20" in uri
+    await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    key = list(json.loads(mapping.read_text()))[2]
+    typo = key.replace(".forward.", ".froward.")
+    on_disk = mapping.read_text()
+    client.text_document_did_change(  # typed, not saved
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[
+                types.TextDocumentContentChangeWholeDocument(text=on_disk.replace(f'"{key}"', f'"{typo}"'))
+            ],
+        )
+    )
+    after = await wait_for(client, uri, lambda ds: any(d.code == "unknown-train-key" for d in ds), timeout=10)
+    (flagged,) = [d for d in after if d.code == "unknown-train-key"]
+    assert flagged.data["key"] == typo
+    assert flagged.range.start.line == next(i for i, line in enumerate(on_disk.split("\n")) if f'"{key}"' in line)
+    hover = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=flagged.range.start)
+    )
+    assert hover is not None and "Not in the train dump" in hover.contents.value  # the typed text's entry
+    assert mapping.read_text() == on_disk
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_pair_whose_mapping_key_names_no_file_leaves_dump_changes_seen(client: LanguageClient) -> None:
+    """`"mappingKey": "."` in rcaLsp.pairs (a pattern of no path parts): Path.match raised "empty pattern" for each
+    file the client reported changed: "Error in server: ValueError" and the dump change was not analysed."""
+    mapping = copy_variant(client, "healthy_fp32")
+    uri = open_document(client, mapping)
+    await asyncio.sleep(1.0)
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(
+            settings={"rcaLsp": {"pairs": [{"mappingKey": ".", "train": "train", "rollout": "rollout"}]}}
+        )
+    )
+    train_dump = next(mapping.parent.joinpath("train").rglob("dump.json"))
+    train_dump.write_bytes(next((FIXTURES / "param_desync" / "train").rglob("dump.json")).read_bytes())
+    report(client, train_dump, types.FileChangeType.Changed)
+    await wait_for(client, uri, lambda ds: any(d.code == "parameter-sync" for d in ds), timeout=10)
+    assert not [m.message for m in client.messages if "Error in server" in m.message]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_the_open_mapping_file_deleted_or_replaced_on_disk_keeps_its_analysis(client: LanguageClient) -> None:
+    """An open mapping file is analysed from the editor's text. A watcher's Deleted for it (the file removed while
+    open, an editor's save by rename, a `git checkout`) dropped the document: its diagnostics were cleared, and once
+    it was back (Created) it was not analysed again while open: hovers, code actions and commands had nothing."""
+    mapping = copy_variant(client, "missing_activation")
+    uri = open_document(client, mapping)
+    before = await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    text = mapping.read_text()
+    mapping.unlink()
+    report(client, mapping, types.FileChangeType.Deleted)
+    await asyncio.sleep(1.0)
+    assert placed(client.diagnostics[uri], "missing-op") == placed(before, "missing-op")
+    mapping.write_text(text)
+    report(client, mapping, types.FileChangeType.Created)
+    missing = next(d for d in before if d.code == "missing-op")
+    hover = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=missing.range.start)
+    )
+    assert hover is not None and "act_fn" in hover.contents.value
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_workspace_folder_added_is_analysed_and_one_removed_is_forgotten(
+    client: LanguageClient, tmp_path: Path
+) -> None:
+    """The mapping files of the folders open at start are analysed unopened; those of a folder added later were not
+    (nothing until opened), and those of a folder removed kept their diagnostics for good."""
+    await asyncio.sleep(1.0)  # the workspace at start has been scanned
+    other = tmp_path / "other"
+    shutil.copytree(FIXTURES / "missing_activation", other / "exp")
+    uri = (other / "exp" / "mapping_key.json").as_uri()
+    folder = types.WorkspaceFolder(uri=other.as_uri(), name="other")
+    client.workspace_did_change_workspace_folders(
+        types.DidChangeWorkspaceFoldersParams(event=types.WorkspaceFoldersChangeEvent(added=[folder], removed=[]))
+    )
+    await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    client.workspace_did_change_workspace_folders(
+        types.DidChangeWorkspaceFoldersParams(event=types.WorkspaceFoldersChangeEvent(added=[], removed=[folder]))
+    )
+    await wait_for(client, uri, lambda ds: ds == [], timeout=5)
+    await asyncio.sleep(1.0)  # nothing left to publish them again
+    assert not client.diagnostics[uri]
