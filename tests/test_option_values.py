@@ -35,6 +35,13 @@ def test_numbers_in_other_digits_are_refused_by_every_parser(digit: str) -> None
         parse_step_number(digit, "--step")
 
 
+@pytest.mark.parametrize("text", ["tp=2,tp=4", "tp=2, TP=2", "pp=2,tp=2,pp=1"])
+def test_a_dimension_given_twice_is_refused_not_read_as_its_last_value(text: str) -> None:
+    dimension = text.split(",")[-1].split("=")[0].strip().lower()
+    with pytest.raises(InputError, match=f"--parallel: {dimension} given twice"):
+        parse_layout(text, "--parallel")
+
+
 def test_ascii_numbers_still_read() -> None:
     assert parse_layout(" tp = 2 , pp=4") == ParallelLayout(tp=2, pp=4)
     assert parse_step(" 3 ") == 3 and parse_step("0-4") == StepSpan(0, 4) and parse_step_number("7") == 7

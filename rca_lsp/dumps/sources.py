@@ -109,6 +109,8 @@ def parse_layout(text: str | None, where: str = "--parallel") -> ParallelLayout 
             raise InputError(
                 where, f"unknown parallel dimension {name!r} in {text!r} (expected {', '.join(_LAYOUT_DIMS)})"
             )
+        if name in values:  # `tp=2,tp=4`: which one was meant?
+            raise InputError(where, f"{name} given twice in {text!r}")
         value = _ascii_number(number)
         if value is None or value < 1:
             raise InputError(
