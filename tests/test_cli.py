@@ -196,6 +196,24 @@ def test_unknown_keys_are_warnings_naming_the_line(tmp_path: Path) -> None:
     assert f"{path}:{line}: unknown-train-key" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (("--train-rank", "5"), "--train-rank 5 ignored: the train dump is one rank"),
+        (("--parallel", "tp=2"), "--parallel tp=2 ignored: the train dump is one rank"),
+        (("--rollout-parallel", "tp=4,pp=1"), "--rollout-parallel tp=4,pp=1 ignored: the rollout dump is one rank"),
+        (("--parallel", "tp=1", "--train-rank", "0"), None),  # what one rank is: nothing to say
+    ],
+)
+def test_a_rank_layout_given_for_a_dump_of_one_rank_is_said_to_be_ignored(
+    tmp_path: Path, options: tuple[str, ...], said: str | None
+) -> None:
+    result = rca(*analyze_args(FIXTURES / "param_desync", tmp_path / "o"), "--no-chart", *options, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "ignored" in line]
+    assert warnings == ([] if said is None else [warnings[0]]) and (said is None or said in warnings[0]), warnings
+
+
 def test_a_parallel_run_is_merged_and_its_replica_disagreement_named(tmp_path: Path) -> None:
     folder = FIXTURES / "tp2_sp_replica_desync"
     result = rca(*analyze_args(folder, tmp_path / "o"), cwd=tmp_path)

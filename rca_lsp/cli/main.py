@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from contextlib import contextmanager
+from dataclasses import astuple
 from pathlib import Path
 from typing import Any, Iterator, NoReturn, Sequence
 
@@ -21,7 +22,9 @@ from rca_lsp.cli.output_file import output_folder
 from rca_lsp.cli.progress import Progress
 from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
 from rca_lsp.diagnose.analysis import Analysis, Compared
-from rca_lsp.diagnose.run import analyze_paths, raise_if_unusable
+from rca_lsp.diagnose.run import SideOptions, analyze_paths, raise_if_unusable
+from rca_lsp.dumps.dump import Dump
+from rca_lsp.dumps.sources import ParallelLayout
 from rca_lsp.dumps.stepjoin import steps_joined
 from rca_lsp.model.tolerance import Tolerances, checked_tolerance
 from rca_lsp.report.markdown import NOTHING_COMPARED
@@ -135,6 +138,22 @@ def _summary(analysis: Analysis, report: dict[str, Any], out_dir: Path, chart: b
     return "\n".join(map(shown, lines))  # keys and paths: no line break or bidi control shown as it is
 
 
+def _warn_of_ignored_ranks(train: SideOptions, rollout: SideOptions, analysis: Analysis) -> None:
+    """A rank layout or a rank given for a side whose dump holds one rank cannot apply: said, not an error (the
+    server takes one such setting for every pair of a workspace)."""
+    given: tuple[tuple[str, str, ParallelLayout | int | None, Dump], ...] = (
+        ("--parallel", "train", train.layout, analysis.train),
+        ("--train-rank", "train", train.data_rank, analysis.train),
+        ("--rollout-parallel", "rollout", rollout.layout, analysis.rollout),
+    )
+    for flag, side, value, dump in given:
+        if value is None or dump.parallel is not None:
+            continue
+        one_rank = value == 0 if isinstance(value, int) else all(size in (None, 1) for size in astuple(value))
+        if not one_rank:
+            print(shown(f"warning: {flag} {value} ignored: the {side} dump is one rank ({dump.path})"), file=sys.stderr)
+
+
 def _warn_of_issues(analysis: Analysis, mapping: Path) -> None:
     for issue in analysis.issues[:10]:
         key = f" (key {issue.key!r})" if issue.key else ""
@@ -181,6 +200,7 @@ def run_analyze(args: argparse.Namespace) -> int:
             on_compared=compared,
         )
         _warn_of_issues(analysis, mapping)
+        _warn_of_ignored_ranks(train_options, rollout_options, analysis)
 
         def answer(report: dict[str, Any]) -> None:  # printed as soon as output_5 is written, before the rest
             print(_summary(analysis, report, out_dir, not args.no_chart), flush=True)
