@@ -82,12 +82,11 @@ def build_groups(
     mapping: dict[str, tuple[str, ...]], train: Dump, rollout: Dump
 ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """Connected train/rollout key sets: a rollout key named by several train keys joins them (N:1)."""
-    owners = Counter(chain.from_iterable(mapping.values()))  # counted in C: a decode group names hundreds of calls
-    named_by = owners.__getitem__
+    shared_keys = _named_twice(list(chain.from_iterable(mapping.values())))
     groups: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
     shared: dict[str, tuple[str, ...]] = {}
     for train_key, rollout_keys in mapping.items():
-        if max(map(named_by, rollout_keys), default=1) == 1:
+        if shared_keys.isdisjoint(rollout_keys):
             groups.append(
                 ((train_key,), rollout_keys if len(rollout_keys) == 1 else _by_position(rollout_keys, rollout))
             )
@@ -96,6 +95,14 @@ def build_groups(
     groups += _joined_groups(shared, train, rollout)
     groups.sort(key=lambda g: train.entries[g[0][-1]].position)
     return groups
+
+
+def _named_twice(keys: list[str]) -> set[str]:
+    """The keys that occur more than once (none, mostly: one set in C tells; a decode group names hundreds of
+    calls)."""
+    if len(set(keys)) == len(keys):
+        return set()
+    return {key for key, count in Counter(keys).items() if count > 1}
 
 
 Owners = dict[str, list[str]]  # rollout key -> the train keys naming it; lists are never mutated once shared
@@ -152,11 +159,14 @@ def regroup(
 
 
 def _by_position(keys: Iterable[str], dump: Dump) -> tuple[str, ...]:
-    """The keys in dump order (positions looked up once each; a group over decode steps, already in order, sorts in
-    one linear pass)."""
+    """The keys in dump order (positions looked up once each; keys already in that order, as a module's calls over
+    decode steps are, taken as they are after one linear check)."""
     entries = dump.entries
-    keyed = sorted([(entries[k].position, k) for k in keys])  # positions are distinct: keys never compared
-    return tuple([k for _, k in keyed])
+    given = tuple(keys)
+    positions = [entries[k].position for k in given]
+    if positions == sorted(positions):
+        return given
+    return tuple([k for _, k in sorted(zip(positions, given))])  # positions are distinct: keys never compared
 
 
 def _joined_groups(
