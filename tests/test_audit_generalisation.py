@@ -19,6 +19,10 @@ Every assertion states the injected ground truth, which the dumps show:
   the fault, so the calibration has no clean prefix (index < MIN_PRIOR_PAIRS is never a jump); the 1:1 embedding
   weight differs by 1 bf16 ulp in Max/Min and in Mean (bit-identical when synced), the ids are identical. The
   analysis names a missing activation at layer 1 linear_fc2 (1.6x "the floor").
+- bf16_qkv_bias_desync: train layer 3 linear_qkv bias x1.1 (bf16, 6 layers, hidden 256). The tool's own compare
+  flags parameters.bias as mismatch (10 %), but linear_qkv's output stays within bf16 noise, so the pair is
+  "internal_difference_but_output_aligned" (rank 5), no suspect is made, and the report says "every compared
+  module pair is aligned" with no excluded candidate: the desynced bias is named nowhere in output_5.
 """
 
 from __future__ import annotations
@@ -44,7 +48,14 @@ def analyse(tmp_path: Path, name: str):
 
 
 @pytest.mark.parametrize(
-    "name", ["bf16_fc1_desync_missing_op", "bf16_fc1_desync_in_module", "fp32_fc2_scale_3e-5", "bf16_noisy_embedding"]
+    "name",
+    [
+        "bf16_fc1_desync_missing_op",
+        "bf16_fc1_desync_in_module",
+        "fp32_fc2_scale_3e-5",
+        "bf16_noisy_embedding",
+        "bf16_qkv_bias_desync",
+    ],
 )
 def test_audit_injected_fault_is_the_top_suspect(tmp_path: Path, name: str) -> None:
     source, analysis = analyse(tmp_path, name)
