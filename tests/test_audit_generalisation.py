@@ -1,4 +1,6 @@
-"""AUDIT REPRODUCTIONS (branch audit-accuracy): these tests FAIL on the analysis as of 32da99b, on purpose.
+"""Audit reproductions: diagnoses the analysis gets wrong on real dumps of other sizes and fault placements than the
+committed fixtures (found 2026-12-05; 18 misses among 74 generated variants, these five reproduce the three defects among them). Marked
+xfail(strict=True) until the analysis is fixed: a fix makes a case pass, and then its mark must go.
 
 Each case is the statistics of a real msprobe dump pair (Megatron-core train vs HF transformers rollout, made with
 fixtures/generate.py's own functions at sizes and fault placements other than the committed fixtures'), cut to the
@@ -47,6 +49,7 @@ def analyse(tmp_path: Path, name: str):
     return case["source"], analyze_paths(tmp_path / "train", tmp_path / "rollout", tmp_path / "mapping_key.json")
 
 
+@pytest.mark.xfail(strict=True, reason="known misdiagnosis (see the module docstring): to be fixed in the analysis")
 @pytest.mark.parametrize(
     "name",
     [
