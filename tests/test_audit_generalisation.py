@@ -1,6 +1,7 @@
 """Audit reproductions: diagnoses the analysis gets wrong on real dumps of other sizes and fault placements than the
-committed fixtures (found 2026-12-05; 18 misses among 74 generated variants, these five reproduce the three defects among them). Marked
-xfail(strict=True) until the analysis is fixed: a fix makes a case pass, and then its mark must go.
+committed fixtures (found 2026-12-05: 18 misses among 74 generated variants; these five reproduce the three defects
+among them). Marked xfail(strict=True) until the analysis is fixed: a fix makes a case pass, and then its mark must
+go.
 
 Each case is the statistics of a real msprobe dump pair (Megatron-core train vs HF transformers rollout, made with
 fixtures/generate.py's own functions at sizes and fault placements other than the committed fixtures'), cut to the
