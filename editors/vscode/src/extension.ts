@@ -15,7 +15,7 @@ import { installWithConsentGiven } from './installer';
 import { OnceGate, ResolvedInterpreter } from './interpreter';
 import { resolvePython, serverCwd, trustChangesInterpreter, variablesFor, watchPythonEnvironment } from './python';
 import { SERVER_COMMAND_SUGGEST_MAPPING, SERVER_COMMAND_WRITE_OUTPUTS, serverOffers } from './serverCommands';
-import { buildServerSettings, classifyConfigChange, SECTION, ServerSettings } from './settings';
+import { buildServerSettings, classifyConfigChange, readServerSettings, SECTION, ServerSettings } from './settings';
 import { describeServer, ServerDescription, StatusBook, StatusView, viewForClientState, viewForServerStatus, withServer } from './status';
 import { StatusBar } from './statusBar';
 
@@ -137,10 +137,7 @@ class Controller implements vscode.Disposable, RcaLspApi {
   serverSettings(resource?: vscode.Uri): ServerSettings {
     const scope = resource ?? this.scope();
     const raw = vscode.workspace.getConfiguration(SECTION, scope);
-    const { settings, problems } = buildServerSettings(
-      { pairs: raw.get('pairs'), tolerances: raw.get('tolerances'), severity: raw.get('severity'), outDir: raw.get('outDir') },
-      variablesFor(scope),
-    );
+    const { settings, problems } = buildServerSettings(readServerSettings((key) => raw.get(key)), variablesFor(scope));
     for (const p of problems) {
       this.output.warn(`Settings: ${p}`);
     }

@@ -278,6 +278,14 @@ export function buildServerSettings(
   return { settings, problems };
 }
 
+/** The `rcaLsp` settings the server receives (read with `readServerSettings`, pushed on a change). */
+export const SERVER_SETTING_KEYS = ['pairs', 'tolerances', 'severity', 'outDir', 'columns'] as const;
+
+/** The raw server settings for `buildServerSettings`; `get` is `WorkspaceConfiguration.get` of section `rcaLsp`. */
+export function readServerSettings(get: (key: string) => unknown): Record<string, unknown> {
+  return Object.fromEntries(SERVER_SETTING_KEYS.map((key) => [key, get(key)]));
+}
+
 export type ConfigChangeAction = 'restart' | 'notify' | 'none';
 
 /**
@@ -292,7 +300,7 @@ export function classifyConfigChange(affects: (section: string) => boolean): Con
   if (affects(`${SECTION}.interpreter`)) {
     return 'restart';
   }
-  for (const key of ['pairs', 'tolerances', 'severity', 'outDir']) {
+  for (const key of SERVER_SETTING_KEYS) {
     if (affects(`${SECTION}.${key}`)) {
       return 'notify';
     }

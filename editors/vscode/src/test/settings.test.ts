@@ -2,7 +2,15 @@ import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { buildServerSettings, classifyConfigChange, DEFAULT_OUT_DIR, DIAGNOSTIC_CODES, expandVariables, SEVERITIES } from '../settings';
+import {
+  buildServerSettings,
+  classifyConfigChange,
+  DEFAULT_OUT_DIR,
+  DIAGNOSTIC_CODES,
+  expandVariables,
+  readServerSettings,
+  SEVERITIES,
+} from '../settings';
 import RULES from '../../../../rca_lsp/data/settings_rules.json';
 
 const vars = { workspaceFolder: '/ws', userHome: '/home/u' };
@@ -82,4 +90,20 @@ test('config changes: interpreter restarts, data settings notify, trace and othe
   assert.equal(classifyConfigChange(affects(['rcaLsp.outDir'])), 'notify');
   assert.equal(classifyConfigChange(affects(['rcaLsp.trace.server'])), 'none');
   assert.equal(classifyConfigChange(affects(['editor.fontSize'])), 'none');
+});
+
+/** The settings of package.json the server receives: all but the interpreter (a new process) and the trace level. */
+const serverKeys = [...new Set(Object.keys(properties).map((k) => k.split('.')[1]))].filter((k) => k !== 'interpreter' && k !== 'trace');
+
+test('every server setting of package.json is read and reaches the server, and a change of it is sent', () => {
+  assert.ok(serverKeys.includes('columns'), serverKeys.join(', '));
+  const values: Record<string, unknown> = { pairs: [], tolerances: { float32: 0.5 }, severity: { 'nan-inf': 'off' }, outDir: 'out', columns: 'msprobe' };
+  const read = readServerSettings((key) => values[key]);
+  assert.deepEqual(Object.keys(read).sort(), [...serverKeys].sort());
+  const { settings, problems } = buildServerSettings(read, vars);
+  assert.deepEqual(problems, []);
+  assert.equal(settings.columns, 'msprobe');
+  for (const key of serverKeys) {
+    assert.equal(classifyConfigChange((s) => s === 'rcaLsp' || s === `rcaLsp.${key}`), 'notify', key);
+  }
 });
