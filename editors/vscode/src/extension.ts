@@ -13,7 +13,7 @@ import { checkImport } from './importCheck';
 import { bundledWheel, commandLine, ServerProblem, serverProblem } from './install';
 import { installWithConsentGiven } from './installer';
 import { OnceGate, ResolvedInterpreter } from './interpreter';
-import { resolvePython, serverCwd, trustChangesInterpreter, variablesFor, watchPythonEnvironment } from './python';
+import { resolvePython, serverCwd, variablesFor, watchPythonEnvironment } from './python';
 import { SERVER_COMMAND_SUGGEST_MAPPING, SERVER_COMMAND_WRITE_OUTPUTS, serverOffers } from './serverCommands';
 import { buildServerSettings, classifyConfigChange, readServerSettings, SECTION, ServerSettings } from './settings';
 import { describeServer, ServerDescription, StatusBook, StatusView, viewForClientState, viewForServerStatus, withServer } from './status';
@@ -68,8 +68,9 @@ class Controller implements vscode.Disposable, RcaLspApi {
       }),
       vscode.workspace.onDidChangeConfiguration((e) => this.onConfigChange(e)),
       vscode.workspace.onDidGrantWorkspaceTrust(() => {
-        if (this.wanted && trustChangesInterpreter(this.scope())) {
-          this.output.info('Workspace trusted: restarting to use the workspace value of rcaLsp.interpreter.');
+        if (this.wanted) {
+          // the interpreter may change (workspace values, one inside the workspace), and the working directory does
+          this.output.info('Workspace trusted: restarting with the interpreter and working directory a trusted workspace gets.');
           void this.restart();
         }
       }),
