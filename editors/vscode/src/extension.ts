@@ -141,6 +141,9 @@ class Controller implements vscode.Disposable, RcaLspApi {
     const { settings, problems } = buildServerSettings(readServerSettings((key) => raw.get(key)), variablesFor(scope));
     for (const p of problems) {
       this.output.warn(`Settings: ${p}`);
+      if (this.gate.shouldShow(`settings:${p}`)) {
+        void vscode.window.showWarningMessage(`rca-lsp: ${p}`); // dropped before the server sees it: said here
+      }
     }
     return settings;
   }

@@ -876,17 +876,26 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
   if (mock) {
     Object.assign(userSettings, {
       'rcaLsp.tolerances.bfloat16': 0.02,
+      'rcaLsp.tolerances.float16': -1, // invalid: dropped by the client, which must say so
       'rcaLsp.severity': { 'nan-inf': 'off' },
       'rcaLsp.pairs': [{ mappingKey: '${workspaceFolder}/mapping_key.json', train: '${workspaceFolder}/train', rollout: '${workspaceFolder}/rollout' }],
     });
   }
   cs.writeUserSettings(userSettings);
   const p = (rel) => (mock ? `mock-${rel}` : `server-${rel}`);
+  const toastSnapshots = [];
+  const invalidSaid = (t) => t.includes('rcaLsp.tolerances.float16') && t.includes('must be a positive number');
+  let toastSampler;
   try {
     await sc.step('install the .vsix into code-server', () => cs.installExtension(vsix), { critical: true });
     const url = await sc.step('start code-server', () => cs.start(ws), { critical: true });
     sc.page = await sc.step('open the workbench', () => openWorkbench(browser, url), { critical: true });
     const page = sc.page;
+    if (mock) {
+      toastSampler = setInterval(() => {
+        notificationTexts(page).then((texts) => toastSnapshots.push(texts), () => {});
+      }, 500);
+    }
 
     await sc.step('missing-op warning in the Problems panel', async () => {
       await openFromExplorer(page, 'mapping_key.json');
@@ -1025,6 +1034,17 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
         assert(opts.outDir === 'rca_out', `outDir: ${opts.outDir}`);
         assert(opts.pairs[0].mappingKey === path.join(ws, 'mapping_key.json'), `pairs not expanded: ${JSON.stringify(opts.pairs)}`);
         assert(!('interpreter' in opts), 'interpreter leaked into initializationOptions');
+        assert(!('float16' in opts.tolerances), `the invalid float16 tolerance was sent: ${JSON.stringify(opts.tolerances)}`);
+      });
+
+      await sc.step('an invalid setting is said in a warning, once', async () => {
+        // shown when the server started (toasts fade): the toasts sampled since the workbench opened
+        clearInterval(toastSampler);
+        const seen = toastSnapshots.filter((texts) => texts.some(invalidSaid));
+        assert(seen.length > 0, `no warning about rcaLsp.tolerances.float16 in ${toastSnapshots.length} samples of the toasts`);
+        const most = Math.max(...seen.map((texts) => texts.filter(invalidSaid).length));
+        assert(most === 1, `the warning was shown ${most} times at once`);
+        assert(/Settings: rcaLsp\.tolerances\.float16/.test(cs.outputChannelText()), 'the output channel lacks the problem');
       });
 
       await sc.step('a settings change is sent without reload (didChangeConfiguration)', async () => {
@@ -1083,6 +1103,7 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
       await chartSteps(sc, page, base, fixture, ws, mappingPath);
     }
   } finally {
+    clearInterval(toastSampler);
     await sc.page?.context().close().catch(() => {});
     await cs.stop();
     cs.collectLogs(name);
