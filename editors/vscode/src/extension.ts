@@ -15,7 +15,7 @@ import { installWithConsentGiven } from './installer';
 import { OnceGate, ResolvedInterpreter } from './interpreter';
 import { resolvePython, serverCwd, variablesFor, watchPythonEnvironment } from './python';
 import { SERVER_COMMAND_SUGGEST_MAPPING, SERVER_COMMAND_WRITE_OUTPUTS, serverOffers } from './serverCommands';
-import { buildServerSettings, classifyConfigChange, readServerSettings, SECTION, ServerSettings } from './settings';
+import { buildWorkspaceSettings, classifyConfigChange, readServerSettings, SECTION, ScopedSettings, ServerSettings } from './settings';
 import { describeServer, ServerDescription, StatusBook, StatusView, viewForClientState, viewForServerStatus, withServer } from './status';
 import { StatusBar } from './statusBar';
 
@@ -136,9 +136,12 @@ class Controller implements vscode.Disposable, RcaLspApi {
 
   /** The translated settings for the server (section rcaLsp). */
   serverSettings(resource?: vscode.Uri): ServerSettings {
-    const scope = resource ?? this.scope();
-    const raw = vscode.workspace.getConfiguration(SECTION, scope);
-    const { settings, problems } = buildServerSettings(readServerSettings((key) => raw.get(key)), variablesFor(scope));
+    const read = (uri: vscode.Uri | undefined): ScopedSettings => {
+      const raw = vscode.workspace.getConfiguration(SECTION, uri);
+      return { raw: readServerSettings((key) => raw.get(key)), vars: variablesFor(uri) };
+    };
+    const folders = (vscode.workspace.workspaceFolders ?? []).map((f) => read(f.uri));
+    const { settings, problems } = buildWorkspaceSettings(read(resource ?? this.scope()), folders);
     for (const p of problems) {
       this.output.warn(`Settings: ${p}`);
       if (this.gate.shouldShow(`settings:${p}`)) {

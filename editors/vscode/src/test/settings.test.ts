@@ -4,6 +4,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import {
   buildServerSettings,
+  buildWorkspaceSettings,
   classifyConfigChange,
   DEFAULT_OUT_DIR,
   DIAGNOSTIC_CODES,
@@ -106,4 +107,21 @@ test('every server setting of package.json is read and reaches the server, and a
   for (const key of serverKeys) {
     assert.equal(classifyConfigChange((s) => s === 'rcaLsp' || s === `rcaLsp.${key}`), 'notify', key);
   }
+});
+
+test('several folders: the pairs of every folder, each expanded in its own folder, once', () => {
+  const userPair = { mappingKey: '${workspaceFolder}/mapping_key.json', train: '${workspaceFolder}/train', rollout: '${workspaceFolder}/rollout' };
+  const bPair = { mappingKey: '${workspaceFolder}/b_mapping_key.json', train: '/data/t', rollout: '/data/r' };
+  const a = { raw: { pairs: [userPair], tolerances: { float32: 0.5 } }, vars: { workspaceFolder: '/a', userHome: '/home/u' } };
+  const b = { raw: { pairs: [bPair, { mappingKey: 'x' }] }, vars: { workspaceFolder: '/b', userHome: '/home/u' } };
+  const { settings, problems } = buildWorkspaceSettings(a, [a, b]);
+  assert.deepEqual(settings.pairs, [
+    { mappingKey: '/a/mapping_key.json', train: '/a/train', rollout: '/a/rollout' },
+    { mappingKey: '/b/b_mapping_key.json', train: '/data/t', rollout: '/data/r' },
+  ]);
+  assert.deepEqual(settings.tolerances, { float32: 0.5 }, "the scope's other settings");
+  assert.deepEqual(problems, ['rcaLsp.pairs[1] needs string fields mappingKey, train and rollout']);
+  // the same with folder b active: b's settings, the same pairs
+  const fromB = buildWorkspaceSettings(b, [a, b]).settings.pairs;
+  assert.deepEqual(new Set(fromB.map((x) => x.mappingKey)), new Set(['/a/mapping_key.json', '/b/b_mapping_key.json']));
 });
