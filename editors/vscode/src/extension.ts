@@ -10,12 +10,12 @@ import { createClient } from './client';
 import { isMappingDocument, suggestMapping, targetMappingUri, writeReport } from './commands';
 import { MAPPING_FIND_GLOB } from './files';
 import { checkImport } from './importCheck';
-import { bundledWheel, commandLine, ServerProblem, serverProblem } from './install';
+import { bundledWheel, commandLine, ServerProblem, serverProblem, startFailureMessage } from './install';
 import { installWithConsentGiven } from './installer';
 import { OnceGate, ResolvedInterpreter } from './interpreter';
-import { resolvePython, serverCwd, trustChangesInterpreter, variablesFor, watchPythonEnvironment } from './python';
+import { resolvePython, serverCwd, variablesFor, watchPythonEnvironment } from './python';
 import { SERVER_COMMAND_SUGGEST_MAPPING, SERVER_COMMAND_WRITE_OUTPUTS, serverOffers } from './serverCommands';
-import { buildServerSettings, classifyConfigChange, SECTION, ServerSettings } from './settings';
+import { buildWorkspaceSettings, classifyConfigChange, readServerSettings, SECTION, ScopedSettings, ServerSettings } from './settings';
 import { describeServer, ServerDescription, StatusBook, StatusView, viewForClientState, viewForServerStatus, withServer } from './status';
 import { StatusBar } from './statusBar';
 
@@ -23,6 +23,7 @@ export { SERVER_COMMAND_SUGGEST_MAPPING, SERVER_COMMAND_WRITE_OUTPUTS };
 const INSTALL = 'Install';
 const OPEN_SETTINGS = 'Open Settings';
 const SHOW_OUTPUT = 'Show Output';
+const STARTING_WAIT = 30000; // ms a restart waits for a start under way
 
 /** What `activate` returns; used by tests and by other extensions. */
 export interface RcaLspApi {
@@ -68,8 +69,9 @@ class Controller implements vscode.Disposable, RcaLspApi {
       }),
       vscode.workspace.onDidChangeConfiguration((e) => this.onConfigChange(e)),
       vscode.workspace.onDidGrantWorkspaceTrust(() => {
-        if (this.wanted && trustChangesInterpreter(this.scope())) {
-          this.output.info('Workspace trusted: restarting to use the workspace value of rcaLsp.interpreter.');
+        if (this.wanted) {
+          // the interpreter may change (workspace values, one inside the workspace), and the working directory does
+          this.output.info('Workspace trusted: restarting with the interpreter and working directory a trusted workspace gets.');
           void this.restart();
         }
       }),
@@ -135,14 +137,17 @@ class Controller implements vscode.Disposable, RcaLspApi {
 
   /** The translated settings for the server (section rcaLsp). */
   serverSettings(resource?: vscode.Uri): ServerSettings {
-    const scope = resource ?? this.scope();
-    const raw = vscode.workspace.getConfiguration(SECTION, scope);
-    const { settings, problems } = buildServerSettings(
-      { pairs: raw.get('pairs'), tolerances: raw.get('tolerances'), severity: raw.get('severity'), outDir: raw.get('outDir') },
-      variablesFor(scope),
-    );
+    const read = (uri: vscode.Uri | undefined): ScopedSettings => {
+      const raw = vscode.workspace.getConfiguration(SECTION, uri);
+      return { raw: readServerSettings((key) => raw.get(key)), vars: variablesFor(uri) };
+    };
+    const folders = (vscode.workspace.workspaceFolders ?? []).map((f) => read(f.uri));
+    const { settings, problems } = buildWorkspaceSettings(read(resource ?? this.scope()), folders);
     for (const p of problems) {
       this.output.warn(`Settings: ${p}`);
+      if (this.gate.shouldShow(`settings:${p}`)) {
+        void vscode.window.showWarningMessage(`rca-lsp: ${p}`); // dropped before the server sees it: said here
+      }
     }
     return settings;
   }
@@ -191,7 +196,7 @@ class Controller implements vscode.Disposable, RcaLspApi {
   }
 
   private async startClient(python: string, cwd: string): Promise<void> {
-    const client = createClient({
+    const { client, stderr } = createClient({
       python,
       cwd,
       output: this.output,
@@ -204,17 +209,20 @@ class Controller implements vscode.Disposable, RcaLspApi {
     client.onDidChangeState((e) => {
       const running = e.newState === State.Running;
       void vscode.commands.executeCommand('setContext', 'rcaLsp.serverRunning', running);
-      if (e.newState === State.Stopped && this.client === client) {
-        this.setClientState(viewForClientState('stopped'));
-      } else if (running && this.client === client) {
-        this.setClientState(undefined);
+      if (this.client === client) {
+        // Starting again: the client restarting a crashed server
+        this.setClientState(running ? undefined : viewForClientState(e.newState === State.Starting ? 'starting' : 'stopped'));
       }
     });
     this.client = client;
+    let error: string | undefined;
     try {
       await client.start();
     } catch (e) {
-      const msg = `rca-lsp: the server failed to start: ${e instanceof Error ? e.message : String(e)}`;
+      error = e instanceof Error ? e.message : String(e);
+    }
+    if (error !== undefined || client.state !== State.Running) {
+      const msg = startFailureMessage(python, stderr(), error ?? 'it closed the connection');
       this.output.error(msg);
       this.setClientState(viewForClientState('stopped', msg));
       if (this.gate.shouldShow(`start:${python}`)) {
@@ -246,6 +254,11 @@ class Controller implements vscode.Disposable, RcaLspApi {
     void vscode.commands.executeCommand('setContext', 'rcaLsp.canSuggestMapping', false);
     if (!client) {
       return;
+    }
+    if (client.state === State.Starting) {
+      // A start under way (the client restarting a crashed server) cannot be stopped: let it end first, else it
+      // lives on beside the next client and holds the server's commands.
+      await Promise.race([client.start().catch(() => undefined), new Promise((resolve) => setTimeout(resolve, STARTING_WAIT))]);
     }
     try {
       await client.stop(5000);

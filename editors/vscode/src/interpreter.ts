@@ -34,6 +34,10 @@ export interface ResolveInputs {
   pythonExtension?: () => Promise<string | undefined>;
   /** Finds an executable on PATH. */
   which: (name: string) => string | undefined;
+  /** The workspace folders (fsPaths): in an untrusted workspace no interpreter inside them is run. */
+  workspaceFolders?: readonly string[];
+  /** Told of each interpreter passed over because it is inside the untrusted workspace. */
+  onUntrusted?: (python: string, source: InterpreterSource) => void;
 }
 
 function nonEmpty(v: string | undefined): string | undefined {
@@ -77,11 +81,42 @@ export function ignoredUntrustedSetting(inspect: SettingInspect | undefined, tru
   return !!(nonEmpty(inspect.workspaceFolderValue) || nonEmpty(inspect.workspaceValue));
 }
 
+/** The real path of a file, or the path itself when it cannot be resolved. */
+function realpathOr(p: string): string {
+  try {
+    return fs.realpathSync(p);
+  } catch {
+    return p;
+  }
+}
+
+/** True when the absolute path `file` (as written or with its links resolved) is inside one of `folders`. */
+export function insideFolders(file: string, folders: readonly string[], realpath: (p: string) => string = realpathOr): boolean {
+  if (!path.isAbsolute(file)) {
+    return false; // a bare command: found on PATH, never in the workspace
+  }
+  const files = [path.resolve(file), realpath(file)];
+  const dirs = folders.flatMap((f) => [path.resolve(f), realpath(f)]);
+  return files.some((f) => dirs.some((d) => f === d || f.startsWith(d.endsWith(path.sep) ? d : d + path.sep)));
+}
+
 export async function resolveInterpreter(inputs: ResolveInputs): Promise<ResolvedInterpreter | undefined> {
+  // Untrusted: an interpreter inside the workspace (`${workspaceFolder}/.venv/bin/python` in the user's settings,
+  // the workspace's environment chosen in the Python extension) would run the workspace's code.
+  const usable = (r: ResolvedInterpreter): ResolvedInterpreter | undefined => {
+    if (inputs.trusted || !insideFolders(r.python, inputs.workspaceFolders ?? [])) {
+      return r;
+    }
+    inputs.onUntrusted?.(r.python, r.source);
+    return undefined;
+  };
   const picked = pickInterpreterSetting(inputs.setting, inputs.trusted);
   if (picked) {
     const python = expandVariables(picked.value, inputs.vars);
-    return { python, source: 'setting', detail: `setting rcaLsp.interpreter (${picked.level} value)` };
+    const found = usable({ python, source: 'setting', detail: `setting rcaLsp.interpreter (${picked.level} value)` });
+    if (found) {
+      return found;
+    }
   }
   if (inputs.pythonExtension) {
     let fromExt: string | undefined;
@@ -90,14 +125,16 @@ export async function resolveInterpreter(inputs: ResolveInputs): Promise<Resolve
     } catch {
       fromExt = undefined;
     }
-    if (fromExt) {
-      return { python: fromExt, source: 'python-extension', detail: "the Python extension's active environment" };
+    const found = fromExt ? usable({ python: fromExt, source: 'python-extension', detail: "the Python extension's active environment" }) : undefined;
+    if (found) {
+      return found;
     }
   }
   for (const name of ['python3', 'python']) {
-    const found = inputs.which(name);
+    const onPath = inputs.which(name);
+    const found = onPath ? usable({ python: onPath, source: 'path', detail: `${name} on PATH` }) : undefined;
     if (found) {
-      return { python: found, source: 'path', detail: `${name} on PATH` };
+      return found;
     }
   }
   return undefined;

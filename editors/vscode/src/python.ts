@@ -27,16 +27,19 @@ export async function resolvePython(resource: vscode.Uri | undefined, output: vs
     vars: variablesFor(resource),
     pythonExtension: () => pythonExtensionInterpreter(resource),
     which: (name) => whichOnPath(name),
+    workspaceFolders: (vscode.workspace.workspaceFolders ?? []).filter((f) => f.uri.scheme === 'file').map((f) => f.uri.fsPath),
+    onUntrusted: (python, source) => {
+      const msg =
+        `rca-lsp: ${python} (${source === 'setting' ? 'rcaLsp.interpreter' : source === 'path' ? 'on PATH' : "the Python extension's environment"}) ` +
+        'is inside the workspace, which is not trusted: it is not run. Trust the workspace or choose an interpreter outside it.';
+      output.warn(msg);
+      void vscode.window.showWarningMessage(msg);
+    },
   });
   if (interpreter) {
     output.info(`Interpreter: ${interpreter.python} (from ${interpreter.detail})`);
   }
   return interpreter;
-}
-
-/** True when trusting the workspace changes the interpreter (its workspace-level value was ignored until now). */
-export function trustChangesInterpreter(resource: vscode.Uri | undefined): boolean {
-  return ignoredUntrustedSetting(vscode.workspace.getConfiguration(SECTION, resource).inspect<string>('interpreter'), false);
 }
 
 /**

@@ -278,6 +278,46 @@ export function buildServerSettings(
   return { settings, problems };
 }
 
+/** The raw `rcaLsp` settings of one scope (`readServerSettings`) and the variables there. */
+export interface ScopedSettings {
+  raw: Record<string, unknown>;
+  vars: VariableContext;
+}
+
+/**
+ * The server's settings in a workspace of one or several folders. The server keeps one set: those of `scope` (the
+ * active mapping file, else the first folder), with the pairs of every folder added, each expanded in its own folder,
+ * so that a folder's pairs apply to its mapping files whichever editor is active.
+ */
+export function buildWorkspaceSettings(
+  scope: ScopedSettings,
+  folders: readonly ScopedSettings[],
+  env: NodeJS.ProcessEnv = process.env,
+): { settings: ServerSettings; problems: string[] } {
+  const { settings, problems } = buildServerSettings(scope.raw, scope.vars, env);
+  const seen = new Set(settings.pairs.map((pair) => JSON.stringify(pair)));
+  for (const folder of folders) {
+    const built = buildServerSettings({ pairs: folder.raw.pairs }, folder.vars, env);
+    problems.push(...built.problems.filter((p) => !problems.includes(p)));
+    for (const pair of built.settings.pairs) {
+      const key = JSON.stringify(pair);
+      if (!seen.has(key)) {
+        seen.add(key);
+        settings.pairs.push(pair);
+      }
+    }
+  }
+  return { settings, problems };
+}
+
+/** The `rcaLsp` settings the server receives (read with `readServerSettings`, pushed on a change). */
+export const SERVER_SETTING_KEYS = ['pairs', 'tolerances', 'severity', 'outDir', 'columns'] as const;
+
+/** The raw server settings for `buildServerSettings`; `get` is `WorkspaceConfiguration.get` of section `rcaLsp`. */
+export function readServerSettings(get: (key: string) => unknown): Record<string, unknown> {
+  return Object.fromEntries(SERVER_SETTING_KEYS.map((key) => [key, get(key)]));
+}
+
 export type ConfigChangeAction = 'restart' | 'notify' | 'none';
 
 /**
@@ -292,7 +332,7 @@ export function classifyConfigChange(affects: (section: string) => boolean): Con
   if (affects(`${SECTION}.interpreter`)) {
     return 'restart';
   }
-  for (const key of ['pairs', 'tolerances', 'severity', 'outDir']) {
+  for (const key of SERVER_SETTING_KEYS) {
     if (affects(`${SECTION}.${key}`)) {
       return 'notify';
     }

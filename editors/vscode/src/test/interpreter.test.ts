@@ -5,6 +5,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import {
   ignoredUntrustedSetting,
+  insideFolders,
   OnceGate,
   pickInterpreterSetting,
   resolveInterpreter,
@@ -61,6 +62,35 @@ test('untrusted workspace: workspace-level interpreter values are ignored', asyn
   );
   assert.equal(r?.source, 'python-extension');
   assert.equal(r?.python, '/venv/bin/python');
+});
+
+test('untrusted workspace: no interpreter inside the workspace runs, whichever source names it', async () => {
+  const skipped: string[] = [];
+  const untrusted = (over: Partial<ResolveInputs>) =>
+    inputs({ trusted: false, workspaceFolders: ['/ws'], onUntrusted: (p, source) => skipped.push(`${source}:${p}`), ...over });
+  // The user's own setting pointing into the workspace (a common `${workspaceFolder}/.venv/bin/python`).
+  const a = await resolveInterpreter(
+    untrusted({ setting: { globalValue: '${workspaceFolder}/.venv/bin/python' }, which: (n) => (n === 'python3' ? '/usr/bin/python3' : undefined) }),
+  );
+  assert.deepEqual(a, { python: '/usr/bin/python3', source: 'path', detail: 'python3 on PATH' });
+  // The Python extension's environment in the workspace.
+  const b = await resolveInterpreter(untrusted({ pythonExtension: async () => '/ws/venv/bin/python' }));
+  assert.equal(b, undefined);
+  assert.deepEqual(skipped, ['setting:/ws/.venv/bin/python', 'python-extension:/ws/venv/bin/python']);
+  // Trusted: the same values are used; outside the workspace: used untrusted too.
+  const c = await resolveInterpreter(inputs({ setting: { globalValue: '${workspaceFolder}/.venv/bin/python' }, workspaceFolders: ['/ws'] }));
+  assert.equal(c?.python, '/ws/.venv/bin/python');
+  const d = await resolveInterpreter(untrusted({ setting: { globalValue: '/wsx/bin/python' } }));
+  assert.equal(d?.python, '/wsx/bin/python');
+});
+
+test('insideFolders: as written and with links resolved, never a bare command', () => {
+  const real = (p: string) => (p === '/home/u/py' ? '/ws/evil' : p);
+  assert.equal(insideFolders('/ws/a/python', ['/ws'], real), true);
+  assert.equal(insideFolders('/ws', ['/ws/'], real), true);
+  assert.equal(insideFolders('/wsx/python', ['/ws'], real), false);
+  assert.equal(insideFolders('/home/u/py', ['/ws'], real), true);
+  assert.equal(insideFolders('python3', ['/ws'], real), false);
 });
 
 test('empty or blank setting falls through', async () => {

@@ -2,7 +2,16 @@ import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { buildServerSettings, classifyConfigChange, DEFAULT_OUT_DIR, DIAGNOSTIC_CODES, expandVariables, SEVERITIES } from '../settings';
+import {
+  buildServerSettings,
+  buildWorkspaceSettings,
+  classifyConfigChange,
+  DEFAULT_OUT_DIR,
+  DIAGNOSTIC_CODES,
+  expandVariables,
+  readServerSettings,
+  SEVERITIES,
+} from '../settings';
 import RULES from '../../../../rca_lsp/data/settings_rules.json';
 
 const vars = { workspaceFolder: '/ws', userHome: '/home/u' };
@@ -82,4 +91,37 @@ test('config changes: interpreter restarts, data settings notify, trace and othe
   assert.equal(classifyConfigChange(affects(['rcaLsp.outDir'])), 'notify');
   assert.equal(classifyConfigChange(affects(['rcaLsp.trace.server'])), 'none');
   assert.equal(classifyConfigChange(affects(['editor.fontSize'])), 'none');
+});
+
+/** The settings of package.json the server receives: all but the interpreter (a new process) and the trace level. */
+const serverKeys = [...new Set(Object.keys(properties).map((k) => k.split('.')[1]))].filter((k) => k !== 'interpreter' && k !== 'trace');
+
+test('every server setting of package.json is read and reaches the server, and a change of it is sent', () => {
+  assert.ok(serverKeys.includes('columns'), serverKeys.join(', '));
+  const values: Record<string, unknown> = { pairs: [], tolerances: { float32: 0.5 }, severity: { 'nan-inf': 'off' }, outDir: 'out', columns: 'msprobe' };
+  const read = readServerSettings((key) => values[key]);
+  assert.deepEqual(Object.keys(read).sort(), [...serverKeys].sort());
+  const { settings, problems } = buildServerSettings(read, vars);
+  assert.deepEqual(problems, []);
+  assert.equal(settings.columns, 'msprobe');
+  for (const key of serverKeys) {
+    assert.equal(classifyConfigChange((s) => s === 'rcaLsp' || s === `rcaLsp.${key}`), 'notify', key);
+  }
+});
+
+test('several folders: the pairs of every folder, each expanded in its own folder, once', () => {
+  const userPair = { mappingKey: '${workspaceFolder}/mapping_key.json', train: '${workspaceFolder}/train', rollout: '${workspaceFolder}/rollout' };
+  const bPair = { mappingKey: '${workspaceFolder}/b_mapping_key.json', train: '/data/t', rollout: '/data/r' };
+  const a = { raw: { pairs: [userPair], tolerances: { float32: 0.5 } }, vars: { workspaceFolder: '/a', userHome: '/home/u' } };
+  const b = { raw: { pairs: [bPair, { mappingKey: 'x' }] }, vars: { workspaceFolder: '/b', userHome: '/home/u' } };
+  const { settings, problems } = buildWorkspaceSettings(a, [a, b]);
+  assert.deepEqual(settings.pairs, [
+    { mappingKey: '/a/mapping_key.json', train: '/a/train', rollout: '/a/rollout' },
+    { mappingKey: '/b/b_mapping_key.json', train: '/data/t', rollout: '/data/r' },
+  ]);
+  assert.deepEqual(settings.tolerances, { float32: 0.5 }, "the scope's other settings");
+  assert.deepEqual(problems, ['rcaLsp.pairs[1] needs string fields mappingKey, train and rollout']);
+  // the same with folder b active: b's settings, the same pairs
+  const fromB = buildWorkspaceSettings(b, [a, b]).settings.pairs;
+  assert.deepEqual(new Set(fromB.map((x) => x.mappingKey)), new Set(['/a/mapping_key.json', '/b/b_mapping_key.json']));
 });

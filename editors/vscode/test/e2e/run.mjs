@@ -17,6 +17,11 @@
 //   mock-server               runs when pygls is importable with RCA_LSP_PYTHON: test/e2e/mock-server speaks the
 //                             client contract with canned answers (diagnostics, hover, quick fix, status, report,
 //                             settings forwarding and changes, restart, suggest mapping).
+//   crash                     runs when pygls is importable with RCA_LSP_PYTHON: the mock server exiting at start
+//                             is said once with what it printed and not restarted; once it can start, Restart
+//                             Server starts it, also while the client is restarting it after a crash (one server
+//                             runs after, the unsaved edit kept); crashing mid-session it is restarted, then given up on with a
+//                             message and a stopped status bar; Restart Server brings it back.
 //   server                    runs when `python -m rca_lsp serve --help` works and fixtures/missing_activation
 //                             exists (skipped otherwise; RCA_LSP_E2E_REQUIRE_SERVER=1 turns the skip into a
 //                             failure). Asserts the missing-op warning in the Problems panel, the hover on that
@@ -876,17 +881,26 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
   if (mock) {
     Object.assign(userSettings, {
       'rcaLsp.tolerances.bfloat16': 0.02,
+      'rcaLsp.tolerances.float16': -1, // invalid: dropped by the client, which must say so
       'rcaLsp.severity': { 'nan-inf': 'off' },
       'rcaLsp.pairs': [{ mappingKey: '${workspaceFolder}/mapping_key.json', train: '${workspaceFolder}/train', rollout: '${workspaceFolder}/rollout' }],
     });
   }
   cs.writeUserSettings(userSettings);
   const p = (rel) => (mock ? `mock-${rel}` : `server-${rel}`);
+  const toastSnapshots = [];
+  const invalidSaid = (t) => t.includes('rcaLsp.tolerances.float16') && t.includes('must be a positive number');
+  let toastSampler;
   try {
     await sc.step('install the .vsix into code-server', () => cs.installExtension(vsix), { critical: true });
     const url = await sc.step('start code-server', () => cs.start(ws), { critical: true });
     sc.page = await sc.step('open the workbench', () => openWorkbench(browser, url), { critical: true });
     const page = sc.page;
+    if (mock) {
+      toastSampler = setInterval(() => {
+        notificationTexts(page).then((texts) => toastSnapshots.push(texts), () => {});
+      }, 500);
+    }
 
     await sc.step('missing-op warning in the Problems panel', async () => {
       await openFromExplorer(page, 'mapping_key.json');
@@ -1025,6 +1039,17 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
         assert(opts.outDir === 'rca_out', `outDir: ${opts.outDir}`);
         assert(opts.pairs[0].mappingKey === path.join(ws, 'mapping_key.json'), `pairs not expanded: ${JSON.stringify(opts.pairs)}`);
         assert(!('interpreter' in opts), 'interpreter leaked into initializationOptions');
+        assert(!('float16' in opts.tolerances), `the invalid float16 tolerance was sent: ${JSON.stringify(opts.tolerances)}`);
+      });
+
+      await sc.step('an invalid setting is said in a warning, once', async () => {
+        // shown when the server started (toasts fade): the toasts sampled since the workbench opened
+        clearInterval(toastSampler);
+        const seen = toastSnapshots.filter((texts) => texts.some(invalidSaid));
+        assert(seen.length > 0, `no warning about rcaLsp.tolerances.float16 in ${toastSnapshots.length} samples of the toasts`);
+        const most = Math.max(...seen.map((texts) => texts.filter(invalidSaid).length));
+        assert(most === 1, `the warning was shown ${most} times at once`);
+        assert(/Settings: rcaLsp\.tolerances\.float16/.test(cs.outputChannelText()), 'the output channel lacks the problem');
       });
 
       await sc.step('a settings change is sent without reload (didChangeConfiguration)', async () => {
@@ -1083,6 +1108,7 @@ async function scenarioServer(kind, browser, bin, base, vsix) {
       await chartSteps(sc, page, base, fixture, ws, mappingPath);
     }
   } finally {
+    clearInterval(toastSampler);
     await sc.page?.context().close().catch(() => {});
     await cs.stop();
     cs.collectLogs(name);
@@ -1216,6 +1242,123 @@ async function chartSteps(sc, page, base, fixture, ws, mappingPath) {
   });
 }
 
+// ---------------------------------------------------------------- scenario: a server that cannot start, then crashes
+/** The texts of every notification (the toasts fade): read from the notification center, which is then closed. */
+async function allNotifications(page) {
+  await runCommand(page, 'Notifications: Show Notifications');
+  const center = page.locator('.notifications-center');
+  await center.waitFor({ state: 'visible', timeout: 10000 });
+  await page.waitForTimeout(500);
+  const text = (await center.innerText()).replace(/\s+/g, ' ');
+  await runCommand(page, 'Notifications: Hide Notifications');
+  return text;
+}
+
+/** The mock server's canned failures: it exits at start while a file exists, and when a document holds CRASH_NOW. */
+async function scenarioCrash(browser, bin, base, vsix) {
+  const sc = new Scenario('crash');
+  if (pythonCan(serverPython, 'import pygls.lsp.server, lsprotocol')) {
+    record('crash', requireServer ? 'fail' : 'skip', `pygls not importable with ${serverPython}`);
+    return;
+  }
+  const cs = new CodeServer(bin, base, 'crash');
+  const ws = path.join(base, 'ws-crash');
+  fs.mkdirSync(ws, { recursive: true });
+  const mapping = { 'Module.module.module.decoder.layers.0.mlp.linear_fc2.RowParallelLinear.forward.0': 'Module.model.layers.0.mlp.down_proj.RowParallelLinear.forward.0' };
+  fs.writeFileSync(path.join(ws, 'mapping_key.json'), `${JSON.stringify(mapping, null, 2)}\n`);
+  fs.writeFileSync(path.join(ws, 'crash_mapping_key.json'), '{\n  "Module.CRASH_NOW.forward.0": "Module.b.forward.0"\n}\n');
+  const broken = path.join(base, 'crash-server-broken');
+  fs.writeFileSync(broken, '');
+  const slow = path.join(base, 'crash-server-slow');
+  const crashOnce = path.join(base, 'crash-server-crash-once');
+  Object.assign(cs.env, { PYTHONPATH: mockDir, RCA_LSP_MOCK_BROKEN: broken, RCA_LSP_MOCK_SLOW: slow, RCA_LSP_MOCK_CRASH_ONCE: crashOnce });
+  cs.writeUserSettings({ 'rcaLsp.interpreter': serverPython });
+  const count = (re) => (cs.outputChannelText().match(re) ?? []).length;
+  try {
+    await sc.step('install the .vsix into code-server', () => cs.installExtension(vsix), { critical: true });
+    const url = await sc.step('start code-server', () => cs.start(ws), { critical: true });
+    sc.page = await sc.step('open the workbench', () => openWorkbench(browser, url), { critical: true });
+    const page = sc.page;
+
+    await sc.step('a server that stops before it is ready: what it printed, said once, not restarted', async () => {
+      await openFromExplorer(page, 'mapping_key.json');
+      await poll('the stopped status bar', async () => /stopped/.test(await statusBarText(page)), 30000);
+      await page.waitForTimeout(3000); // time for restarts, were there any
+      const texts = await allNotifications(page);
+      await shot(page, 'crash-1-cannot-start');
+      log(`notifications: ${texts}`);
+      assert(/stopped before it was ready: mock: cannot start \(ModuleNotFoundError: No module named 'pygls_broken'\)/.test(texts), `no message with the reason: ${texts}`);
+      // vscode-languageclient's own "couldn't create connection to server" cannot be avoided; its restarts can
+      assert(!/crashed \d+ times/.test(texts), `a misleading message: ${texts}`);
+      const starts = count(/\[info\] mock: cannot start/g); // its stderr lines, not the message quoting it
+      assert(starts === 1, `the server was started ${starts} times`);
+      await runCommand(page, 'Notifications: Clear All Notifications');
+    });
+
+    await sc.step('once it can start, Restart Server starts it', async () => {
+      fs.rmSync(broken);
+      await runCommand(page, 'rca-lsp: Restart Server');
+      await waitProblem(page, /missing-op/, 30000, 'missing-op');
+    });
+
+    await sc.step('Restart Server while the client restarts a crashed server: one server, running', async () => {
+      const servers = count(/Server: rca-lsp-mock/g);
+      const logged = cs.outputChannelText().length;
+      fs.writeFileSync(slow, '');
+      fs.writeFileSync(crashOnce, '');
+      await openFromExplorer(page, 'mapping_key.json');
+      await gotoLine(page, 1, 2);
+      await page.keyboard.type(' '); // an edit: the server analyses it, and crashes
+      await poll('the client restarting the server', () => cs.outputChannelText().slice(logged).includes('Server will restart.'), 15000);
+      const during = await poll('the starting status bar', async () => {
+        const t = await statusBarText(page);
+        return /starting/.test(t) ? t : undefined;
+      }, 5000).catch(async () => statusBarText(page));
+      await runCommand(page, 'rca-lsp: Restart Server'); // while the restarted server is slow to start
+      await page.waitForTimeout(1000);
+      fs.rmSync(slow);
+      await poll('a new server', () => count(/Server: rca-lsp-mock/g) > servers, 30000);
+      await waitProblem(page, /missing-op/, 30000, 'missing-op');
+      await poll('a running status bar', async () => {
+        const t = await statusBarText(page);
+        return t && !/stopped|starting/.test(t) ? t : undefined;
+      }, 15000);
+      const out = cs.outputChannelText().slice(logged);
+      assert(!/already exists|stopped before it was ready/.test(out), `a second client: ${out.slice(-2000)}`);
+      assert((await page.locator('.tabs-container .tab.active.dirty').count()) === 1, 'the unsaved edit is gone');
+      assert(/starting/.test(during), `while the client restarted the server the status bar said "${during}"`);
+      await runCommand(page, 'File: Revert File');
+    });
+
+    await sc.step('a server crashing mid-session is restarted, then given up on with a message', async () => {
+      const before = count(/mock: crashing on purpose/g);
+      await openFromExplorer(page, 'crash_mapping_key.json');
+      await poll('the message of the client giving up', () => /crashed 5 times/.test(cs.outputChannelText()), 60000);
+      await poll('the stopped status bar', async () => /stopped/.test(await statusBarText(page)), 10000);
+      const texts = await allNotifications(page);
+      await shot(page, 'crash-2-crashed');
+      assert(/The rca-lsp server crashed 5 times/.test(texts), `no message: ${texts}`);
+      assert(count(/mock: crashing on purpose/g) - before === 5, `crashed ${count(/mock: crashing on purpose/g) - before} times`);
+    });
+
+    await sc.step('Restart Server after the crashes', async () => {
+      await runCommand(page, 'View: Close Editor');
+      await runCommand(page, 'rca-lsp: Restart Server');
+      await openFromExplorer(page, 'mapping_key.json');
+      await waitProblem(page, /missing-op/, 30000, 'missing-op');
+      const status = await poll('a running status bar', async () => {
+        const t = await statusBarText(page);
+        return t && !/stopped|starting/.test(t) ? t : undefined;
+      }, 15000);
+      log(`status bar after the restart: ${status}`);
+    });
+  } finally {
+    await sc.page?.context().close().catch(() => {});
+    await cs.stop();
+    cs.collectLogs('crash');
+  }
+}
+
 // ---------------------------------------------------------------- main
 async function main() {
   fs.rmSync(artifacts, { recursive: true, force: true });
@@ -1235,6 +1378,9 @@ async function main() {
     }
     if (!only || only === 'mock') {
       await scenarioServer('mock', browser, bin, base, vsix);
+    }
+    if (!only || only === 'crash') {
+      await scenarioCrash(browser, bin, base, vsix);
     }
     if (!only || only === 'server') {
       await scenarioServer('real', browser, bin, base, vsix);
