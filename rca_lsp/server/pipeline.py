@@ -234,8 +234,9 @@ class Pipeline:
                 )
             return await run.step(engine.analyse, pair, parsed, settings.tolerances)
         finally:
-            if progress:
+            if progress:  # pygls keeps every token it was given (a Future each): forgotten once ended
                 self.server.work_done_progress.end(token, types.WorkDoneProgressEnd(message="done"))
+                self.server.work_done_progress.tokens.pop(token, None)
 
     async def _accept(self, run: Run, parsed: ParsedMapping, analysis: Analysis, version: int | None) -> None:
         """Keep a current run's analysis and its hints, and report its outcome."""

@@ -1,14 +1,19 @@
-"""What a long editing session must not pile up in the server: pygls' records of requests (one per command), each
-holding a future and its result for good."""
+"""What a long editing session must not pile up in the server: pygls' records of requests and progress tokens (one
+per command, per dump load), each holding a future and its result for good."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from rca_lsp.server.app import RcaServer
+from rca_lsp.server.pipeline import Run
 
 
 class Collected:
@@ -72,4 +77,30 @@ async def test_answered_commands_leave_no_future_behind() -> None:
     answers = [data for data in writer.sent if b'"result": {"size": 1}' in data]
     assert len(answers) == 20
     assert server.protocol._request_futures == {}
+    server.stop()
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_loading_dumps_with_progress_leaves_no_progress_token_behind(tmp_path: Path) -> None:
+    """Every load of the dumps (the first, and each after the dumps changed) registered a work-done progress token
+    that pygls never forgets."""
+    folder = tmp_path / "exp"
+    shutil.copytree(FIXTURES / "missing_activation", folder)
+    server = RcaServer()
+    initialized(server, tmp_path, {"window": {"workDoneProgress": True}})
+    await asyncio.sleep(0.05)
+    progress = server.work_done_progress
+
+    async def accepted(token: str) -> None:  # the client's answer to window/workDoneProgress/create
+        progress.tokens[token] = Future()
+
+    progress.create_async = accepted  # type: ignore[method-assign]
+    doc = server.document((folder / "mapping_key.json").as_uri())
+    assert doc is not None
+    for load in range(3):
+        for dump in folder.rglob("dump.json"):  # rewritten: loaded again
+            os.utime(dump, ns=(dump.stat().st_atime_ns, dump.stat().st_mtime_ns + 10**9 * (load + 1)))
+        await server.pipeline.run(Run(server, doc, doc.next_generation()))
+        assert doc.analysis is not None and doc.analysis.suspects
+    assert progress.tokens == {}
     server.stop()
