@@ -118,6 +118,8 @@ class Pipeline:
         text, version = current
         pair = await self._pair(run)
         doc.pair = pair
+        # the dumps of pairs no document has any more (a step no longer chosen, a mapping deleted) are let go
+        self.server.engine.keep_only(d.pair for d in self.server.documents.values() if isinstance(d.pair, Pair))
         gone: list[Path] = []
         if isinstance(pair, Pair):
             await run.step(self.server.watcher.watch, pair.roots())  # off the loop: watchdog lists the folders

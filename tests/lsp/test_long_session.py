@@ -13,6 +13,7 @@ import pytest
 from conftest import FIXTURES
 
 from rca_lsp.server.app import RcaServer
+from rca_lsp.server.pairing import Pair
 from rca_lsp.server.pipeline import Run
 
 
@@ -103,4 +104,26 @@ async def test_loading_dumps_with_progress_leaves_no_progress_token_behind(tmp_p
         await server.pipeline.run(Run(server, doc, doc.next_generation()))
         assert doc.analysis is not None and doc.analysis.suspects
     assert progress.tokens == {}
+    server.stop()
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_the_server_keeps_the_dumps_of_the_current_pairs_only(tmp_path: Path) -> None:
+    """The dump cache kept every dump the server ever loaded: each step of a multi-step dump chosen in turn
+    (rca-lsp.toml's rollout_step set to the next one, as the job dumps on) stayed in memory for good."""
+    folder = tmp_path / "exp"
+    shutil.copytree(FIXTURES / "decode_steps_healthy", folder)
+    server = RcaServer()
+    initialized(server, tmp_path, {})
+    await asyncio.sleep(0.05)
+    doc = server.document((folder / "mapping_key.json").as_uri())
+    assert doc is not None
+    config = folder / "rca-lsp.toml"
+    for step in range(5):
+        config.write_text(
+            f'[[pair]]\nmapping_key = "mapping_key*.json"\ntrain = "train"\nrollout = "rollout"\nrollout_step = {step}\n'
+        )
+        await server.pipeline.run(Run(server, doc, doc.next_generation()))
+        assert isinstance(doc.pair, Pair) and doc.pair.rollout.step == step
+    assert len(server.engine.dumps._dumps) == 2  # this pair's train and rollout
     server.stop()
