@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import random
+import weakref
 from typing import Any
 
 import pytest
@@ -114,3 +116,20 @@ def test_unchanged_calls_keep_their_evidence() -> None:
     after = analyze(parse_mapping("m.json", json.dumps(mapping)), comparator, before)
     reused = {call for call, evidence in after.calls.items() if evidence is before.calls.get(call)}
     assert reused and comparator.train.entries[key].call_index not in reused
+
+
+def test_a_comparator_replaced_is_freed_with_those_derived_from_it_without_the_cycle_collector() -> None:
+    """A comparator and the one calibration derives from it formed a cycle: the language server freezes what is
+    alive after each parse and analysis (base.gcpause), out of the cycle collector's reach, so every comparator
+    replaced (dumps rewritten, tolerances changed) stayed in memory for good, with its dumps."""
+    base = _comparator("missing_activation")
+    tight = Tolerances({**Tolerances().by_dtype, "float32": 1e-6})
+    derived = base.with_tolerances(tight)
+    assert base.with_tolerances(tight) is derived  # reused while in use
+    freed = [weakref.ref(base), weakref.ref(derived)]
+    gc.disable()
+    try:
+        del base, derived
+        assert [ref() for ref in freed] == [None, None]
+    finally:
+        gc.enable()

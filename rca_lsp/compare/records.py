@@ -6,6 +6,7 @@ from collections import Counter
 from itertools import chain
 from operator import attrgetter
 from typing import Iterable, NamedTuple
+from weakref import WeakValueDictionary
 
 import numpy as np
 
@@ -230,7 +231,11 @@ class Comparator:
             min((new for new, _ in tightened), default=float("inf")),
             max((old for _, old in tightened), default=float("inf")),
         )
-        self._derived: dict[tuple[tuple[str, float], ...], Comparator] = {}
+        # kept while in use (an analysis holds its comparator): a derived comparator holds this one (`_base`), and
+        # holding it back would make the two a cycle, which outlives them for good once gc.freeze (base.gcpause) has
+        # moved it out of the collector's reach: each comparator replaced (the dumps rewritten, tolerances set)
+        # would keep its dumps in the language server
+        self._derived: WeakValueDictionary[tuple[tuple[str, float], ...], Comparator] = WeakValueDictionary()
         # tensor- or md5-mode dumps: evidence beyond statistics, judged under the fixed tolerances of the first
         # comparator (calibration tightens the statistics' thresholds, not what counts as the same tensor)
         self.element_wise_later = False

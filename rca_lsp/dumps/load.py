@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Collection
 
 from rca_lsp.base.errors import InputError
 from rca_lsp.dumps.dump import Dump, load_dump_file
@@ -44,6 +45,14 @@ class DumpCache:
             check_unchanged(source, before)
             self._dumps[identity] = (before, dump)
             return dump
+
+    def keep_only(self, files: Collection[tuple[Path, ...]]) -> None:
+        """Forget the dumps not made of one of these sets of files (in any layout, of any data-parallel rank): those
+        no one reads any more, e.g. a step no longer chosen. Kept, each would stay in memory for good."""
+        with self._guard:
+            for identity in [identity for identity in self._dumps if identity[0] not in files]:
+                del self._dumps[identity]
+                self._locks.pop(identity, None)
 
     def is_current(self, source: DumpSource) -> bool:
         cached = self._dumps.get(_identity(source))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from functools import partial
-from typing import Callable
+from typing import Callable, Iterable
 
 from rca_lsp.base.errors import InputError
 from rca_lsp.compare.rankview import rank_parts
@@ -51,6 +51,14 @@ class Engine:
         self._best_of: tuple[object, dict[str, Candidate | None]] = (None, {})
         # dump keys the findings of the last analysis point at, by suspect (an edit keeps most suspects)
         self._related: dict[int, tuple[Suspect, tuple[list[str], list[str]]]] = {}
+
+    def keep_only(self, pairs: Iterable[Pair]) -> None:
+        """Forget the dumps and comparators of every other pair (the pairs the documents have now)."""
+        current = {(pair.train, pair.rollout) for pair in pairs}
+        self.dumps.keep_only({source.files for sources in current for source in sources})
+        with self._lock:
+            for gone in [sources for sources in self._comparators if sources not in current]:
+                del self._comparators[gone]
 
     def needs_loading(self, pair: Pair) -> bool:
         return not (self.dumps.is_current(pair.train) and self.dumps.is_current(pair.rollout))

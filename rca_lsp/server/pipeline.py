@@ -118,6 +118,8 @@ class Pipeline:
         text, version = current
         pair = await self._pair(run)
         doc.pair = pair
+        # the dumps of pairs no document has any more (a step no longer chosen, a mapping deleted) are let go
+        self.server.engine.keep_only(d.pair for d in self.server.documents.values() if isinstance(d.pair, Pair))
         gone: list[Path] = []
         if isinstance(pair, Pair):
             await run.step(self.server.watcher.watch, pair.roots())  # off the loop: watchdog lists the folders
@@ -234,8 +236,9 @@ class Pipeline:
                 )
             return await run.step(engine.analyse, pair, parsed, settings.tolerances)
         finally:
-            if progress:
+            if progress:  # pygls keeps every token it was given (a Future each): forgotten once ended
                 self.server.work_done_progress.end(token, types.WorkDoneProgressEnd(message="done"))
+                self.server.work_done_progress.tokens.pop(token, None)
 
     async def _accept(self, run: Run, parsed: ParsedMapping, analysis: Analysis, version: int | None) -> None:
         """Keep a current run's analysis and its hints, and report its outcome."""

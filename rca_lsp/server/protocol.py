@@ -105,6 +105,19 @@ class RcaProtocol(CancellingProtocol):
     def _refuse(self, request: RPCRequest, code: int, why: str) -> None:
         self._send_response(request.id, error=types.ResponseError(code=code, message=f"{request.method}: {why}"))
 
+    def _execute_handler(self, msg_id: Any, handler: Any, callback: Any, *args: Any, **kwargs: Any) -> None:
+        """pygls' execution of a handler, whose future is forgotten once done: pygls keeps the future of a handler
+        that one of its own (a notification's, workspace/executeCommand's) hands on under a made-up id, and never
+        removes it, so every command's result (a chart's data, MBs) stayed in memory for good."""
+        super()._execute_handler(msg_id, handler, callback, *args, **kwargs)
+        future = self._request_futures.get(msg_id)
+        if future is not None:
+            future.add_done_callback(lambda done: self._forget(msg_id, done))
+
+    def _forget(self, msg_id: Any, done: Any) -> None:
+        if self._request_futures.get(msg_id) is done:
+            del self._request_futures[msg_id]
+
     def publish_diagnostics(self, uri: str, version: int | None, diagnostics: list[types.Diagnostic]) -> None:
         """textDocument/publishDiagnostics, each diagnostic encoded once for as long as it is published (an edit
         keeps most findings' Diagnostic objects: pygls would encode all of them again, on the loop, for each)."""
