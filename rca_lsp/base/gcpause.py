@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 _lock = threading.Lock()
-_state = {"depth": 0, "was_enabled": True, "freeze": True}
+_state = {"depth": 0, "was_enabled": True}
 
 
 def _reset_in_child() -> None:
@@ -25,15 +25,6 @@ def _reset_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_reset_in_child)
-
-
-def never_freeze() -> None:
-    """For a process that runs for hours (the language server): what outlives a pause stays in the collector's reach.
-    gc.freeze keeps every object alive at that moment (the pause's and any other thread's) out of it for good, so a
-    reference cycle among them that becomes garbage later (an exception's traceback and the frames it holds, a
-    matplotlib figure of the report) is never freed, nor what it refers to: in the server, which replaces its
-    analyses with every save and its dumps with every rewrite, memory grew with each."""
-    _state["freeze"] = False
 
 
 @contextmanager
@@ -49,7 +40,6 @@ def paused_gc() -> Iterator[None]:
         with _lock:
             _state["depth"] -= 1
             if _state["depth"] == 0:
-                if _state["freeze"]:
-                    gc.freeze()  # what survived is long-lived: keep it out of later collections
+                gc.freeze()  # what survived is long-lived: keep it out of later collections
                 if _state["was_enabled"]:
                     gc.enable()

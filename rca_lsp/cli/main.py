@@ -16,7 +16,6 @@ from rca_lsp.base.digits import is_ascii_digits
 from rca_lsp.base.display import shown
 from rca_lsp.base.errors import InputError
 from rca_lsp.base.forkpart import can_fork
-from rca_lsp.base.gcpause import never_freeze
 from rca_lsp.cli import export as export_cli
 from rca_lsp.cli import suggest as suggest_cli
 from rca_lsp.cli.output_file import output_folder
@@ -265,7 +264,6 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     from rca_lsp.server.app import server
 
-    never_freeze()  # hours of edits: what each replaces must stay collectable (see base.gcpause)
     if args.log_level not in LOG_LEVELS:  # argparse checks the choices given, not the default
         raise InputError("RCA_LSP_LOG_LEVEL", f"expected one of {', '.join(LOG_LEVELS)}, got {args.log_level!r}")
     logging.basicConfig(
