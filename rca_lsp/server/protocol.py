@@ -115,7 +115,9 @@ class RcaProtocol(CancellingProtocol):
             future.add_done_callback(lambda done: self._forget(msg_id, done))
 
     def _forget(self, msg_id: Any, done: Any) -> None:
-        if self._request_futures.get(msg_id) is done:
+        # a future cancelled is left to pygls: its shutdown cancels the pending ones while it iterates over the table
+        # (a deletion then is a RuntimeError, its traceback logged), and pops a request's own once answered
+        if not done.cancelled() and self._request_futures.get(msg_id) is done:
             del self._request_futures[msg_id]
 
     def publish_diagnostics(self, uri: str, version: int | None, diagnostics: list[types.Diagnostic]) -> None:

@@ -24,19 +24,28 @@ def frame(message: dict) -> bytes:
     return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
+def initialize(root: Path | None, request_id: int = 1, **params: object) -> dict:
+    """The initialize request of a client of no capabilities, its root `root` (None: no root)."""
+    start = {"processId": None, "rootUri": root.as_uri() if root is not None else None, "capabilities": {}}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": {**start, **params}}
+
+
+def shutdown(request_id: int) -> dict:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "shutdown", "params": None}
+
+
+INITIALIZED = {"jsonrpc": "2.0", "method": "initialized", "params": {}}
+EXIT = {"jsonrpc": "2.0", "method": "exit", "params": None}
+
+
 def test_shutdown_and_exit_while_dumps_load_end_at_once_and_quietly(tmp_path: Path) -> None:
     data = {KEY.format(i): entry([1.0, 2.0 + i % 7], [3.0, 4.0], [0.5, 0.25]) for i in range(20_000)}
     write_dump(tmp_path / "train" / "dump.json", data)
     write_dump(tmp_path / "rollout" / "dump.json", data)
     mapping = write_mapping(tmp_path / "mapping_key.json", {key: key for key in data})
     messages = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}},
-        },
-        {"jsonrpc": "2.0", "method": "initialized", "params": {}},
+        initialize(tmp_path),
+        INITIALIZED,
         {
             "jsonrpc": "2.0",
             "method": "textDocument/didOpen",
@@ -49,8 +58,8 @@ def test_shutdown_and_exit_while_dumps_load_end_at_once_and_quietly(tmp_path: Pa
                 }
             },
         },
-        {"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None},
-        {"jsonrpc": "2.0", "method": "exit", "params": None},
+        shutdown(2),
+        EXIT,
     ]
     server = subprocess.Popen(
         [sys.executable, "-m", "rca_lsp", "serve"],
@@ -70,26 +79,17 @@ def test_shutdown_and_exit_while_dumps_load_end_at_once_and_quietly(tmp_path: Pa
 
 
 def test_a_wrong_content_length_does_not_leave_the_server_deaf(tmp_path: Path) -> None:
-    initialize = frame(
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}},
-        }
-    )
-    body = json.dumps({"jsonrpc": "2.0", "method": "initialized", "params": {}}).encode()
+    started = frame(initialize(tmp_path))
+    body = json.dumps(INITIALIZED).encode()
     wrong = b"Content-Length: %d\r\n\r\n" % (len(body) - 7) + body  # says 7 bytes fewer than it sends
-    rest = frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None}) + frame(
-        {"jsonrpc": "2.0", "method": "exit", "params": None}
-    )
+    rest = frame(shutdown(2)) + frame(EXIT)
     server = subprocess.Popen(
         [sys.executable, "-m", "rca_lsp", "serve"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    out, err = server.communicate(initialize + wrong + rest, timeout=60)
+    out, err = server.communicate(started + wrong + rest, timeout=60)
     assert b'"id": 2' in out or b'"id":2' in out, (out[-500:], err[-2000:])  # the shutdown after it was answered
     assert server.returncode == 0
 
@@ -139,15 +139,8 @@ def published_then_shut_down(mapping: Path, root: Path, code: str, env: dict[str
     threading.Thread(target=read_messages, args=(server.stdout, messages), daemon=True).start()
     try:
         server.stdin.write(
-            frame(
-                {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "initialize",
-                    "params": {"processId": None, "rootUri": root.as_uri(), "capabilities": {}},
-                }
-            )  # fmt: skip
-            + frame({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+            frame(initialize(root))  # fmt: skip
+            + frame(INITIALIZED)
             + frame({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": opened}})
         )
         server.stdin.flush()
@@ -161,12 +154,12 @@ def published_then_shut_down(mapping: Path, root: Path, code: str, env: dict[str
             if message.get("method") == "textDocument/publishDiagnostics" and message["params"]["uri"] == opened["uri"]:
                 codes = [d.get("code") for d in message["params"]["diagnostics"]]
         assert code in codes, codes
-        server.stdin.write(frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None}))
+        server.stdin.write(frame(shutdown(2)))
         server.stdin.flush()
         while (answer := messages.get(timeout=30)).get("id") != 2:
             pass
         assert "error" not in answer
-        server.stdin.write(frame({"jsonrpc": "2.0", "method": "exit", "params": None}))
+        server.stdin.write(frame(EXIT))
         server.stdin.close()
         assert server.wait(timeout=30) == 0
         return server.stderr.read()
@@ -209,14 +202,9 @@ def test_a_request_after_shutdown_is_refused_not_left_unanswered(tmp_path: Path)
     """pygls drops every message after shutdown but exit: a request sent meanwhile (a hover the editor asked for
     as it closed) waited for an answer that never came. LSP: it gets an InvalidRequest error."""
     messages = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}},
-        },
-        {"jsonrpc": "2.0", "method": "initialized", "params": {}},
-        {"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None},
+        initialize(tmp_path),
+        INITIALIZED,
+        shutdown(2),
         {
             "jsonrpc": "2.0",
             "id": 3,
@@ -226,7 +214,7 @@ def test_a_request_after_shutdown_is_refused_not_left_unanswered(tmp_path: Path)
                 "position": {"line": 0, "character": 0},
             },
         },
-        {"jsonrpc": "2.0", "method": "exit", "params": None},
+        EXIT,
     ]
     server = subprocess.run(
         [sys.executable, "-m", "rca_lsp", "serve"],
@@ -247,15 +235,10 @@ def test_messages_before_initialize_are_refused_or_dropped_without_a_traceback(t
     messages = [
         {"jsonrpc": "2.0", "id": 1, "method": "textDocument/hover", "params": position},
         {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": mapping}},
-        {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "initialize",
-            "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}},
-        },
-        {"jsonrpc": "2.0", "method": "initialized", "params": {}},
-        {"jsonrpc": "2.0", "id": 3, "method": "shutdown", "params": None},
-        {"jsonrpc": "2.0", "method": "exit", "params": None},
+        initialize(tmp_path, 2),
+        INITIALIZED,
+        shutdown(3),
+        EXIT,
     ]
     server = subprocess.run(
         [sys.executable, "-m", "rca_lsp", "serve"],
@@ -277,18 +260,8 @@ def test_a_workspace_of_virtual_folders_scans_nothing_on_disk(tmp_path: Path) ->
     elsewhere = tmp_path / "server-cwd"
     shutil.copytree(FIXTURES / "missing_activation", elsewhere / "exp")
     messages = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "processId": None,
-                "rootUri": None,
-                "workspaceFolders": [{"uri": "vscode-vfs://github/owner/repo", "name": "repo"}],
-                "capabilities": {},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "initialized", "params": {}},
+        initialize(None, workspaceFolders=[{"uri": "vscode-vfs://github/owner/repo", "name": "repo"}]),
+        INITIALIZED,
     ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # this checkout's rca_lsp
     server = subprocess.Popen(
@@ -304,8 +277,7 @@ def test_a_workspace_of_virtual_folders_scans_nothing_on_disk(tmp_path: Path) ->
     server.stdin.flush()
     time.sleep(3)  # a scan of the working directory publishes in well under a second
     out, err = server.communicate(
-        frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None})
-        + frame({"jsonrpc": "2.0", "method": "exit", "params": None}),
+        frame(shutdown(2)) + frame(EXIT),
         timeout=60,
     )
     assert server.returncode == 0, err.decode(errors="replace")[-2000:]
@@ -322,7 +294,6 @@ def test_a_workspace_opened_through_a_symlink_is_published_under_the_clients_uri
     mapping = workspace / "exp" / "mapping_key.json"
     opened = {"uri": mapping.as_uri(), "languageId": "json", "version": 1, "text": mapping.read_text()}
     folder = {"uri": workspace.as_uri(), "name": "ws"}
-    start = {"processId": None, "rootUri": workspace.as_uri(), "workspaceFolders": [folder], "capabilities": {}}
     server = subprocess.Popen(
         [sys.executable, "-m", "rca_lsp", "serve"],
         stdin=subprocess.PIPE,
@@ -333,8 +304,8 @@ def test_a_workspace_opened_through_a_symlink_is_published_under_the_clients_uri
     messages: queue.Queue[dict] = queue.Queue()
     threading.Thread(target=read_messages, args=(server.stdout, messages), daemon=True).start()
     server.stdin.write(
-        frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": start})
-        + frame({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        frame(initialize(workspace, workspaceFolders=[folder]))
+        + frame(INITIALIZED)
         + frame({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": opened}})
     )
     server.stdin.flush()
@@ -347,10 +318,7 @@ def test_a_workspace_opened_through_a_symlink_is_published_under_the_clients_uri
             continue
         if message.get("method") == "textDocument/publishDiagnostics" and message["params"]["diagnostics"]:
             published.add(message["params"]["uri"])
-    server.stdin.write(
-        frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None})
-        + frame({"jsonrpc": "2.0", "method": "exit", "params": None})
-    )
+    server.stdin.write(frame(shutdown(2)) + frame(EXIT))
     server.stdin.close()
     assert server.wait(timeout=60) == 0
     assert published == {mapping.as_uri()}
