@@ -38,6 +38,16 @@ INITIALIZED = {"jsonrpc": "2.0", "method": "initialized", "params": {}}
 EXIT = {"jsonrpc": "2.0", "method": "exit", "params": None}
 
 
+def served(messages: list[dict]) -> subprocess.CompletedProcess[bytes]:
+    """A server given `messages` on stdin, run until it exits."""
+    return subprocess.run(
+        [sys.executable, "-m", "rca_lsp", "serve"],
+        input=b"".join(map(frame, messages)),
+        capture_output=True,
+        timeout=60,
+    )
+
+
 def test_shutdown_and_exit_while_dumps_load_end_at_once_and_quietly(tmp_path: Path) -> None:
     data = {KEY.format(i): entry([1.0, 2.0 + i % 7], [3.0, 4.0], [0.5, 0.25]) for i in range(20_000)}
     write_dump(tmp_path / "train" / "dump.json", data)
@@ -216,12 +226,7 @@ def test_a_request_after_shutdown_is_refused_not_left_unanswered(tmp_path: Path)
         },
         EXIT,
     ]
-    server = subprocess.run(
-        [sys.executable, "-m", "rca_lsp", "serve"],
-        input=b"".join(map(frame, messages)),
-        capture_output=True,
-        timeout=60,
-    )
+    server = served(messages)
     assert server.returncode == 0, server.stderr.decode(errors="replace")[-2000:]
     refused = answers(server.stdout)[3]
     assert refused["error"]["code"] == -32600 and "shut down" in refused["error"]["message"]
@@ -240,12 +245,7 @@ def test_messages_before_initialize_are_refused_or_dropped_without_a_traceback(t
         shutdown(3),
         EXIT,
     ]
-    server = subprocess.run(
-        [sys.executable, "-m", "rca_lsp", "serve"],
-        input=b"".join(map(frame, messages)),
-        capture_output=True,
-        timeout=60,
-    )
+    server = served(messages)
     stderr = server.stderr.decode(errors="replace")
     assert server.returncode == 0 and "Traceback" not in stderr, stderr[-2000:]
     found = answers(server.stdout)
