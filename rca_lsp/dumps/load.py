@@ -49,9 +49,9 @@ class DumpCache:
     def keep_only(self, files: Collection[tuple[Path, ...]]) -> None:
         """Forget the dumps not made of one of these sets of files (in any layout, of any data-parallel rank): those
         no one reads any more, e.g. a step no longer chosen. Kept, each would stay in memory for good."""
-        with self._guard:
-            for identity in [identity for identity in self._dumps if identity[0] not in files]:
-                del self._dumps[identity]
+        with self._guard:  # a load in another thread may add one meanwhile (under its own lock): a copy of the keys
+            for identity in [identity for identity in list(self._dumps) if identity[0] not in files]:
+                self._dumps.pop(identity, None)
                 self._locks.pop(identity, None)
 
     def is_current(self, source: DumpSource) -> bool:
