@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from rca_lsp.compare.calibrate import (
     JUMP_FACTOR,
     MIN_PRIOR_PAIRS,
+    PERSIST_FACTOR,
     PERSIST_WINDOW,
     ROUNDING,
     WARMUP_PAIRS,
@@ -53,6 +54,22 @@ def test_a_planted_jump_is_found_where_it_starts(
     assert all(error <= found.threshold for _, error in planted[:at])  # no false mismatch before it
 
 
+def test_a_jump_the_residual_stream_dilutes_downstream_is_still_found() -> None:
+    """A real run's series (fp32, 4 layers; train layer 2 linear_fc2 weight x1.00003): 60x the floor at the module,
+    then 3-12x downstream, under the jump's 8x but well above the noise."""
+    noise = [(f"m{i}", error) for i, error in enumerate([2e-7, 3.1e-7, 4.9e-7, 2.5e-7, 4.1e-7, 3.3e-7, 4.6e-7])]
+    after = [("fc2", 3.0e-5), ("layer", 5.8e-6), ("norm", 1.5e-6), ("qkv", 2.2e-6), ("proj", 4.0e-6)]
+    found = calibrate_series("float32", noise + after, CEILING)
+    assert found.jump_key == "fc2" and found.floor == 4.9e-7 and found.threshold < 3e-5
+
+
+def test_a_lone_spike_back_at_the_noise_is_no_jump() -> None:
+    """A pair 60x above the noise whose successors are back within twice the floor: noise of one module."""
+    noise = [(f"m{i}", error) for i, error in enumerate([2e-7, 3.1e-7, 4.9e-7, 2.5e-7, 4.1e-7, 3.3e-7, 4.6e-7])]
+    after = [("spike", 3.0e-5), ("a", 6e-7), ("b", 9e-7), ("c", 4e-7), ("d", 1.1e-6)]
+    assert calibrate_series("float32", noise + after, CEILING).jump_key is None
+
+
 def test_uniform_bf16_noise_keeps_the_fixed_tolerance() -> None:
     noise = [(f"m{i}", 1e-2 * (1 + 0.5 * math.sin(i))) for i in range(40)]
     found = calibrate_series("bfloat16", noise, 3e-2)
@@ -78,7 +95,8 @@ def scanned(dtype: str, series: list[tuple[str, float]], ceiling: float) -> Dtyp
     for index, (key, error) in enumerate(series):
         threshold = _threshold(floor, rounding, ceiling)
         following = [e for _, e in series[index + 1 : index + 1 + PERSIST_WINDOW]]
-        persists = not following or 2 * sum(e > threshold for e in following) >= len(following)
+        bar = min(threshold, PERSIST_FACTOR * max(floor, rounding))
+        persists = not following or 2 * sum(e > bar for e in following) >= len(following)
         if index >= MIN_PRIOR_PAIRS and error > threshold and persists:
             return DtypeCalibration(dtype, len(series), floor, threshold, ceiling, key, error, False)
         if error <= ceiling:

@@ -3,8 +3,10 @@
 Two correct fp32 runs agree to ~1e-7, so a real divergence of 1e-5 hides under the fixed 1e-4 tolerance. The errors
 of the mapped pairs in execution order are the run's noise until the first pair whose error jumps well above the
 noise seen so far and stays up downstream (a change point in the error-along-depth series): the noise floor is the
-largest error before it, and "differs" means more than JUMP_FACTOR times that floor. The fixed tolerances stay the
-ceiling of what may count as noise, and the fallback when too few pairs were compared.
+largest error before it, and "differs" means more than JUMP_FACTOR times that floor. "Stays up" asks less than the
+jump: half of the next pairs above PERSIST_FACTOR times the floor, since the residual stream dilutes a module's
+divergence downstream (a fp32 weight off by 3e-5 jumps 60x at its module, then stays 3-12x above the noise). The fixed
+tolerances stay the ceiling of what may count as noise, and the fallback when too few pairs were compared.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ JUMP_FACTOR = 8.0  # an error this many times the noise floor is a divergence (a
 THRESHOLD_STEPS = 4  # thresholds are rounded up to 2**(1/4) steps
 WARMUP_PAIRS = 6  # compared pairs of a dtype needed to calibrate it at all; fewer: the fixed tolerance
 MIN_PRIOR_PAIRS = 2  # pairs before a jump (with the rounding unit as the least floor, a layer-0 fault is found)
-PERSIST_WINDOW = 4  # the next pairs after a jump, of which half must stay above the threshold too
+PERSIST_WINDOW = 4  # the next pairs after a jump, of which half must stay up too
+PERSIST_FACTOR = 2.0  # "up": this many times the floor (at most the threshold)
 # Rounding unit of each dtype: a floor never goes below it (identical runs have a floor of 0).
 ROUNDING = {"float64": 2.2e-16, "float32": 1.2e-7, "float16": 9.8e-4, "bfloat16": 7.8e-3}
 
@@ -200,13 +203,13 @@ def _calibrate_arrays(dtype: str, errors: np.ndarray, keys: Sequence[str], ceili
             continue
         floor, error = float(floors[index]), float(errors[index])
         threshold = _threshold(floor, rounding, ceiling)
-        if error > threshold and _persists(errors, index, threshold):
+        if error > threshold and _persists(errors, index, min(threshold, PERSIST_FACTOR * max(floor, rounding))):
             return DtypeCalibration(dtype, count, floor, threshold, ceiling, keys[index], error, False)
     floor = max(0.0, float(counted.max()))
     return DtypeCalibration(dtype, count, floor, _threshold(floor, rounding, ceiling), ceiling, None, None, False)
 
 
-def _persists(errors: np.ndarray, index: int, threshold: float) -> bool:
-    """Half of the next pairs stay above the threshold (the last pairs of a run have nothing after them)."""
+def _persists(errors: np.ndarray, index: int, bar: float) -> bool:
+    """Half of the next pairs stay above `bar` (the last pairs of a run have nothing after them)."""
     following = errors[index + 1 : index + 1 + PERSIST_WINDOW]
-    return not len(following) or 2 * int(np.count_nonzero(following > threshold)) >= len(following)
+    return not len(following) or 2 * int(np.count_nonzero(following > bar)) >= len(following)
