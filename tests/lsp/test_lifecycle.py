@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from builders import entry, write_dump, write_mapping
 from conftest import FIXTURES
@@ -36,6 +37,17 @@ def shutdown(request_id: int) -> dict:
 
 INITIALIZED = {"jsonrpc": "2.0", "method": "initialized", "params": {}}
 EXIT = {"jsonrpc": "2.0", "method": "exit", "params": None}
+
+
+def serving(**options: Any) -> subprocess.Popen[bytes]:
+    """A server started on pipes (`options`: Popen's, such as cwd and env)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "rca_lsp", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **options,
+    )
 
 
 def served(messages: list[dict]) -> subprocess.CompletedProcess[bytes]:
@@ -71,12 +83,7 @@ def test_shutdown_and_exit_while_dumps_load_end_at_once_and_quietly(tmp_path: Pa
         shutdown(2),
         EXIT,
     ]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "rca_lsp", "serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    server = serving()
     assert server.stdin is not None
     server.stdin.write(b"".join(frame(m) for m in messages[:3]))
     server.stdin.flush()
@@ -93,12 +100,7 @@ def test_a_wrong_content_length_does_not_leave_the_server_deaf(tmp_path: Path) -
     body = json.dumps(INITIALIZED).encode()
     wrong = b"Content-Length: %d\r\n\r\n" % (len(body) - 7) + body  # says 7 bytes fewer than it sends
     rest = frame(shutdown(2)) + frame(EXIT)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "rca_lsp", "serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    server = serving()
     out, err = server.communicate(started + wrong + rest, timeout=60)
     assert b'"id": 2' in out or b'"id":2' in out, (out[-500:], err[-2000:])  # the shutdown after it was answered
     assert server.returncode == 0
@@ -137,13 +139,7 @@ def published_then_shut_down(mapping: Path, root: Path, code: str, env: dict[str
     """A server session over a raw stream: `mapping` opened, until a publish of it with `code`, then shutdown and
     exit; what the server wrote on stderr."""
     opened = {"uri": mapping.as_uri(), "languageId": "json", "version": 1, "text": mapping.read_text()}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "rca_lsp", "serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
+    server = serving(env=env)
     assert server.stdin is not None and server.stdout is not None and server.stderr is not None
     messages: queue.Queue[dict] = queue.Queue()
     threading.Thread(target=read_messages, args=(server.stdout, messages), daemon=True).start()
@@ -264,14 +260,7 @@ def test_a_workspace_of_virtual_folders_scans_nothing_on_disk(tmp_path: Path) ->
         INITIALIZED,
     ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # this checkout's rca_lsp
-    server = subprocess.Popen(
-        [sys.executable, "-m", "rca_lsp", "serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=elsewhere,
-        env=env,
-    )
+    server = serving(cwd=elsewhere, env=env)
     assert server.stdin is not None
     server.stdin.write(b"".join(map(frame, messages)))
     server.stdin.flush()
@@ -294,12 +283,7 @@ def test_a_workspace_opened_through_a_symlink_is_published_under_the_clients_uri
     mapping = workspace / "exp" / "mapping_key.json"
     opened = {"uri": mapping.as_uri(), "languageId": "json", "version": 1, "text": mapping.read_text()}
     folder = {"uri": workspace.as_uri(), "name": "ws"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "rca_lsp", "serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    server = serving()
     assert server.stdin is not None and server.stdout is not None
     messages: queue.Queue[dict] = queue.Queue()
     threading.Thread(target=read_messages, args=(server.stdout, messages), daemon=True).start()
