@@ -89,8 +89,10 @@ def test_shape_relations() -> None:
     )
 
 
-def test_quick_verdict_agrees_with_the_detailed_comparison() -> None:
+@pytest.mark.parametrize("target", ["output.0", "parameters.weight"])
+def test_quick_verdict_agrees_with_the_detailed_comparison(target: str) -> None:
     rng = random.Random(7)
+    parameter = target.startswith("parameters.")
     specials = [None, math.nan, math.inf, -math.inf, 0.0]
     dtypes = ["torch.float32", "torch.bfloat16", "torch.float16", "torch.int64", None]
 
@@ -109,8 +111,8 @@ def test_quick_verdict_agrees_with_the_detailed_comparison() -> None:
             )
         else:
             rollout = type(base)(rng.choice(dtypes), base.shape, value(), value(), value(), value())
-        detailed = compare_target("output.0", "t", "r", train, rollout, Tolerances())
-        consistency, _, worst = quick_verdict(train, rollout, Tolerances())
+        detailed = compare_target(target, "t", "r", train, rollout, Tolerances())
+        consistency, _, worst = quick_verdict(train, rollout, Tolerances(), parameter)
         assert consistency == detailed.consistency, (train, rollout)
         if consistency != "mismatch":  # the error calibration's re-judging reads: model.stats.relative_error's
             assert worst == (relative_error(train, rollout) or 0.0), (train, rollout)

@@ -8,9 +8,11 @@ from math import isfinite, isnan
 from typing import Any, Literal, NamedTuple
 
 from rca_lsp.model.stats import TensorStats, comparison_scale, dtype_pair, stat_error, statistic_pairs
-from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances
+from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances, normalise_dtype
 
 STAT_NAMES = ("Max", "Min", "Mean", "Norm")
+EXTREMES = ("Max", "Min")
+PARAMETER_PREFIX = "parameters."
 Consistency = Literal["aligned", "mismatch", "missing"]  # of one target
 GroupConsistency = Literal["aligned", "mismatch", "missing", "partial", "not_applicable"]  # of a group's targets
 
@@ -94,6 +96,20 @@ def _identical_statistics(train: TensorStats, rollout: TensorStats) -> bool:
     )
 
 
+def exact_extremes(train: TensorStats, rollout: TensorStats) -> bool:
+    """Whether a parameter's Max and Min must be equal on both sides: the same dtype and number of elements. A weight
+    synced by value holds the same values, and the extremes of the same values are the same numbers exactly, however
+    either side combined them from shards, fused parts or calls (max of maxes); Mean and Norm are sums, rounded in
+    the statistics' own dtype and order, so they keep the dtype's tolerance. Another dtype (a quantised or fp32
+    copy) or another size (a padded vocabulary) can hold other extremes and keeps the tolerance too."""
+    return (
+        train.numel is not None
+        and train.numel == rollout.numel
+        and train.dtype is not None
+        and normalise_dtype(train.dtype) == normalise_dtype(rollout.dtype)
+    )
+
+
 _IDENTICAL_ERRORS = (0.0, "ok") * 4  # what _stat_cells gives each statistic of _identical_statistics
 
 
@@ -118,10 +134,13 @@ class PlainVerdict(NamedTuple):
     dtype_path: tuple[str, str] | None  # the output dtypes, when they differ while the inputs' agree
 
 
-def quick_verdict(train: TensorStats | None, rollout: TensorStats | None, tolerances: Tolerances) -> Verdict:
+def quick_verdict(
+    train: TensorStats | None, rollout: TensorStats | None, tolerances: Tolerances, parameter: bool = False
+) -> Verdict:
     """The consistency `compare_target` would give, plus non-finite flags, without building any objects; and,
     unless a mismatch, the largest relative error of a statistic (model.stats.relative_error; 0 when none was
-    measured): what says whether the verdict holds under tighter tolerances (a mismatch always does).
+    measured): what says whether the verdict holds under tighter tolerances (a mismatch always does). A `parameter`
+    of one dtype and size on both sides has its Max and Min judged for equality (exact_extremes).
 
     Every target of every mapped pair goes through this; the detailed comparison is built only when shown.
     """
@@ -136,6 +155,7 @@ def quick_verdict(train: TensorStats | None, rollout: TensorStats | None, tolera
     worst = 0.0
     compared = bad = beyond_mean = False
     flags = 0
+    exact = parameter and exact_extremes(train, rollout)
     for name, t, r in statistic_pairs(train, rollout):
         if t is None or r is None:
             continue
@@ -154,7 +174,7 @@ def quick_verdict(train: TensorStats | None, rollout: TensorStats | None, tolera
                 scale = comparison_scale(train, rollout, dtype_match)
                 tolerance = tolerances.for_dtypes(train.dtype, rollout.dtype)
             error = stat_error(name, t, r, scale)
-            bad = error > tolerance
+            bad = error > tolerance or (exact and name in EXTREMES)
             if error > worst:
                 worst = error
     if not compared or not (bad or beyond_mean):
@@ -220,14 +240,16 @@ def assess(target: str, train: TensorStats | None, rollout: TensorStats | None, 
     if tol >= 0.0 and _identical_statistics(train, rollout):  # every error 0.0, every status "ok"
         return _IDENTICAL_ERRORS, tol, dtype_match, relation, "aligned", "match", within(target, tol) + note
     scale = comparison_scale(train, rollout, dtype_match)
-    max_err, max_status = _stat_cells("Max", train.max, rollout.max, scale, tol)
-    min_err, min_status = _stat_cells("Min", train.min, rollout.min, scale, tol)
+    exact = target.startswith(PARAMETER_PREFIX) and exact_extremes(train, rollout)
+    extremes_tol = 0.0 if exact else tol
+    max_err, max_status = _stat_cells("Max", train.max, rollout.max, scale, extremes_tol)
+    min_err, min_status = _stat_cells("Min", train.min, rollout.min, scale, extremes_tol)
     mean_err, mean_status = _stat_cells("Mean", train.mean, rollout.mean, scale, tol)
     norm_err, norm_status = _stat_cells("Norm", train.norm, rollout.norm, scale, tol)
     errors = (max_err, max_status, min_err, min_status, mean_err, mean_status, norm_err, norm_status)
     if max_status == min_status == mean_status == norm_status == "ok":
         return errors, tol, dtype_match, relation, "aligned", "match", within(target, tol) + note
-    consistency, status, reason = _verdict(target, _stat_comparisons(train, rollout, errors), tol)
+    consistency, status, reason = _verdict(target, _stat_comparisons(train, rollout, errors), tol, exact)
     return errors, tol, dtype_match, relation, consistency, status, reason + note
 
 
@@ -244,8 +266,9 @@ def _stat_comparisons(
     )
 
 
-def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float) -> tuple[str, str, str]:
-    """(consistency, value_status, reason) when not every statistic is simply within tolerance."""
+def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float, exact: bool) -> tuple[str, str, str]:
+    """(consistency, value_status, reason) when not every statistic is simply within tolerance (`exact`: Max and Min
+    judged for equality, exact_extremes)."""
     compared = [s for s in stats if s.status != "missing"]
     bad = [s for s in compared if s.status in ("warn", "alert")]
     if not compared:
@@ -260,11 +283,7 @@ def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float) -> tupl
                 f"{target}: {', '.join(s.name for s in nonfinite)} non-finite on {side} only",
             )
         worst = max(bad, key=lambda s: s.rel_err or 0.0)
-        return (
-            "mismatch",
-            "mismatch",
-            differs(target, worst.name, worst.rel_err or 0.0, tol),
-        )
+        return "mismatch", "mismatch", differs(target, worst.name, worst.rel_err or 0.0, tol, exact)
     if all(s.name == "Mean" for s in compared):
         return (
             "missing",
@@ -275,7 +294,14 @@ def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float) -> tupl
     return "aligned", "match", f"{target}: {', '.join(both)} non-finite on both sides" if both else within(target, tol)
 
 
-def differs(target: str, statistic: str, error: float, tol: float) -> str:
+def differs(target: str, statistic: str, error: float, tol: float, exact: bool = False) -> str:
+    """Why a target is a mismatch: its statistic beyond the tolerance, or (`exact`) a parameter's extreme that
+    differs at all (exact_extremes)."""
+    if exact and statistic in EXTREMES and error <= tol:
+        return (
+            f"{target}: {statistic} differs by {error:.3g} relative, where a parameter of one dtype and size on both "
+            "sides must be equal (synced weights hold the same values, so the same extremes)"
+        )
     return f"{target}: {statistic} differs by {error:.3g} relative (tolerance {tol:g})"
 
 

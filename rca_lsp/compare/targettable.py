@@ -35,7 +35,7 @@ from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances, normalise_dtype
 _KIND_OF = {"o": 0, "i": 1, "p": 2}  # output, input, parameters: by the first letter of a target's name
 _NORM = STAT_NAMES.index("Norm")
 _DTYPE_MATCH = ("match", "mismatch", "unknown")  # statistics.dtype_pair's verdicts
-_MISMATCH = _DTYPE_MATCH.index("mismatch")
+_MATCH, _MISMATCH = _DTYPE_MATCH.index("match"), _DTYPE_MATCH.index("mismatch")
 STATUSES = ("ok", "warn", "alert")  # a statistic's status, as statistics._stat_cells names it
 
 
@@ -69,8 +69,10 @@ class PairTable:
         rollout: TableSide,
         starts: Sequence[int] | np.ndarray,
         tolerances: Sequence[Tolerances],
+        parameters: np.ndarray,
     ) -> None:
-        """`starts[i]`: group i's first row, and the row count last; `tolerances[i]`: group i's."""
+        """`starts[i]`: group i's first row, and the row count last; `tolerances[i]`: group i's; `parameters`: which
+        rows are parameters (their Max and Min may have to be equal: statistics.exact_extremes)."""
         self.train_side, self.rollout_side = train, rollout
         self.starts = np.asarray(starts, dtype=np.int64)  # group i's rows: starts[i]:starts[i + 1]
         self.record = np.repeat(np.arange(len(self.starts) - 1, dtype=np.int64), np.diff(self.starts))
@@ -81,6 +83,9 @@ class PairTable:
         self._tolerances = tolerances[0] if shared and tolerances else None
         self._per_record_tolerances = None if shared else list(tolerances)
         self.simple = self._simple_rows()  # the rows judged by the arrays (_simple_rows)
+        # simple parameter rows of one dtype and size on both sides: Max and Min judged for equality
+        numels = train.taken(train.columns.numels), rollout.taken(rollout.columns.numels)
+        self.exact = parameters & self.simple & (self._dtype_match == _MATCH) & (numels[0] == numels[1])
 
     def tolerances_of(self, index: int) -> Tolerances:
         """The tolerances target `index` is judged under."""
@@ -140,9 +145,16 @@ class PairTable:
         return errors
 
     @cached_property
+    def stat_tolerance(self) -> np.ndarray:
+        """(n, 4) the tolerance of each statistic: the row's, but 0 for Max and Min of `exact` rows."""
+        tolerance = np.repeat(self.tolerance[:, None], 4, axis=1)
+        tolerance[self.exact, :2] = 0.0
+        return tolerance
+
+    @cached_property
     def bad(self) -> np.ndarray:
         """(n, 4) statistics beyond their tolerance (warn or alert) on simple rows."""
-        return (self.errors > self.tolerance[:, None]) & self.simple[:, None]
+        return (self.errors > self.stat_tolerance) & self.simple[:, None]
 
     @cached_property
     def relative_error(self) -> np.ndarray:
@@ -158,7 +170,7 @@ class PairTable:
     def status_codes(self) -> np.ndarray:
         """(n, 4) each statistic's status on simple rows as an index into STATUSES: ok within the tolerance, warn
         within WARN_FACTOR times it, else alert (statistics._stat_cells' rule)."""
-        errors, tolerance = self.errors, self.tolerance[:, None]
+        errors, tolerance = self.errors, self.stat_tolerance
         return np.where(errors <= tolerance, 0, np.where(errors <= tolerance * WARN_FACTOR, 1, 2)).astype(np.int8)
 
     def dtype_names(self, codes: np.ndarray) -> list[str | None]:
@@ -183,9 +195,9 @@ class TargetTable(PairTable):
     ) -> None:
         """`train` and `rollout`: the statistics of each spec's sides; `starts[i]`: record i's first target, and
         len(specs) last; `tolerances[i]`: record i's."""
-        super().__init__(train, rollout, starts, tolerances)
-        self.specs = specs
         self.kind = np.array([_KIND_OF[s[0][0]] for s in specs], dtype=np.int8)
+        super().__init__(train, rollout, starts, tolerances, self.kind == _KIND_OF["p"])
+        self.specs = specs
 
     def worst_by_kind(self) -> np.ndarray:
         """(records, 3) the index of each record's target of each kind with the largest relative error (the first
@@ -287,28 +299,28 @@ def plain_verdicts(
     rows by the table's arrays: the same errors, so the same verdicts; the others one by one), and the rows' verdicts
     summarised pair by pair as segment reductions, as ModuleComparison summarises a group's."""
     count = int(starts[-1])
-    table = PairTable(train, rollout, [0, count], [tolerances])
+    pairs = len(starts) - 1
+    first, widths = starts[:-1], np.diff(starts)
+    owner = np.repeat(np.arange(pairs), widths)
+    offset = np.arange(count) - first[owner]
+    last_parameter = 2 + np.maximum(forms.parameters, 0)[owner]
+    parameter_rows, kwarg_rows = (offset >= 2) & (offset < last_parameter), offset >= last_parameter
+    table = PairTable(train, rollout, [0, count], [tolerances], parameter_rows)
     states = np.where(table.bad.any(axis=1), _MISMATCHED, _ALIGNED).astype(np.int8)
     flags = np.zeros(count, dtype=np.int8)
     worst = table.errors.max(axis=1)  # the largest error, which is also the relative error, on simple rows
     relative = worst.copy()
     for index in np.flatnonzero(~table.simple).tolist():
         both = train.stats(index), rollout.stats(index)
-        state, flags[index], worst[index] = quick_verdict(*both, tolerances)
+        state, flags[index], worst[index] = quick_verdict(*both, tolerances, bool(parameter_rows[index]))
         states[index] = _CODE_OF_STATE[state]
         error = relative_error(*both)
         relative[index] = np.nan if error is None else error
-    pairs = len(starts) - 1
-    first, widths = starts[:-1], np.diff(starts)
-    owner = np.repeat(np.arange(pairs), widths)
-    offset = np.arange(count) - first[owner]
-    last_parameter = 2 + np.maximum(forms.parameters, 0)[owner]
 
     def found(rows: np.ndarray, state: int) -> np.ndarray:
         """Whether each pair has a row among `rows` of verdict `state`."""
         return np.bincount(owner[rows & (states == state)], minlength=pairs) > 0
 
-    parameter_rows, kwarg_rows = (offset >= 2) & (offset < last_parameter), offset >= last_parameter
     mismatched, missing = found(parameter_rows, _MISMATCHED), found(parameter_rows, _MISSING)
     parameters = np.where(
         mismatched,

@@ -198,6 +198,18 @@ class RootCauseAnalysis:
                 False,
                 previous.train_key,
             )
+        if previous is not None and previous.comparison.module_bucket == "parameter_sync_mismatch":
+            # its output passed within tolerance, but it ran on other weights: what follows carries that
+            return Suspect(
+                record,
+                UPSTREAM,
+                f"inputs were already divergent before this module (the preceding mapped module "
+                f"{previous.train_key} runs on other parameters, its output just within tolerance)",
+                boundary,
+                Between(),
+                False,
+                previous.train_key,
+            )
         if child is not None:
             return Suspect(
                 record,

@@ -154,7 +154,8 @@ def _array_rows(
     for offset, stat, error in zip(mismatched.tolist(), worst.tolist(), worst_errors):
         target, tol = targets[offset], tolerances[offset]
         note = dtype_note(dtype_matches[offset], train_dtypes[offset], rollout_dtypes[offset])
-        reasons[offset] = differs(target, STAT_NAMES[stat], error, tol) + note
+        exact = bool(table.exact[rows[offset]])
+        reasons[offset] = differs(target, STAT_NAMES[stat], error, tol, exact) + note
         priorities[offset] = _priority("mismatch", relations[offset], target, output_consistency[owners[offset]])
     return list(
         zip(
