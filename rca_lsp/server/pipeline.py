@@ -14,7 +14,7 @@ from typing import Callable, TypeVar
 from lsprotocol import types
 
 from rca_lsp.base.errors import InputError
-from rca_lsp.base.inputfile import read_regular_file
+from rca_lsp.base.inputfile import read_text_file
 from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.mapping.model import ParsedMapping
 from rca_lsp.mapping.parse import parse_mapping
@@ -213,8 +213,8 @@ class Pipeline:
         if opened is not None:
             return opened.source, opened.version
         try:
-            return read_regular_file(doc.path, "mapping-key file").decode("utf-8-sig"), None
-        except (InputError, UnicodeDecodeError):
+            return read_text_file(doc.path, "mapping-key file"), None
+        except InputError:
             return None
 
     async def _analyse(self, run: Run, pair: Pair, parsed: ParsedMapping) -> Analysis:

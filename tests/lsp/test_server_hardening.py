@@ -303,3 +303,24 @@ async def test_a_workspace_folder_added_is_analysed_and_one_removed_is_forgotten
     await wait_for(client, uri, lambda ds: ds == [], timeout=5)
     await asyncio.sleep(1.0)  # nothing left to publish them again
     assert not client.diagnostics[uri]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_an_open_text_starting_with_a_byte_order_mark_is_analysed_at_the_places_the_client_counts(
+    client: LanguageClient,
+) -> None:
+    """A client that sends a UTF-8 file's BOM as the text's first character: the text was one `json-syntax` error,
+    though the file on disk reads fine. Its entries are read, a problem placed where the client's text has it."""
+    mapping = copy_variant(client, "missing_activation")
+    entries = json.loads(mapping.read_text())
+    key = list(entries)[2]
+    typo = key.replace(".forward.", ".froward.")
+    text = "\ufeff" + json.dumps(entries).replace(f'"{key}"', f'"{typo}"')  # one line: every place on line 0
+    uri = open_document(client, mapping, text)
+    after = await wait_for(
+        client, uri, lambda ds: any(d.code in ("unknown-train-key", "json-syntax", "invalid-value") for d in ds)
+    )
+    assert not [d for d in after if d.code in ("json-syntax", "invalid-value")]
+    (flagged,) = [d for d in after if d.code == "unknown-train-key"]
+    start, end = flagged.range.start, flagged.range.end
+    assert start.line == end.line == 0 and text[start.character : end.character] == f'"{typo}"'
