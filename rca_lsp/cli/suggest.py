@@ -47,28 +47,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.output.lower().endswith(MSPROBE_SUFFIXES):
-            raise InputError(
-                args.output,
-                "suggest-mapping writes a mapping-key JSON; rca-lsp export-mapping writes it as msprobe YAML",
-            )
-        target = output_target(args.output, WHAT)
-        rules = NamingRules.from_files(args.rules) if args.rules else None
-        cache = DumpCache()
-        train_options, rollout_options = side_options(args)
-        train_source = train_options.resolve(args.train)
-        train, rollout = cache.get(train_source), cache.get(rollout_options.resolve(args.rollout))
-        # the statistics evidence compares the train group that read the rollout's data
-        train, choice = with_data_group(cache, train_source, train, rollout)
-        # the file kept is the one replaced: its stamp, taken before reading it, tells an edit saved meanwhile
-        stamp = FileStamp.of(target) if args.existing and same_file(args.existing, target) else None
-        existing = read_existing(args.existing, train, rollout) if args.existing else None
-        result = suggest_mapping(train, rollout, existing, rules)
-        written = write_mapping(args.output, result.mapping, stamp)
-    except InputError as error:
-        print(str(error), file=sys.stderr)
-        return 2
+    if args.output.lower().endswith(MSPROBE_SUFFIXES):
+        raise InputError(
+            args.output,
+            "suggest-mapping writes a mapping-key JSON; rca-lsp export-mapping writes it as msprobe YAML",
+        )
+    target = output_target(args.output, WHAT)
+    rules = NamingRules.from_files(args.rules) if args.rules else None
+    cache = DumpCache()
+    train_options, rollout_options = side_options(args)
+    train_source = train_options.resolve(args.train)
+    train, rollout = cache.get(train_source), cache.get(rollout_options.resolve(args.rollout))
+    # the statistics evidence compares the train group that read the rollout's data
+    train, choice = with_data_group(cache, train_source, train, rollout)
+    # the file kept is the one replaced: its stamp, taken before reading it, tells an edit saved meanwhile
+    stamp = FileStamp.of(target) if args.existing and same_file(args.existing, target) else None
+    existing = read_existing(args.existing, train, rollout) if args.existing else None
+    result = suggest_mapping(train, rollout, existing, rules)
+    written = write_mapping(args.output, result.mapping, stamp)
     if choice is not None:
         print(f"train data-parallel group: {choice.describe()}")
     print(render_coverage(result), end="")
