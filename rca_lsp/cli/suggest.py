@@ -13,7 +13,7 @@ import orjson
 from rca_lsp.base.atomicfile import FileStamp, TargetChanged, same_file
 from rca_lsp.base.errors import InputError
 from rca_lsp.cli.output_file import output_target, through_symlink, write_output
-from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
+from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options, warn_of_ignored_folders
 from rca_lsp.diagnose.run import raise_if_unusable, read_mapping_file, with_data_group
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.dumps.load import DumpCache
@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     rules = NamingRules.from_files(args.rules) if args.rules else None
     cache = DumpCache()
     train_options, rollout_options = side_options(args)
+    warn_of_ignored_folders(args.train, train_options)
+    warn_of_ignored_folders(args.rollout, rollout_options)
     train_source = train_options.resolve(args.train)
     train, rollout = cache.get(train_source), cache.get(rollout_options.resolve(args.rollout))
     # the statistics evidence compares the train group that read the rollout's data

@@ -324,3 +324,20 @@ async def test_an_open_text_starting_with_a_byte_order_mark_is_analysed_at_the_p
     (flagged,) = [d for d in after if d.code == "unknown-train-key"]
     start, end = flagged.range.start, flagged.range.end
     assert start.line == end.line == 0 and text[start.character : end.character] == f'"{typo}"'
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_dump_folder_with_rank_folders_beside_its_steps_says_which_is_read(client: LanguageClient) -> None:
+    """Step folders won over rank folders at the top of a dump folder without a word: a warning says which is read
+    and that the others are ignored, once (not again at each edit)."""
+    mapping = copy_variant(client, "missing_activation")
+    train = mapping.parent / "train"
+    shutil.copytree(train / "step0" / "rank0", train / "rank0")
+    uri = open_document(client, mapping)
+    await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    said = [m.message for m in client.messages if str(train) in m.message]
+    assert len(said) == 1 and "step0 is read" in said[0] and "rank folders 0" in said[0] and "ignored" in said[0]
+    key = list(json.loads(mapping.read_text()))[2]
+    change_and_save(client, uri, mapping.read_text().replace(f'"{key}"', '"Module.typed.forward.0"'), 2)
+    await wait_for(client, uri, lambda ds: any(d.code == "unknown-train-key" for d in ds))  # the next run published
+    assert [m.message for m in client.messages if str(train) in m.message] == said
