@@ -117,6 +117,27 @@ def test_a_byte_that_is_not_utf8_is_reported_at_its_place(tmp_path: Path) -> Non
     assert (raised.value.line, raised.value.column) == (2, 10)
 
 
+@pytest.mark.parametrize("field", ["Max", "output"])
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_byte_not_utf8_in_a_field_name_is_reported_at_its_place_not_skipped(
+    tmp_path: Path, field: str, ranks: int
+) -> None:
+    """The JSON decoder passes over the name of a field it does not read without checking it: a `"M\xffax"` lost
+    that statistic, an `"out\xffput"` the module's output, and the dump loaded without a word. Refused instead, as a
+    byte that is not UTF-8 anywhere else is, at its line and column (in a later rank's file too)."""
+    node = entry([1.0, 2.0], [3.0, 4.0])
+    files = [write_dump(tmp_path / f"rank{rank}" / "dump.json", {KEY: node}) for rank in range(ranks)]
+    lines = files[-1].read_bytes().split(b"\n")
+    number = next(n for n, line in enumerate(lines) if f'"{field}"'.encode() in line)
+    lines[number] = lines[number].replace(field.encode(), field[:1].encode() + b"\xff" + field[1:].encode())
+    files[-1].write_bytes(b"\n".join(lines))
+    with pytest.raises(InputError) as raised:
+        DumpCache().get(tmp_path if ranks > 1 else files[0])
+    error = raised.value
+    assert (error.path, error.line, error.column) == (str(files[-1]), number + 1, lines[number].index(b"\xff") + 1)
+    assert "invalid UTF-8: byte 0xff" in str(error)
+
+
 def test_invalid_json_names_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "dump.json"
     path.write_text('{\n "data": {\n  "k": [1, 2,,]\n }\n}')

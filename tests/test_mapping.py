@@ -198,3 +198,19 @@ def test_positions_are_the_same_counted_or_indexed() -> None:
             indexed.position(offset)
         assert LineIndex(text).position(offset) == counted.position(offset) == indexed.position(offset)
     assert parse_mapping("m.json", "\n" * 100_000).issues[0].message.startswith("a mapping-key file is a JSON object")
+
+
+def test_a_text_starting_with_a_byte_order_mark_reads_as_without_it_at_the_same_places() -> None:
+    """An editor may send the BOM of a UTF-8 file as the text's first character: read as the file on disk reads (the
+    disk reader drops it), the offsets still those of the text as sent, so that a client's positions count it."""
+    text = "\ufeff" + json.dumps(BASE, indent=2)
+    parsed = parse_mapping("m.json", text)
+    assert parsed.syntax_ok and not parsed.issues and parsed.text == text
+    assert [e.train_key for e in parsed.entries] == list(BASE)
+    spans = parsed.spans(parsed.entries[0])
+    assert text[spans.key.start : spans.key.end] == json.dumps(list(BASE)[0])
+    edited = text.replace(json.dumps(list(BASE)[0]), '"typed"')
+    assert _layout(parse_mapping("m.json", edited, parsed)) == _layout(parse_mapping("m.json", edited))
+    broken = "\ufeff" + '{"a": "x", "b": 5, "c": ["y"'
+    issues = [(i.code, broken[i.span.start : i.span.end]) for i in parse_mapping("m.json", broken).issues]
+    assert ("invalid-value", "5") in issues and not [m for m in issues if m[0] == "invalid-value" and m[1] != "5"]

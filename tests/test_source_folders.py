@@ -239,3 +239,40 @@ def test_an_unlistable_folder_is_an_input_error_in_process(tmp_path: Path, monke
     monkeypatch.setattr(os, "listdir", refuse(real_listdir))
     with pytest.raises(InputError, match=f"{locked}: cannot list the folder: Permission denied"):
         resolve_dump_source(folder / "train")
+
+
+# --- a dump folder holding two layouts: what is read is said, and what is not ---------------------------------------
+
+
+def _warnings(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
+    assert main(argv) == 0
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+
+
+def test_step_folders_beside_rank_folders_read_the_steps_and_say_the_ranks_are_ignored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Step folders won over rank folders at the top without a word: the user may have meant those."""
+    folder = _copy("tp2_healthy", tmp_path)
+    shutil.copytree(folder / "train" / "step0" / "rank0", folder / "train" / "rank0")
+    source = resolve_dump_source(folder / "train")
+    assert source.step == 0 and source.ignored_note is not None
+    assert "step0 is read" in source.ignored_note and "rank folders 0" in source.ignored_note
+    for argv in (list(analyze_args(folder, tmp_path / "out")), _suggest(folder, tmp_path / "m.json")):
+        (warning,) = _warnings(argv, capsys)
+        assert warning == f"warning: {source.ignored_note}" and str(folder / "train") in warning
+    assert resolve_dump_source(folder / "rollout").ignored_note is None
+
+
+def test_a_dump_json_beside_step_folders_is_read_and_the_steps_said_to_be_ignored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _copy("missing_activation", tmp_path)
+    shutil.copy(folder / "rollout" / "step0" / "rank0" / "dump.json", folder / "rollout" / "dump.json")
+    (folder / "rollout" / "step1").mkdir()
+    source = resolve_dump_source(folder / "rollout")
+    assert source.files == (folder.resolve() / "rollout" / "dump.json",)
+    note = source.ignored_note
+    assert note is not None and "its dump.json is read" in note and "step folders 0-1" in note and "ignored" in note
+    (warning,) = _warnings(list(analyze_args(folder, tmp_path / "out")), capsys)
+    assert warning == f"warning: {note}"

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import orjson
 import pytest
 
-from rca_lsp.cli import suggest as cli
+from rca_lsp.cli.main import main
 
 TRAIN_FC2 = "Module.module.module.decoder.layers.0.mlp.linear_fc2.RowParallelLinear.forward.0"
 TRAIN_NORM = "Module.module.module.decoder.final_layernorm.RMSNorm.forward.0"
@@ -52,9 +51,7 @@ def pair(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _run(*argv: str) -> int:
-    parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
-    return cli.run(parser.parse_args(list(argv)))
+    return main(["suggest-mapping", *argv])
 
 
 def test_writes_the_mapping_and_prints_coverage(
@@ -113,5 +110,5 @@ def test_bad_input_exits_2_with_one_line_naming_the_file(
     )
     error = capsys.readouterr().err
     assert code == 2
-    assert error.count("\n") == 1 and error.startswith(paths[broken])
+    assert error.count("\n") == 1 and error.startswith(f"rca-lsp: error: {paths[broken]}")  # as every command's
     assert not (tmp_path / "mapping.json").exists()

@@ -7,6 +7,9 @@ import os
 import stat
 
 from rca_lsp.base.errors import InputError
+from rca_lsp.base.jsonload import text_position
+
+BOM = "\ufeff"  # the byte-order mark some editors write at the start of a UTF-8 file, and hide
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -29,6 +32,17 @@ def read_regular_file(path: str | os.PathLike[str], what: str) -> bytes:
             return stream.read()
         except OSError as error:
             raise InputError(str(path), f"cannot read {what}: {error.strerror or error}") from None
+
+
+def read_text_file(path: str | os.PathLike[str], what: str) -> str:
+    """The UTF-8 text of `path` (read as read_regular_file reads), without a leading BOM: editors hide it, so that
+    positions in the text are the ones they show. InputError at the first byte that is not UTF-8."""
+    data = read_regular_file(path, what)
+    try:
+        return data.decode("utf-8").removeprefix(BOM)
+    except UnicodeDecodeError as error:
+        line, column = text_position(data, error.start)
+        raise InputError(str(path), f"{what} is not UTF-8: byte 0x{data[error.start]:02x}", line, column) from None
 
 
 def open_regular_file(path: str | os.PathLike[str], what: str) -> io.FileIO:

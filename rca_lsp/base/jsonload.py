@@ -109,20 +109,29 @@ def loads_lenient(data: bytes, path: str) -> Any:
 def _located_error(data: bytes, path: str, error: orjson.JSONDecodeError) -> InputError:
     """The InputError for orjson's `error` on `data`: orjson reports invalid UTF-8 at 1:1, so find the byte."""
     if "UTF-8" in error.msg:
-        bad = _invalid_utf8_offset(data)
+        bad = first_invalid_utf8(data)
         if bad is not None:
-            line, column = text_position(data, bad)
-            return InputError(path, f"invalid UTF-8: byte 0x{data[bad]:02x} (the file must be UTF-8)", line, column)
+            return invalid_utf8_error(data, path, bad)
     message = _CLEARER.get(error.msg, error.msg)
     return InputError(path, f"invalid JSON: {message}", line=error.lineno, column=error.colno)
 
 
-def _invalid_utf8_offset(data: bytes) -> int | None:
+def first_invalid_utf8(data: bytes) -> int | None:
+    """The offset of the first byte of `data` that is not UTF-8; None when it all is. ASCII (most dumps) is told at
+    memory speed (~10 ms per 200 MB), other text decoded."""
+    if data.isascii():
+        return None
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as error:
         return error.start
     return None
+
+
+def invalid_utf8_error(data: bytes, path: str, offset: int) -> InputError:
+    """The InputError for the byte at `offset` of `data`, which is not UTF-8: at its line and column."""
+    line, column = text_position(data, offset)
+    return InputError(path, f"invalid UTF-8: byte 0x{data[offset]:02x} (the file must be UTF-8)", line, column)
 
 
 # strings (an unterminated one runs to the end: linear, whatever the text) and the brackets outside them

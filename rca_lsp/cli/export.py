@@ -9,7 +9,7 @@ from rca_lsp.base.atomicfile import same_file
 from rca_lsp.base.display import shown
 from rca_lsp.base.errors import InputError
 from rca_lsp.cli.output_file import output_target, through_symlink, write_output
-from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
+from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options, warn_of_ignored_folders
 from rca_lsp.diagnose.run import raise_if_unusable, read_mapping_file
 from rca_lsp.dumps.load import DumpCache
 from rca_lsp.mapping.export import FORMATS, export_mapping
@@ -41,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     raise_if_unusable(parsed)
     cache = DumpCache()
     train_options, rollout_options = side_options(args)
+    warn_of_ignored_folders(args.train, train_options)
+    warn_of_ignored_folders(args.rollout, rollout_options)
     train, rollout = cache.get(train_options.resolve(args.train)), cache.get(rollout_options.resolve(args.rollout))
     mapping = parsed.for_dumps(train, rollout)
     exported = export_mapping(args.format, list(mapping.effective().values()), train, rollout)

@@ -20,7 +20,7 @@ from rca_lsp.cli import export as export_cli
 from rca_lsp.cli import suggest as suggest_cli
 from rca_lsp.cli.output_file import output_folder
 from rca_lsp.cli.progress import Progress
-from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
+from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options, warn_of_ignored_folders
 from rca_lsp.diagnose.analysis import Analysis, Compared
 from rca_lsp.diagnose.run import SideOptions, analyze_paths, raise_if_unusable
 from rca_lsp.dumps.dump import Dump
@@ -176,6 +176,8 @@ def run_analyze(args: argparse.Namespace) -> int:
     else:
         train, rollout, mapping = Path(args.train), Path(args.rollout), Path(args.mapping_key)
     train_options, rollout_options = side_options(args)
+    warn_of_ignored_folders(train, train_options)
+    warn_of_ignored_folders(rollout, rollout_options)
     progress = Progress()
     out_dir = output_folder("rca_out" if args.out_dir is None else args.out_dir)
     check_inputs_spared(out_dir, [mapping])  # before the analysis, which may take minutes

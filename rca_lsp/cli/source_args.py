@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
+from rca_lsp.base.display import shown
+from rca_lsp.base.errors import InputError
 from rca_lsp.diagnose.run import SideOptions
 from rca_lsp.dumps.sources import parse_layout, parse_step, parse_step_number
 
@@ -58,3 +62,14 @@ def side_options(args: argparse.Namespace) -> tuple[SideOptions, SideOptions]:
         step,
     )
     return train, rollout
+
+
+def warn_of_ignored_folders(path: str | os.PathLike[str], options: SideOptions) -> None:
+    """`warning: ...` on stderr when the side's dump folder holds a second layout beside the one read (see
+    DumpSource.ignored_note). A side that cannot be resolved says nothing here: its load says why."""
+    try:
+        note = options.resolve(path).ignored_note
+    except InputError:
+        return
+    if note is not None:
+        print(shown(f"warning: {note}"), file=sys.stderr)

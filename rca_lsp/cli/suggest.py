@@ -13,7 +13,7 @@ import orjson
 from rca_lsp.base.atomicfile import FileStamp, TargetChanged, same_file
 from rca_lsp.base.errors import InputError
 from rca_lsp.cli.output_file import output_target, through_symlink, write_output
-from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options
+from rca_lsp.cli.source_args import add_dump_arguments, add_source_arguments, side_options, warn_of_ignored_folders
 from rca_lsp.diagnose.run import raise_if_unusable, read_mapping_file, with_data_group
 from rca_lsp.dumps.dump import Dump
 from rca_lsp.dumps.load import DumpCache
@@ -47,28 +47,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.output.lower().endswith(MSPROBE_SUFFIXES):
-            raise InputError(
-                args.output,
-                "suggest-mapping writes a mapping-key JSON; rca-lsp export-mapping writes it as msprobe YAML",
-            )
-        target = output_target(args.output, WHAT)
-        rules = NamingRules.from_files(args.rules) if args.rules else None
-        cache = DumpCache()
-        train_options, rollout_options = side_options(args)
-        train_source = train_options.resolve(args.train)
-        train, rollout = cache.get(train_source), cache.get(rollout_options.resolve(args.rollout))
-        # the statistics evidence compares the train group that read the rollout's data
-        train, choice = with_data_group(cache, train_source, train, rollout)
-        # the file kept is the one replaced: its stamp, taken before reading it, tells an edit saved meanwhile
-        stamp = FileStamp.of(target) if args.existing and same_file(args.existing, target) else None
-        existing = read_existing(args.existing, train, rollout) if args.existing else None
-        result = suggest_mapping(train, rollout, existing, rules)
-        written = write_mapping(args.output, result.mapping, stamp)
-    except InputError as error:
-        print(str(error), file=sys.stderr)
-        return 2
+    if args.output.lower().endswith(MSPROBE_SUFFIXES):
+        raise InputError(
+            args.output,
+            "suggest-mapping writes a mapping-key JSON; rca-lsp export-mapping writes it as msprobe YAML",
+        )
+    target = output_target(args.output, WHAT)
+    rules = NamingRules.from_files(args.rules) if args.rules else None
+    cache = DumpCache()
+    train_options, rollout_options = side_options(args)
+    warn_of_ignored_folders(args.train, train_options)
+    warn_of_ignored_folders(args.rollout, rollout_options)
+    train_source = train_options.resolve(args.train)
+    train, rollout = cache.get(train_source), cache.get(rollout_options.resolve(args.rollout))
+    # the statistics evidence compares the train group that read the rollout's data
+    train, choice = with_data_group(cache, train_source, train, rollout)
+    # the file kept is the one replaced: its stamp, taken before reading it, tells an edit saved meanwhile
+    stamp = FileStamp.of(target) if args.existing and same_file(args.existing, target) else None
+    existing = read_existing(args.existing, train, rollout) if args.existing else None
+    result = suggest_mapping(train, rollout, existing, rules)
+    written = write_mapping(args.output, result.mapping, stamp)
     if choice is not None:
         print(f"train data-parallel group: {choice.describe()}")
     print(render_coverage(result), end="")

@@ -11,8 +11,7 @@ from typing import ContextManager, Protocol
 
 from rca_lsp.base.errors import InputError
 from rca_lsp.base.forkpart import can_fork
-from rca_lsp.base.inputfile import read_regular_file
-from rca_lsp.base.jsonload import text_position
+from rca_lsp.base.inputfile import read_text_file
 from rca_lsp.compare.datagroups import DataGroupChoice, choose_data_group
 from rca_lsp.compare.records import Comparator
 from rca_lsp.diagnose.analysis import Analysis, OnCompared, analyze
@@ -39,15 +38,7 @@ def raise_if_unusable(parsed: ParsedMapping) -> None:
 
 
 def read_mapping_file(path: str | os.PathLike[str]) -> ParsedMapping:
-    data = read_regular_file(path, "mapping-key file")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line, column = text_position(error.object, error.start)
-        raise InputError(
-            str(path), f"mapping-key file is not UTF-8: byte 0x{error.object[error.start]:02x}", line, column
-        ) from None
-    return parse_mapping(str(path), text)
+    return parse_mapping(str(path), read_text_file(path, "mapping-key file"))
 
 
 @dataclass(frozen=True)

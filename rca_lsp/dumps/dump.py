@@ -14,7 +14,13 @@ from rca_lsp.base.cached import cached_property
 from rca_lsp.base.errors import InputError
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.base.inputfile import read_regular_file
-from rca_lsp.base.jsonload import loads_lenient, nesting_reported, quote_literals
+from rca_lsp.base.jsonload import (
+    first_invalid_utf8,
+    invalid_utf8_error,
+    loads_lenient,
+    nesting_reported,
+    quote_literals,
+)
 from rca_lsp.dumps.branches import BranchOutputs, branch_outputs
 from rca_lsp.dumps.columns import EntryColumns, entry_columns
 from rca_lsp.dumps.keylines import find_lines
@@ -448,6 +454,10 @@ def index_entries(path: str, data: Mapping[str, RawValue | ModuleEntry], task: A
 
 def decode_dump(data: bytes, path: str) -> Any:
     """The dump's JSON decoded into its entries' statistics; NaN/Infinity literals accepted."""
+    # msgspec passes over the name of a field it does not read unchecked: a `"Ma\xffx"` lost that statistic unsaid
+    bad = first_invalid_utf8(data)
+    if bad is not None:
+        raise invalid_utf8_error(data, path, bad)
     try:
         return _decoded(data, path)
     except msgspec.DecodeError:

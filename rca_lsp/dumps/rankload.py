@@ -19,6 +19,7 @@ import msgspec
 from rca_lsp.base.cached import cached_property
 from rca_lsp.base.gcpause import paused_gc
 from rca_lsp.base.inputfile import read_regular_file
+from rca_lsp.base.jsonload import first_invalid_utf8
 from rca_lsp.dumps.dump import Dump, ModuleEntry, RawValue, index_entries, load_dump_file
 
 
@@ -63,6 +64,8 @@ class RankTexts:
 
 
 def _scanned(data: bytes) -> _ScannedDump | None:
+    if first_invalid_utf8(data) is not None:  # the scan checks no entry's text: loaded as usual, which says where
+        return None
     try:
         with paused_gc():
             return _SCANNER.decode(data)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rca_lsp.base.digits import is_ascii_digits
@@ -135,6 +135,9 @@ class DumpSource:
     # the data-parallel group analysed is the one holding this rank (None: the first; the caller picks another when
     # the rollout read another group's data, see compare/datagroups.py)
     data_rank: int | None = None
+    # the folder holds a second layout beside the one read (step folders and rank folders, or a dump.json and
+    # either): which is read and that the other is ignored, to be said to the user (None: nothing left unread)
+    ignored_note: str | None = None
 
     @property
     def label(self) -> str:
@@ -323,34 +326,26 @@ def resolve_dump_source(
         raise InputError(str(candidate), f"not a dump file or directory: {file_kind(mode)}")
     root = candidate.resolve()
     if _has_dump(root):
-        return DumpSource(root, (root / "dump.json",), (0,), None, layout)
+        beside = [
+            f"{kind} folders {_spans_text(_spans(numbers))}"
+            for kind in ("step", "rank")
+            if (numbers := _numbers_of(root, kind))
+        ]
+        ignored = f"{root} holds a dump.json and {' and '.join(beside)}: its dump.json is read, the folders ignored"
+        return DumpSource(root, (root / "dump.json",), (0,), None, layout, ignored_note=ignored if beside else None)
     steps = _numbered(root, "step")
     if steps:
-        if step is None and len(steps) > 1 and (step_if_several in steps or isinstance(step_if_several, StepSpan)):
-            step = step_if_several
-        if isinstance(step, StepSpan):
-            chosen = [n for n in steps if step.holds(n)]
-            if not chosen:
-                raise InputError(str(root), f"no step in {step} here (steps: {', '.join(f'step{n}' for n in steps)})")
-            if len(chosen) > 1:
-                _refuse_gaps(root, chosen, step)
-                return _joined_steps(root, {n: steps[n] for n in chosen}, layout)
-            step = chosen[0]
-        if step is None:
-            if len(steps) > 1:
-                listed = "; ".join(f"step{n} ({_describe_ranks(folder)})" for n, folder in steps.items())
-                raise InputError(
-                    str(root),
-                    f"{len(steps)} steps found: {listed}; choose one with --step N (setting `step`), or join "
-                    "a decoding rollout's engine steps as successive calls with --rollout-step all",
-                )
-            step = next(iter(steps))
-        if step not in steps:
-            raise InputError(str(root), f"no step{step} here (steps: {', '.join(f'step{n}' for n in steps)})")
-        ranks, problem = _ranks_in(steps[step], f"{root}/step{step}")
-        if problem:
-            raise InputError(f"{root}/step{step}", f"{problem} (looked for rank*/dump.json, proc*/dump.json)")
-        return DumpSource(root, tuple(p for _, p in ranks), tuple(r for r, _ in ranks), step, layout)
+        source = _step_source(root, steps, step, layout, step_if_several)
+        ranks_beside = _numbers_of(root, "rank")
+        if not ranks_beside:
+            return source
+        joined = source.joined_steps
+        read = f"steps {joined[0]}-{joined[-1]} are" if joined else f"step{source.step} is"
+        ignored = (
+            f"{root} holds step folders and rank folders {_spans_text(_spans(ranks_beside))} beside them: {read} read, "
+            "the rank folders ignored"
+        )
+        return replace(source, ignored_note=ignored)
     ranks, problem = _ranks_in(root, str(root))
     if problem:
         raise InputError(
@@ -360,6 +355,48 @@ def resolve_dump_source(
     return DumpSource(
         root, tuple(p for _, p in ranks), tuple(r for r, _ in ranks), step if isinstance(step, int) else None, layout
     )
+
+
+def _step_source(
+    root: Path, steps: dict[int, Path], step: StepChoice, layout: ParallelLayout | None, step_if_several: StepChoice
+) -> DumpSource:
+    """The step (or steps joined) of a folder of step folders that `step` (else `step_if_several`) chooses."""
+    if step is None and len(steps) > 1 and (step_if_several in steps or isinstance(step_if_several, StepSpan)):
+        step = step_if_several
+    if isinstance(step, StepSpan):
+        chosen = [n for n in steps if step.holds(n)]
+        if not chosen:
+            raise InputError(str(root), f"no step in {step} here (steps: {', '.join(f'step{n}' for n in steps)})")
+        if len(chosen) > 1:
+            _refuse_gaps(root, chosen, step)
+            return _joined_steps(root, {n: steps[n] for n in chosen}, layout)
+        step = chosen[0]
+    if step is None:
+        if len(steps) > 1:
+            listed = "; ".join(f"step{n} ({_describe_ranks(folder)})" for n, folder in steps.items())
+            raise InputError(
+                str(root),
+                f"{len(steps)} steps found: {listed}; choose one with --step N (setting `step`), or join "
+                "a decoding rollout's engine steps as successive calls with --rollout-step all",
+            )
+        step = next(iter(steps))
+    if step not in steps:
+        raise InputError(str(root), f"no step{step} here (steps: {', '.join(f'step{n}' for n in steps)})")
+    ranks, problem = _ranks_in(steps[step], f"{root}/step{step}")
+    if problem:
+        raise InputError(f"{root}/step{step}", f"{problem} (looked for rank*/dump.json, proc*/dump.json)")
+    return DumpSource(root, tuple(p for _, p in ranks), tuple(r for r, _ in ranks), step, layout)
+
+
+def _numbers_of(folder: Path, kind: str) -> list[int]:
+    """The N of the `<kind><N>` folders of `folder`, in order: a look at what is left unread beside what is read,
+    never an error (what is read says its own)."""
+    try:
+        entries = _listing(folder)
+    except InputError:
+        return []
+    numbers = {entry.name[len(kind) :] for entry in entries if entry.name.startswith(kind) and _is_folder(entry)}
+    return sorted({int(digits) for digits in numbers if is_ascii_digits(digits)})
 
 
 def _refuse_gaps(root: Path, chosen: list[int], span: StepSpan) -> None:

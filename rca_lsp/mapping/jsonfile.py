@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 import orjson
 
+from rca_lsp.base.inputfile import BOM
 from rca_lsp.mapping.model import EntryList, LineIndex, MappingEdit, MappingEntry, MappingIssue, ParsedMapping, Span
 
 if TYPE_CHECKING:
@@ -168,6 +169,12 @@ class _Reader:
         self.entries.add(key, key_span, tuple(values), tuple(spans), Span(open_at, close_at), True)
 
 
+def _bom_as_space(text: str) -> str:
+    """The text to read: a leading BOM (an editor's text may keep it) read as the space it stands for, so that every
+    offset found in the text read is the same offset in `text`."""
+    return " " + text[1:] if text.startswith(BOM) else text
+
+
 def _loads(text: str) -> tuple[object, orjson.JSONDecodeError | None]:
     try:
         return orjson.loads(text), None
@@ -277,12 +284,13 @@ def parse_json_mapping(path: str, text: str, previous: ParsedMapping | None = No
 
 def _parse_mapping(path: str, text: str) -> ParsedMapping:
     lines = LineIndex(text)
-    document, error = _loads(text)
+    read_text = _bom_as_space(text)
+    document, error = _loads(read_text)
     if _is_flat_mapping(document):
-        found = _entries_from_quotes(text, document)  # type: ignore[arg-type]
+        found = _entries_from_quotes(read_text, document)  # type: ignore[arg-type]
         if found is not None:
             return _valid_mapping(path, text, found.entries, found.starts, lines)
-    read, issues = _read_tolerantly(text, error)
+    read, issues = _read_tolerantly(read_text, error)
     issues = _located(issues, lines)
     parsed = ParsedMapping(path, text, read.entries, read.starts, issues, error is None, lines)
     parsed.issues = sorted(issues + _duplicate_issues(parsed), key=lambda i: i.span.start)
@@ -390,6 +398,7 @@ def _reparse_edit(previous: ParsedMapping, path: str, text: str) -> ParsedMappin
 def _region_entries(region: str, low: int, high: int) -> tuple[EntryList, list[MappingIssue], bool] | None:
     """Entries, issues and JSON validity of the edited region region[low:high], framed by stand-ins as an object;
     None when what it says could depend on the rest of the file (a problem reaching into the stand-ins)."""
+    region = _bom_as_space(region)
     document, error = _loads(region)
     if _is_flat_mapping(document):
         found = _entries_from_quotes(region, document)  # type: ignore[arg-type]

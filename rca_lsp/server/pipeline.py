@@ -14,7 +14,7 @@ from typing import Callable, TypeVar
 from lsprotocol import types
 
 from rca_lsp.base.errors import InputError
-from rca_lsp.base.inputfile import read_regular_file
+from rca_lsp.base.inputfile import read_text_file
 from rca_lsp.diagnose.analysis import Analysis
 from rca_lsp.mapping.model import ParsedMapping
 from rca_lsp.mapping.parse import parse_mapping
@@ -117,6 +117,7 @@ class Pipeline:
             return
         text, version = current
         pair = await self._pair(run)
+        self._say_ignored_folders(doc.pair, pair)
         doc.pair = pair
         # the dumps of pairs no document has any more (a step no longer chosen, a mapping deleted) are let go
         self.server.engine.keep_only(d.pair for d in self.server.documents.values() if isinstance(d.pair, Pair))
@@ -186,6 +187,17 @@ class Pipeline:
             log.error("pairing %s failed", run.doc.path, exc_info=error)
             return Unpaired(run.doc.path, (), f"cannot pair this file with its dumps: {type(error).__name__}: {error}")
 
+    def _say_ignored_folders(self, before: Pair | Unpaired | None, pair: Pair | Unpaired) -> None:
+        """A dump folder holding a second layout beside the one read (DumpSource.ignored_note): a warning message,
+        once per pairing of the document that finds it (not again at each edit)."""
+        if not isinstance(pair, Pair):
+            return
+        said = {before.train.ignored_note, before.rollout.ignored_note} if isinstance(before, Pair) else set()
+        for note in (pair.train.ignored_note, pair.rollout.ignored_note):
+            if note is not None and note not in said:
+                message = types.ShowMessageParams(type=types.MessageType.Warning, message=f"rca-lsp: {note}")
+                self.server.window_show_message(message)
+
     def _dump_problem(self, doc: MappingDocument, parsed: ParsedMapping, problem: str) -> None:
         """A dump (or its pairing) that cannot be used now: said at the top, over the last good analysis."""
         doc.problems = [f"{problem} — showing the last good analysis" if doc.last_good else problem]
@@ -213,8 +225,8 @@ class Pipeline:
         if opened is not None:
             return opened.source, opened.version
         try:
-            return read_regular_file(doc.path, "mapping-key file").decode("utf-8-sig"), None
-        except (InputError, UnicodeDecodeError):
+            return read_text_file(doc.path, "mapping-key file"), None
+        except InputError:
             return None
 
     async def _analyse(self, run: Run, pair: Pair, parsed: ParsedMapping) -> Analysis:

@@ -303,3 +303,41 @@ async def test_a_workspace_folder_added_is_analysed_and_one_removed_is_forgotten
     await wait_for(client, uri, lambda ds: ds == [], timeout=5)
     await asyncio.sleep(1.0)  # nothing left to publish them again
     assert not client.diagnostics[uri]
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_an_open_text_starting_with_a_byte_order_mark_is_analysed_at_the_places_the_client_counts(
+    client: LanguageClient,
+) -> None:
+    """A client that sends a UTF-8 file's BOM as the text's first character: the text was one `json-syntax` error,
+    though the file on disk reads fine. Its entries are read, a problem placed where the client's text has it."""
+    mapping = copy_variant(client, "missing_activation")
+    entries = json.loads(mapping.read_text())
+    key = list(entries)[2]
+    typo = key.replace(".forward.", ".froward.")
+    text = "\ufeff" + json.dumps(entries).replace(f'"{key}"', f'"{typo}"')  # one line: every place on line 0
+    uri = open_document(client, mapping, text)
+    after = await wait_for(
+        client, uri, lambda ds: any(d.code in ("unknown-train-key", "json-syntax", "invalid-value") for d in ds)
+    )
+    assert not [d for d in after if d.code in ("json-syntax", "invalid-value")]
+    (flagged,) = [d for d in after if d.code == "unknown-train-key"]
+    start, end = flagged.range.start, flagged.range.end
+    assert start.line == end.line == 0 and text[start.character : end.character] == f'"{typo}"'
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_dump_folder_with_rank_folders_beside_its_steps_says_which_is_read(client: LanguageClient) -> None:
+    """Step folders won over rank folders at the top of a dump folder without a word: a warning says which is read
+    and that the others are ignored, once (not again at each edit)."""
+    mapping = copy_variant(client, "missing_activation")
+    train = mapping.parent / "train"
+    shutil.copytree(train / "step0" / "rank0", train / "rank0")
+    uri = open_document(client, mapping)
+    await wait_for(client, uri, lambda ds: any(d.code == "missing-op" for d in ds))
+    said = [m.message for m in client.messages if str(train) in m.message]
+    assert len(said) == 1 and "step0 is read" in said[0] and "rank folders 0" in said[0] and "ignored" in said[0]
+    key = list(json.loads(mapping.read_text()))[2]
+    change_and_save(client, uri, mapping.read_text().replace(f'"{key}"', '"Module.typed.forward.0"'), 2)
+    await wait_for(client, uri, lambda ds: any(d.code == "unknown-train-key" for d in ds))  # the next run published
+    assert [m.message for m in client.messages if str(train) in m.message] == said
