@@ -277,3 +277,22 @@ def test_aggregate_is_the_statistics_of_the_concatenation(seed: int) -> None:
         means = [p.mean for p in parts]
         expected = math.fsum(m * n for m, n in zip(means, numels)) / total if total and None not in means else None
         assert got.mean == expected
+
+
+@pytest.mark.parametrize("order", ["in_order", "shuffled"])
+def test_earlier_call_before_is_the_last_position_of_an_earlier_call(tmp_path: Path, order: str) -> None:
+    """Per dump position, the last earlier position whose call is earlier (-1: none), whether the calls come in dump
+    order (msprobe's) or not: where a suspect's scan back for unmatched modules stops."""
+    rng = random.Random(5)
+    calls = sorted(rng.randrange(6) for _ in range(60))
+    if order == "shuffled":
+        rng.shuffle(calls)
+    data = {
+        f"Module.m{i}.Linear.forward.{call}": entry(node(seq(2), 2), node(seq(2), 2)) for i, call in enumerate(calls)
+    }
+    write_dump(tmp_path / "dump.json", data)
+    dump = DumpCache().get(tmp_path)
+    found = [entry.call_index for entry in dump.ordered_entries]
+    assert found == calls
+    expected = [max((p for p in range(at) if found[p] < call), default=-1) for at, call in enumerate(found)]
+    assert dump.earlier_call_before == expected
