@@ -187,24 +187,13 @@ class RootCauseAnalysis:
         boundary: ModuleRecord | None,
         child: ModuleRecord | None,
     ) -> Suspect:
-        if previous is not None and previous.comparison.output_consistency == "mismatch":
+        differs = _how_it_differs(previous) if previous is not None else None
+        if previous is not None and differs is not None:
             return Suspect(
                 record,
                 UPSTREAM,
-                f"inputs were already divergent before this module "
-                f"(the preceding mapped module {previous.train_key} already differs)",
-                boundary,
-                Between(),
-                False,
-                previous.train_key,
-            )
-        if previous is not None and previous.comparison.module_bucket == "parameter_sync_mismatch":
-            # its output passed within tolerance, but it ran on other weights: what follows carries that
-            return Suspect(
-                record,
-                UPSTREAM,
-                f"inputs were already divergent before this module (the preceding mapped module "
-                f"{previous.train_key} runs on other parameters, its output just within tolerance)",
+                f"inputs were already divergent before this module (the preceding mapped module {previous.train_key} "
+                f"{differs})",
                 boundary,
                 Between(),
                 False,
@@ -318,6 +307,17 @@ class RootCauseAnalysis:
         if earlier is None:
             return call_evidence(records, self.suspect)
         return updated_evidence(earlier, records, changed, train_positions, rollout_positions, self.suspect)
+
+
+def _how_it_differs(record: ModuleRecord) -> str | None:
+    """How a module before a suspect already differs, when it does: its output, or (its output just within
+    tolerance) the parameters it ran on, which what follows carries."""
+    comparison = record.comparison
+    if comparison.output_consistency == "mismatch":
+        return "already differs"
+    if comparison.module_bucket == "parameter_sync_mismatch":
+        return "runs on other parameters, its output just within tolerance"
+    return None
 
 
 def _short(key: str) -> str:
