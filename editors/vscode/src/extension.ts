@@ -10,7 +10,7 @@ import { createClient } from './client';
 import { isMappingDocument, suggestMapping, targetMappingUri, writeReport } from './commands';
 import { MAPPING_FIND_GLOB } from './files';
 import { checkImport } from './importCheck';
-import { bundledWheel, commandLine, ServerProblem, serverProblem } from './install';
+import { bundledWheel, commandLine, ServerProblem, serverProblem, startFailureMessage } from './install';
 import { installWithConsentGiven } from './installer';
 import { OnceGate, ResolvedInterpreter } from './interpreter';
 import { resolvePython, serverCwd, variablesFor, watchPythonEnvironment } from './python';
@@ -195,7 +195,7 @@ class Controller implements vscode.Disposable, RcaLspApi {
   }
 
   private async startClient(python: string, cwd: string): Promise<void> {
-    const client = createClient({
+    const { client, stderr } = createClient({
       python,
       cwd,
       output: this.output,
@@ -215,10 +215,14 @@ class Controller implements vscode.Disposable, RcaLspApi {
       }
     });
     this.client = client;
+    let error: string | undefined;
     try {
       await client.start();
     } catch (e) {
-      const msg = `rca-lsp: the server failed to start: ${e instanceof Error ? e.message : String(e)}`;
+      error = e instanceof Error ? e.message : String(e);
+    }
+    if (error !== undefined || client.state !== State.Running) {
+      const msg = startFailureMessage(python, stderr(), error ?? 'it closed the connection');
       this.output.error(msg);
       this.setClientState(viewForClientState('stopped', msg));
       if (this.gate.shouldShow(`start:${python}`)) {

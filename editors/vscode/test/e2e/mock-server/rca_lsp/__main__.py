@@ -45,6 +45,10 @@ def key_ranges(text: str):
 
 def analyse(uri: str) -> None:
     doc = server.workspace.get_text_document(uri)
+    if "CRASH_NOW" in doc.source:  # the e2e's way to kill the server mid-session
+        sys.stderr.write("mock: crashing on purpose\n")
+        sys.stderr.flush()
+        os._exit(1)
     server.protocol.notify("rcaLsp/status", {"state": "loading", "uri": uri, "message": "loading dumps (mock)"})
     diags = []
     for key, rng in key_ranges(doc.source):
@@ -172,6 +176,10 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] != "serve":
         sys.stderr.write("usage: python -m rca_lsp serve\n")
         sys.exit(2)
+    broken = os.environ.get("RCA_LSP_MOCK_BROKEN")
+    if broken and os.path.exists(broken):  # the e2e's server that cannot start while this file exists
+        sys.stderr.write("mock: cannot start (ModuleNotFoundError: No module named 'pygls_broken')\n")
+        sys.exit(1)
     server.start_io()
 
 
