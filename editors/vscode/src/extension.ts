@@ -23,6 +23,7 @@ export { SERVER_COMMAND_SUGGEST_MAPPING, SERVER_COMMAND_WRITE_OUTPUTS };
 const INSTALL = 'Install';
 const OPEN_SETTINGS = 'Open Settings';
 const SHOW_OUTPUT = 'Show Output';
+const STARTING_WAIT = 30000; // ms a restart waits for a start under way
 
 /** What `activate` returns; used by tests and by other extensions. */
 export interface RcaLspApi {
@@ -208,10 +209,9 @@ class Controller implements vscode.Disposable, RcaLspApi {
     client.onDidChangeState((e) => {
       const running = e.newState === State.Running;
       void vscode.commands.executeCommand('setContext', 'rcaLsp.serverRunning', running);
-      if (e.newState === State.Stopped && this.client === client) {
-        this.setClientState(viewForClientState('stopped'));
-      } else if (running && this.client === client) {
-        this.setClientState(undefined);
+      if (this.client === client) {
+        // Starting again: the client restarting a crashed server
+        this.setClientState(running ? undefined : viewForClientState(e.newState === State.Starting ? 'starting' : 'stopped'));
       }
     });
     this.client = client;
@@ -254,6 +254,11 @@ class Controller implements vscode.Disposable, RcaLspApi {
     void vscode.commands.executeCommand('setContext', 'rcaLsp.canSuggestMapping', false);
     if (!client) {
       return;
+    }
+    if (client.state === State.Starting) {
+      // A start under way (the client restarting a crashed server) cannot be stopped: let it end first, else it
+      // lives on beside the next client and holds the server's commands.
+      await Promise.race([client.start().catch(() => undefined), new Promise((resolve) => setTimeout(resolve, STARTING_WAIT))]);
     }
     try {
       await client.stop(5000);

@@ -19,7 +19,8 @@
 //                             settings forwarding and changes, restart, suggest mapping).
 //   crash                     runs when pygls is importable with RCA_LSP_PYTHON: the mock server exiting at start
 //                             is said once with what it printed and not restarted; once it can start, Restart
-//                             Server starts it; crashing mid-session it is restarted, then given up on with a
+//                             Server starts it, also while the client is restarting it after a crash (one server
+//                             runs after, the unsaved edit kept); crashing mid-session it is restarted, then given up on with a
 //                             message and a stopped status bar; Restart Server brings it back.
 //   server                    runs when `python -m rca_lsp serve --help` works and fixtures/missing_activation
 //                             exists (skipped otherwise; RCA_LSP_E2E_REQUIRE_SERVER=1 turns the skip into a
@@ -1268,7 +1269,9 @@ async function scenarioCrash(browser, bin, base, vsix) {
   fs.writeFileSync(path.join(ws, 'crash_mapping_key.json'), '{\n  "Module.CRASH_NOW.forward.0": "Module.b.forward.0"\n}\n');
   const broken = path.join(base, 'crash-server-broken');
   fs.writeFileSync(broken, '');
-  Object.assign(cs.env, { PYTHONPATH: mockDir, RCA_LSP_MOCK_BROKEN: broken });
+  const slow = path.join(base, 'crash-server-slow');
+  const crashOnce = path.join(base, 'crash-server-crash-once');
+  Object.assign(cs.env, { PYTHONPATH: mockDir, RCA_LSP_MOCK_BROKEN: broken, RCA_LSP_MOCK_SLOW: slow, RCA_LSP_MOCK_CRASH_ONCE: crashOnce });
   cs.writeUserSettings({ 'rcaLsp.interpreter': serverPython });
   const count = (re) => (cs.outputChannelText().match(re) ?? []).length;
   try {
@@ -1296,6 +1299,35 @@ async function scenarioCrash(browser, bin, base, vsix) {
       fs.rmSync(broken);
       await runCommand(page, 'rca-lsp: Restart Server');
       await waitProblem(page, /missing-op/, 30000, 'missing-op');
+    });
+
+    await sc.step('Restart Server while the client restarts a crashed server: one server, running', async () => {
+      const servers = count(/Server: rca-lsp-mock/g);
+      const logged = cs.outputChannelText().length;
+      fs.writeFileSync(slow, '');
+      fs.writeFileSync(crashOnce, '');
+      await openFromExplorer(page, 'mapping_key.json');
+      await gotoLine(page, 1, 2);
+      await page.keyboard.type(' '); // an edit: the server analyses it, and crashes
+      await poll('the client restarting the server', () => cs.outputChannelText().slice(logged).includes('Server will restart.'), 15000);
+      const during = await poll('the starting status bar', async () => {
+        const t = await statusBarText(page);
+        return /starting/.test(t) ? t : undefined;
+      }, 5000).catch(async () => statusBarText(page));
+      await runCommand(page, 'rca-lsp: Restart Server'); // while the restarted server is slow to start
+      await page.waitForTimeout(1000);
+      fs.rmSync(slow);
+      await poll('a new server', () => count(/Server: rca-lsp-mock/g) > servers, 30000);
+      await waitProblem(page, /missing-op/, 30000, 'missing-op');
+      await poll('a running status bar', async () => {
+        const t = await statusBarText(page);
+        return t && !/stopped|starting/.test(t) ? t : undefined;
+      }, 15000);
+      const out = cs.outputChannelText().slice(logged);
+      assert(!/already exists|stopped before it was ready/.test(out), `a second client: ${out.slice(-2000)}`);
+      assert((await page.locator('.tabs-container .tab.active.dirty').count()) === 1, 'the unsaved edit is gone');
+      assert(/starting/.test(during), `while the client restarted the server the status bar said "${during}"`);
+      await runCommand(page, 'File: Revert File');
     });
 
     await sc.step('a server crashing mid-session is restarted, then given up on with a message', async () => {

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -45,7 +46,10 @@ def key_ranges(text: str):
 
 def analyse(uri: str) -> None:
     doc = server.workspace.get_text_document(uri)
-    if "CRASH_NOW" in doc.source:  # the e2e's way to kill the server mid-session
+    once = os.environ.get("RCA_LSP_MOCK_CRASH_ONCE")
+    if "CRASH_NOW" in doc.source or (once and os.path.exists(once)):  # the e2e's ways to kill the server mid-session
+        if once and os.path.exists(once):
+            os.remove(once)
         sys.stderr.write("mock: crashing on purpose\n")
         sys.stderr.flush()
         os._exit(1)
@@ -180,6 +184,9 @@ def main() -> None:
     if broken and os.path.exists(broken):  # the e2e's server that cannot start while this file exists
         sys.stderr.write("mock: cannot start (ModuleNotFoundError: No module named 'pygls_broken')\n")
         sys.exit(1)
+    slow = os.environ.get("RCA_LSP_MOCK_SLOW")
+    while slow and os.path.exists(slow):  # the e2e's server slow to start while this file exists
+        time.sleep(0.2)
     server.start_io()
 
 
