@@ -16,6 +16,7 @@ import {
 } from 'vscode-languageclient/node';
 import { documentSelector } from './files';
 import { SERVE_ARGS } from './install';
+import { serverGone } from './serverGone';
 import { SECTION, ServerSettings } from './settings';
 import { isStatusParams, StatusParams } from './status';
 
@@ -100,7 +101,8 @@ export function createClient(inputs: ClientInputs): RcaClient {
 /**
  * The client's own error handling (restart a crashed server a few times, then say so) once the server ran; a server
  * that stops before it is ready is not restarted (it would fail alike) and nothing is said here: the controller says
- * why, once, from what the server printed.
+ * why, once, from what the server printed. A write failing because the server is gone is no reason to stop: the
+ * connection's close follows and is handled as a crash.
  */
 class StartedOnlyErrorHandler implements ErrorHandler {
   private ran = false;
@@ -114,6 +116,12 @@ class StartedOnlyErrorHandler implements ErrorHandler {
   }
 
   error(error: Error, message: Message | undefined, count: number | undefined): ErrorHandlerResult | Promise<ErrorHandlerResult> {
+    if (serverGone(error)) {
+      // A write to a server that just exited. The default handler shuts the client down on such an error (it has
+      // no count): the close that follows then finds the client stopping, so the crash is neither restarted nor
+      // counted, and no 'crashed 5 times' is ever said. Logged only; the close decides.
+      return { action: ErrorAction.Continue, handled: true };
+    }
     return this.fallback.error(error, message, count);
   }
 

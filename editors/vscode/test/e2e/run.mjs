@@ -19,9 +19,11 @@
 //                             settings forwarding and changes, restart, suggest mapping).
 //   crash                     runs when pygls is importable with RCA_LSP_PYTHON: the mock server exiting at start
 //                             is said once with what it printed and not restarted; once it can start, Restart
-//                             Server starts it, also while the client is restarting it after a crash (one server
-//                             runs after, the unsaved edit kept); crashing mid-session it is restarted, then given up on with a
-//                             message and a stopped status bar; Restart Server brings it back.
+//                             Server starts it; a server gone while the client writes to it (EPIPE before the
+//                             close) is restarted, not shut down; Restart Server also works while the client is
+//                             restarting it after a crash (one server runs after, the unsaved edit kept); crashing
+//                             mid-session it is restarted, then given up on with a message and a stopped status
+//                             bar; Restart Server brings it back.
 //   server                    runs when `python -m rca_lsp serve --help` works and fixtures/missing_activation
 //                             exists (skipped otherwise; RCA_LSP_E2E_REQUIRE_SERVER=1 turns the skip into a
 //                             failure). Asserts the missing-op warning in the Problems panel, the hover on that
@@ -1271,7 +1273,17 @@ async function scenarioCrash(browser, bin, base, vsix) {
   fs.writeFileSync(broken, '');
   const slow = path.join(base, 'crash-server-slow');
   const crashOnce = path.join(base, 'crash-server-crash-once');
-  Object.assign(cs.env, { PYTHONPATH: mockDir, RCA_LSP_MOCK_BROKEN: broken, RCA_LSP_MOCK_SLOW: slow, RCA_LSP_MOCK_CRASH_ONCE: crashOnce });
+  const stopReading = path.join(base, 'crash-server-stop-reading');
+  const mockLog = path.join(base, 'crash-server-events.jsonl');
+  const initialized = () => readMockLog(mockLog).filter((e) => e.event === 'initialized').length;
+  Object.assign(cs.env, {
+    PYTHONPATH: mockDir,
+    RCA_LSP_MOCK_LOG: mockLog,
+    RCA_LSP_MOCK_BROKEN: broken,
+    RCA_LSP_MOCK_SLOW: slow,
+    RCA_LSP_MOCK_CRASH_ONCE: crashOnce,
+    RCA_LSP_MOCK_STOP_READING: stopReading,
+  });
   cs.writeUserSettings({ 'rcaLsp.interpreter': serverPython });
   const count = (re) => (cs.outputChannelText().match(re) ?? []).length;
   try {
@@ -1299,6 +1311,33 @@ async function scenarioCrash(browser, bin, base, vsix) {
       fs.rmSync(broken);
       await runCommand(page, 'rca-lsp: Restart Server');
       await waitProblem(page, /missing-op/, 30000, 'missing-op');
+    });
+
+    // A server that dies while the client writes to it: the write fails (EPIPE) before the client sees the close.
+    // The mock holds that moment open (it stops reading its input and lives on), so the write surely fails first.
+    await sc.step('a server gone while the client writes to it is restarted, not shut down', async () => {
+      const servers = initialized();
+      const logged = cs.outputChannelText().length;
+      const since = () => cs.outputChannelText().slice(logged);
+      fs.writeFileSync(stopReading, '');
+      await openFromExplorer(page, 'mapping_key.json');
+      await gotoLine(page, 1, 2);
+      await page.keyboard.type(' '); // an edit: the server analyses it, and stops reading
+      await poll('the server no longer reading', () => since().includes('mock: no longer reading its input'), 15000);
+      await page.keyboard.type(' '); // an edit sent to it: the write fails
+      const outcome = await poll('the client seeing the server gone', () => since().match(/Server will restart\.|Server will not be restarted\.|Shutting down server\./)?.[0], 15000);
+      assert(/EPIPE/.test(since()), `no failed write: ${since().slice(-2000)}`);
+      assert(outcome === 'Server will restart.', `the client did not restart the server ("${outcome}"): ${since().slice(-2000)}`);
+      await poll('a new server', () => initialized() > servers, 30000);
+      await waitProblem(page, /missing-op/, 30000, 'missing-op');
+      await poll('a running status bar', async () => {
+        const t = await statusBarText(page);
+        return t && !/stopped|starting/.test(t) ? t : undefined;
+      }, 15000);
+      assert(!/Shutting down server/.test(since()), `the client shut down: ${since().slice(-2000)}`);
+      const texts = await allNotifications(page);
+      assert(!/connection to server is erroring|will not be restarted/.test(texts), `a message about the failed write: ${texts}`);
+      await runCommand(page, 'File: Revert File');
     });
 
     await sc.step('Restart Server while the client restarts a crashed server: one server, running', async () => {
