@@ -10,7 +10,7 @@ import { createClient } from './client';
 import { isMappingDocument, suggestMapping, targetMappingUri, writeReport } from './commands';
 import { MAPPING_FIND_GLOB } from './files';
 import { checkImport } from './importCheck';
-import { bundledWheel, commandLine, ServerProblem, serverProblem } from './install';
+import { bundledWheel, commandLine, ServerProblem, serverProblem, startFailureMessage } from './install';
 import { installWithConsentGiven } from './installer';
 import { OnceGate, ResolvedInterpreter } from './interpreter';
 import { resolvePython, serverCwd, variablesFor, watchPythonEnvironment } from './python';
@@ -23,6 +23,7 @@ export { SERVER_COMMAND_SUGGEST_MAPPING, SERVER_COMMAND_WRITE_OUTPUTS };
 const INSTALL = 'Install';
 const OPEN_SETTINGS = 'Open Settings';
 const SHOW_OUTPUT = 'Show Output';
+const STARTING_WAIT = 30000; // ms a restart waits for a start under way
 
 /** What `activate` returns; used by tests and by other extensions. */
 export interface RcaLspApi {
@@ -195,7 +196,7 @@ class Controller implements vscode.Disposable, RcaLspApi {
   }
 
   private async startClient(python: string, cwd: string): Promise<void> {
-    const client = createClient({
+    const { client, stderr } = createClient({
       python,
       cwd,
       output: this.output,
@@ -208,17 +209,20 @@ class Controller implements vscode.Disposable, RcaLspApi {
     client.onDidChangeState((e) => {
       const running = e.newState === State.Running;
       void vscode.commands.executeCommand('setContext', 'rcaLsp.serverRunning', running);
-      if (e.newState === State.Stopped && this.client === client) {
-        this.setClientState(viewForClientState('stopped'));
-      } else if (running && this.client === client) {
-        this.setClientState(undefined);
+      if (this.client === client) {
+        // Starting again: the client restarting a crashed server
+        this.setClientState(running ? undefined : viewForClientState(e.newState === State.Starting ? 'starting' : 'stopped'));
       }
     });
     this.client = client;
+    let error: string | undefined;
     try {
       await client.start();
     } catch (e) {
-      const msg = `rca-lsp: the server failed to start: ${e instanceof Error ? e.message : String(e)}`;
+      error = e instanceof Error ? e.message : String(e);
+    }
+    if (error !== undefined || client.state !== State.Running) {
+      const msg = startFailureMessage(python, stderr(), error ?? 'it closed the connection');
       this.output.error(msg);
       this.setClientState(viewForClientState('stopped', msg));
       if (this.gate.shouldShow(`start:${python}`)) {
@@ -250,6 +254,11 @@ class Controller implements vscode.Disposable, RcaLspApi {
     void vscode.commands.executeCommand('setContext', 'rcaLsp.canSuggestMapping', false);
     if (!client) {
       return;
+    }
+    if (client.state === State.Starting) {
+      // A start under way (the client restarting a crashed server) cannot be stopped: let it end first, else it
+      // lives on beside the next client and holds the server's commands.
+      await Promise.race([client.start().catch(() => undefined), new Promise((resolve) => setTimeout(resolve, STARTING_WAIT))]);
     }
     try {
       await client.stop(5000);

@@ -68,6 +68,21 @@ export function serverProblem(python: string, check: ImportCheckResult, wheel: s
   return { kind: check.ok ? 'tooOld' : 'notInstalled', message, install };
 }
 
+/** The arguments that start the server with an interpreter. */
+export const SERVE_ARGS = ['-m', 'rca_lsp', 'serve'];
+
+/**
+ * Why the server did not get going once started: the last line it printed (`stderr`, the end of what it wrote
+ * there: a traceback ends with the error) or else the client's error.
+ */
+export function startFailureMessage(python: string, stderr: string, error: string): string {
+  const last = stderr.split(/\r?\n/).map((line) => line.trim()).filter(Boolean).pop();
+  return (
+    `rca-lsp: the server (${commandLine(python, SERVE_ARGS)}) stopped before it was ready: ${last ?? error}. ` +
+    'The output channel has all it printed.'
+  );
+}
+
 /** Runs `python args` in `cwd`, passing its output on as it comes; resolves with the exit code (or the error). */
 export function runCommand(
   python: string,

@@ -3,7 +3,7 @@ import * as assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { bundledWheel, commandLine, installArgs, runCommand, serverProblem } from '../install';
+import { bundledWheel, commandLine, installArgs, runCommand, serverProblem, startFailureMessage } from '../install';
 import { whichOnPath } from '../interpreter';
 import { MIN_SERVER_VERSION } from '../serverVersion';
 
@@ -75,4 +75,15 @@ test('runCommand passes the output on and resolves with the exit code', { skip: 
   const missing = await runCommand('/nonexistent/python', [], os.tmpdir(), () => {});
   assert.equal(missing.code, null);
   assert.match(missing.error ?? '', /ENOENT/);
+});
+
+test('a server that stops before it is ready: its last printed line, else the client error', () => {
+  const traceback = "Traceback (most recent call last):\n  File \"x.py\", line 1\nModuleNotFoundError: No module named 'pygls'\n\n";
+  const m = startFailureMessage('/p/python', traceback, 'Pending response rejected since connection got disposed');
+  assert.equal(
+    m,
+    "rca-lsp: the server (/p/python -m rca_lsp serve) stopped before it was ready: ModuleNotFoundError: No module named 'pygls'. " +
+      'The output channel has all it printed.',
+  );
+  assert.match(startFailureMessage('/p/python', '  \n', 'spawn /p/python ENOENT'), /stopped before it was ready: spawn \/p\/python ENOENT\./);
 });

@@ -17,6 +17,13 @@
 //   mock-server               runs when pygls is importable with RCA_LSP_PYTHON: test/e2e/mock-server speaks the
 //                             client contract with canned answers (diagnostics, hover, quick fix, status, report,
 //                             settings forwarding and changes, restart, suggest mapping).
+//   crash                     runs when pygls is importable with RCA_LSP_PYTHON: the mock server exiting at start
+//                             is said once with what it printed and not restarted; once it can start, Restart
+//                             Server starts it; a server gone while the client writes to it (EPIPE before the
+//                             close) is restarted, not shut down; Restart Server also works while the client is
+//                             restarting it after a crash (one server runs after, the unsaved edit kept); crashing
+//                             mid-session it is restarted, then given up on with a message and a stopped status
+//                             bar; Restart Server brings it back.
 //   server                    runs when `python -m rca_lsp serve --help` works and fixtures/missing_activation
 //                             exists (skipped otherwise; RCA_LSP_E2E_REQUIRE_SERVER=1 turns the skip into a
 //                             failure). Asserts the missing-op warning in the Problems panel, the hover on that
@@ -1237,6 +1244,160 @@ async function chartSteps(sc, page, base, fixture, ws, mappingPath) {
   });
 }
 
+// ---------------------------------------------------------------- scenario: a server that cannot start, then crashes
+/** The texts of every notification (the toasts fade): read from the notification center, which is then closed. */
+async function allNotifications(page) {
+  await runCommand(page, 'Notifications: Show Notifications');
+  const center = page.locator('.notifications-center');
+  await center.waitFor({ state: 'visible', timeout: 10000 });
+  await page.waitForTimeout(500);
+  const text = (await center.innerText()).replace(/\s+/g, ' ');
+  await runCommand(page, 'Notifications: Hide Notifications');
+  return text;
+}
+
+/** The mock server's canned failures: it exits at start while a file exists, and when a document holds CRASH_NOW. */
+async function scenarioCrash(browser, bin, base, vsix) {
+  const sc = new Scenario('crash');
+  if (pythonCan(serverPython, 'import pygls.lsp.server, lsprotocol')) {
+    record('crash', requireServer ? 'fail' : 'skip', `pygls not importable with ${serverPython}`);
+    return;
+  }
+  const cs = new CodeServer(bin, base, 'crash');
+  const ws = path.join(base, 'ws-crash');
+  fs.mkdirSync(ws, { recursive: true });
+  const mapping = { 'Module.module.module.decoder.layers.0.mlp.linear_fc2.RowParallelLinear.forward.0': 'Module.model.layers.0.mlp.down_proj.RowParallelLinear.forward.0' };
+  fs.writeFileSync(path.join(ws, 'mapping_key.json'), `${JSON.stringify(mapping, null, 2)}\n`);
+  fs.writeFileSync(path.join(ws, 'crash_mapping_key.json'), '{\n  "Module.CRASH_NOW.forward.0": "Module.b.forward.0"\n}\n');
+  const broken = path.join(base, 'crash-server-broken');
+  fs.writeFileSync(broken, '');
+  const slow = path.join(base, 'crash-server-slow');
+  const crashOnce = path.join(base, 'crash-server-crash-once');
+  const stopReading = path.join(base, 'crash-server-stop-reading');
+  const mockLog = path.join(base, 'crash-server-events.jsonl');
+  const initialized = () => readMockLog(mockLog).filter((e) => e.event === 'initialized').length;
+  Object.assign(cs.env, {
+    PYTHONPATH: mockDir,
+    RCA_LSP_MOCK_LOG: mockLog,
+    RCA_LSP_MOCK_BROKEN: broken,
+    RCA_LSP_MOCK_SLOW: slow,
+    RCA_LSP_MOCK_CRASH_ONCE: crashOnce,
+    RCA_LSP_MOCK_STOP_READING: stopReading,
+  });
+  cs.writeUserSettings({ 'rcaLsp.interpreter': serverPython });
+  const count = (re) => (cs.outputChannelText().match(re) ?? []).length;
+  try {
+    await sc.step('install the .vsix into code-server', () => cs.installExtension(vsix), { critical: true });
+    const url = await sc.step('start code-server', () => cs.start(ws), { critical: true });
+    sc.page = await sc.step('open the workbench', () => openWorkbench(browser, url), { critical: true });
+    const page = sc.page;
+
+    await sc.step('a server that stops before it is ready: what it printed, said once, not restarted', async () => {
+      await openFromExplorer(page, 'mapping_key.json');
+      await poll('the stopped status bar', async () => /stopped/.test(await statusBarText(page)), 30000);
+      await page.waitForTimeout(3000); // time for restarts, were there any
+      const texts = await allNotifications(page);
+      await shot(page, 'crash-1-cannot-start');
+      log(`notifications: ${texts}`);
+      assert(/stopped before it was ready: mock: cannot start \(ModuleNotFoundError: No module named 'pygls_broken'\)/.test(texts), `no message with the reason: ${texts}`);
+      // vscode-languageclient's own "couldn't create connection to server" cannot be avoided; its restarts can
+      assert(!/crashed \d+ times/.test(texts), `a misleading message: ${texts}`);
+      const starts = count(/\[info\] mock: cannot start/g); // its stderr lines, not the message quoting it
+      assert(starts === 1, `the server was started ${starts} times`);
+      await runCommand(page, 'Notifications: Clear All Notifications');
+    });
+
+    await sc.step('once it can start, Restart Server starts it', async () => {
+      fs.rmSync(broken);
+      await runCommand(page, 'rca-lsp: Restart Server');
+      await waitProblem(page, /missing-op/, 30000, 'missing-op');
+    });
+
+    // A server that dies while the client writes to it: the write fails (EPIPE) before the client sees the close.
+    // The mock holds that moment open (it stops reading its input and lives on), so the write surely fails first.
+    await sc.step('a server gone while the client writes to it is restarted, not shut down', async () => {
+      const servers = initialized();
+      const logged = cs.outputChannelText().length;
+      const since = () => cs.outputChannelText().slice(logged);
+      fs.writeFileSync(stopReading, '');
+      await openFromExplorer(page, 'mapping_key.json');
+      await gotoLine(page, 1, 2);
+      await page.keyboard.type(' '); // an edit: the server analyses it, and stops reading
+      await poll('the server no longer reading', () => since().includes('mock: no longer reading its input'), 15000);
+      await page.keyboard.type(' '); // an edit sent to it: the write fails
+      const outcome = await poll('the client seeing the server gone', () => since().match(/Server will restart\.|Server will not be restarted\.|Shutting down server\./)?.[0], 15000);
+      assert(/EPIPE/.test(since()), `no failed write: ${since().slice(-2000)}`);
+      assert(outcome === 'Server will restart.', `the client did not restart the server ("${outcome}"): ${since().slice(-2000)}`);
+      await poll('a new server', () => initialized() > servers, 30000);
+      await waitProblem(page, /missing-op/, 30000, 'missing-op');
+      await poll('a running status bar', async () => {
+        const t = await statusBarText(page);
+        return t && !/stopped|starting/.test(t) ? t : undefined;
+      }, 15000);
+      assert(!/Shutting down server/.test(since()), `the client shut down: ${since().slice(-2000)}`);
+      const texts = await allNotifications(page);
+      assert(!/connection to server is erroring|will not be restarted/.test(texts), `a message about the failed write: ${texts}`);
+      await runCommand(page, 'File: Revert File');
+    });
+
+    await sc.step('Restart Server while the client restarts a crashed server: one server, running', async () => {
+      const servers = count(/Server: rca-lsp-mock/g);
+      const logged = cs.outputChannelText().length;
+      fs.writeFileSync(slow, '');
+      fs.writeFileSync(crashOnce, '');
+      await openFromExplorer(page, 'mapping_key.json');
+      await gotoLine(page, 1, 2);
+      await page.keyboard.type(' '); // an edit: the server analyses it, and crashes
+      await poll('the client restarting the server', () => cs.outputChannelText().slice(logged).includes('Server will restart.'), 15000);
+      const during = await poll('the starting status bar', async () => {
+        const t = await statusBarText(page);
+        return /starting/.test(t) ? t : undefined;
+      }, 5000).catch(async () => statusBarText(page));
+      await runCommand(page, 'rca-lsp: Restart Server'); // while the restarted server is slow to start
+      await page.waitForTimeout(1000);
+      fs.rmSync(slow);
+      await poll('a new server', () => count(/Server: rca-lsp-mock/g) > servers, 30000);
+      await waitProblem(page, /missing-op/, 30000, 'missing-op');
+      await poll('a running status bar', async () => {
+        const t = await statusBarText(page);
+        return t && !/stopped|starting/.test(t) ? t : undefined;
+      }, 15000);
+      const out = cs.outputChannelText().slice(logged);
+      assert(!/already exists|stopped before it was ready/.test(out), `a second client: ${out.slice(-2000)}`);
+      assert((await page.locator('.tabs-container .tab.active.dirty').count()) === 1, 'the unsaved edit is gone');
+      assert(/starting/.test(during), `while the client restarted the server the status bar said "${during}"`);
+      await runCommand(page, 'File: Revert File');
+    });
+
+    await sc.step('a server crashing mid-session is restarted, then given up on with a message', async () => {
+      const before = count(/mock: crashing on purpose/g);
+      await openFromExplorer(page, 'crash_mapping_key.json');
+      await poll('the message of the client giving up', () => /crashed 5 times/.test(cs.outputChannelText()), 60000);
+      await poll('the stopped status bar', async () => /stopped/.test(await statusBarText(page)), 10000);
+      const texts = await allNotifications(page);
+      await shot(page, 'crash-2-crashed');
+      assert(/The rca-lsp server crashed 5 times/.test(texts), `no message: ${texts}`);
+      assert(count(/mock: crashing on purpose/g) - before === 5, `crashed ${count(/mock: crashing on purpose/g) - before} times`);
+    });
+
+    await sc.step('Restart Server after the crashes', async () => {
+      await runCommand(page, 'View: Close Editor');
+      await runCommand(page, 'rca-lsp: Restart Server');
+      await openFromExplorer(page, 'mapping_key.json');
+      await waitProblem(page, /missing-op/, 30000, 'missing-op');
+      const status = await poll('a running status bar', async () => {
+        const t = await statusBarText(page);
+        return t && !/stopped|starting/.test(t) ? t : undefined;
+      }, 15000);
+      log(`status bar after the restart: ${status}`);
+    });
+  } finally {
+    await sc.page?.context().close().catch(() => {});
+    await cs.stop();
+    cs.collectLogs('crash');
+  }
+}
+
 // ---------------------------------------------------------------- main
 async function main() {
   fs.rmSync(artifacts, { recursive: true, force: true });
@@ -1256,6 +1417,9 @@ async function main() {
     }
     if (!only || only === 'mock') {
       await scenarioServer('mock', browser, bin, base, vsix);
+    }
+    if (!only || only === 'crash') {
+      await scenarioCrash(browser, bin, base, vsix);
     }
     if (!only || only === 'server') {
       await scenarioServer('real', browser, bin, base, vsix);

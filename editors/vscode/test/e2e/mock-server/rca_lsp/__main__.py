@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import sys
+import threading
+import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -43,8 +46,61 @@ def key_ranges(text: str):
             )
 
 
+class InputRelay:
+    """The server's input passed on to pygls through a pipe, read from stdin only when select says it is readable,
+    so that stdin can be closed while the server runs (a read blocked on it would keep the pipe open). Once closed,
+    the client's writes fail with EPIPE while the process lives on: the moment between a server's death and Node
+    seeing it exit, held open. The process then exits once its output is broken (the client gone), at most after
+    10 minutes."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.closed = threading.Event()
+        self.read_fd, self.write_fd = os.pipe()
+        threading.Thread(target=self.run, daemon=True).start()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            if not select.select([0], [], [], 0.1)[0]:
+                continue
+            data = os.read(0, 65536)
+            if not data:  # the client closed the server's input: end as a server does
+                os.close(self.write_fd)
+                return
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.write_fd, view) :]
+        os.close(0)  # the only reader of the pipe: the client's next write fails (EPIPE)
+        self.closed.set()
+        poller = select.poll()
+        poller.register(1, select.POLLERR | select.POLLHUP)
+        poller.poll(600_000)
+        os._exit(0)
+
+    def close_input(self) -> None:
+        self.stop.set()
+        self.closed.wait()
+
+
+relay: InputRelay | None = None
+
+
 def analyse(uri: str) -> None:
     doc = server.workspace.get_text_document(uri)
+    stop_reading = os.environ.get("RCA_LSP_MOCK_STOP_READING")
+    if relay and stop_reading and os.path.exists(stop_reading):  # the e2e's server gone while the client writes
+        os.remove(stop_reading)
+        relay.close_input()
+        sys.stderr.write("mock: no longer reading its input\n")
+        sys.stderr.flush()
+        return
+    once = os.environ.get("RCA_LSP_MOCK_CRASH_ONCE")
+    if "CRASH_NOW" in doc.source or (once and os.path.exists(once)):  # the e2e's ways to kill the server mid-session
+        if once and os.path.exists(once):
+            os.remove(once)
+        sys.stderr.write("mock: crashing on purpose\n")
+        sys.stderr.flush()
+        os._exit(1)
     server.protocol.notify("rcaLsp/status", {"state": "loading", "uri": uri, "message": "loading dumps (mock)"})
     diags = []
     for key, rng in key_ranges(doc.source):
@@ -172,7 +228,19 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] != "serve":
         sys.stderr.write("usage: python -m rca_lsp serve\n")
         sys.exit(2)
-    server.start_io()
+    broken = os.environ.get("RCA_LSP_MOCK_BROKEN")
+    if broken and os.path.exists(broken):  # the e2e's server that cannot start while this file exists
+        sys.stderr.write("mock: cannot start (ModuleNotFoundError: No module named 'pygls_broken')\n")
+        sys.exit(1)
+    slow = os.environ.get("RCA_LSP_MOCK_SLOW")
+    while slow and os.path.exists(slow):  # the e2e's server slow to start while this file exists
+        time.sleep(0.2)
+    if os.environ.get("RCA_LSP_MOCK_STOP_READING"):
+        global relay
+        relay = InputRelay()
+        server.start_io(stdin=os.fdopen(relay.read_fd, "rb"))
+    else:
+        server.start_io()
 
 
 if __name__ == "__main__":
