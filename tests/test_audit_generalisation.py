@@ -38,6 +38,7 @@ import pytest
 from builders import write_dump, write_mapping
 
 from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.report.root_cause import confidence_text, root_cause_report
 
 DATA = Path(__file__).parent / "data" / "audit"
 TRAIN = "Module.module.module."
@@ -78,3 +79,14 @@ def test_audit_healthy_bf16_run_is_clean(tmp_path: Path) -> None:
     assert source["truth"] is None
     assert analysis.issues == [] and analysis.records
     assert analysis.suspects == []
+
+
+def test_audit_a_desync_under_an_aligned_output_says_so(tmp_path: Path) -> None:
+    """The qkv bias x1.1 leaves linear_qkv's output within bf16's tolerance: the finding says the parameters decide
+    it, not an output 'below the noise floor'."""
+    _, analysis = analyse(tmp_path, "bf16_qkv_bias_desync")
+    first = analysis.suspects[0]
+    assert first.record.comparison.output_consistency == "aligned"
+    assert "mismatched: parameters.bias" in first.rationale and "still within its tolerance" in first.rationale
+    said = confidence_text(root_cause_report(analysis))
+    assert said is not None and "decided by its parameters" in said

@@ -40,6 +40,7 @@ from rca_lsp.model.tolerance import Tolerances, normalise_dtype
 _FUSED_QKV_TRAIN = ("linear_q_down_proj", "linear_kv_down_proj")
 RANK_DISAGREEMENT_BUCKET = "rank_replica_disagreement"
 CALL_DISAGREEMENT_BUCKET = "call_parameter_disagreement"
+PARAMETER_BUCKET = "parameter_sync_mismatch"  # inputs aligned, parameters differ
 _FUSED_QKV_ROLLOUT = "fused_qkv_a_proj"
 
 
@@ -118,7 +119,7 @@ def _bucket(
             # the weights are not in sync, whatever the output shows: in bf16 a desync of a few percent stays
             # within the output's tolerance here and surfaces modules later as what looks like another cause
             return (
-                "parameter_sync_mismatch",
+                PARAMETER_BUCKET,
                 1,
                 "inputs aligned, parameters differ; the output is still within its tolerance",
             )
@@ -143,7 +144,7 @@ def _bucket(
             return "systemic_misalignment", 2, "inputs and parameters both differ"
         return "upstream_propagation_or_amplification", 2, "inputs already differ"
     if params == "mismatch":
-        return "parameter_sync_mismatch", 1, "inputs aligned, parameters differ, output differs"
+        return PARAMETER_BUCKET, 1, "inputs aligned, parameters differ, output differs"
     note = "" if params_ok else " (parameters could not be compared)"
     return "module_impl_mismatch", 1, f"inputs and parameters aligned, output differs{note}"
 

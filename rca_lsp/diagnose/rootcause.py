@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from rca_lsp.compare.datagroups import input_differs
-from rca_lsp.compare.module import CALL_DISAGREEMENT_BUCKET, RANK_DISAGREEMENT_BUCKET
+from rca_lsp.compare.module import CALL_DISAGREEMENT_BUCKET, PARAMETER_BUCKET, RANK_DISAGREEMENT_BUCKET
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.diagnose.between import (
     Between,
@@ -253,7 +253,7 @@ class RootCauseAnalysis:
                 f"its inputs are aligned, but copies that must be identical differ across {what}: "
                 f"{comparison.reasoning}"
             )
-        elif comparison.module_bucket == "parameter_sync_mismatch":
+        elif comparison.module_bucket == PARAMETER_BUCKET:
             classification, rationale = PARAMETER, "parameters diverged while inputs remained aligned"
             mismatched = [p.target for p in comparison.parameters if p.consistency == "mismatch"]
             mismatched += [t for t in differing_parameters(comparison) if t not in mismatched]
@@ -261,6 +261,8 @@ class RootCauseAnalysis:
             account = parameter_account(comparison)
             if account:
                 notes.append(account)
+            if comparison.output_consistency == "aligned":
+                notes.append("its output is still within its tolerance, which hides a desync of a few percent in bf16")
         elif comparison.module_bucket == "module_impl_mismatch":
             classification = IN_MODULE
             if parameters_unseen(comparison.parameter_consistency):
@@ -315,7 +317,7 @@ def _how_it_differs(record: ModuleRecord) -> str | None:
     comparison = record.comparison
     if comparison.output_consistency == "mismatch":
         return "already differs"
-    if comparison.module_bucket == "parameter_sync_mismatch":
+    if comparison.module_bucket == PARAMETER_BUCKET:
         return "runs on other parameters, its output just within tolerance"
     return None
 

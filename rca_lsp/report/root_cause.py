@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rca_lsp.compare.module import PARAMETER_BUCKET
 from rca_lsp.compare.rankview import held_by, merged_slots, per_rank_rows, rank_by_rank
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.diagnose.hypothesis import hypothesis, next_checks
@@ -134,6 +135,12 @@ def confidence_text(report: dict[str, Any]) -> str | None:
     if decided and above < 1:
         return (
             f"the first divergence's statistics agree within the noise ({above:.3g}x the floor): decided element-wise"
+        )
+    threshold, error = first["confidence"]["threshold"], first["confidence"]["error"]
+    if first["module_bucket"] == PARAMETER_BUCKET and threshold is not None and error is not None and error <= threshold:
+        return (
+            f"the first divergence's output is still within the noise ({above:.3g}x the floor): decided by its "
+            "parameters, which differ"
         )
     return f"the first divergence is {above:.3g}x the noise floor"
 
