@@ -137,7 +137,12 @@ def confidence_text(report: dict[str, Any]) -> str | None:
             f"the first divergence's statistics agree within the noise ({above:.3g}x the floor): decided element-wise"
         )
     threshold, error = first["confidence"]["threshold"], first["confidence"]["error"]
-    if first["module_bucket"] == PARAMETER_BUCKET and threshold is not None and error is not None and error <= threshold:
+    if (
+        first["module_bucket"] == PARAMETER_BUCKET
+        and threshold is not None
+        and error is not None
+        and error <= threshold
+    ):
         return (
             f"the first divergence's output is still within the noise ({above:.3g}x the floor): decided by its "
             "parameters, which differ"
