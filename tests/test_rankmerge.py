@@ -85,7 +85,9 @@ MAPPING = {
 }
 
 
-def make_pair(tmp_path: Path, desync_norm_rank1: bool = False, shard_fault: bool = False) -> tuple[Path, Path, Path]:
+def make_pair(
+    tmp_path: Path, desync_norm_rank1: bool = False, shard_fault: bool = False, extreme_off_rank1: float = 0.0
+) -> tuple[Path, Path, Path]:
     RNG.seed(7)  # the same values in every pair: only the fault differs
     layers = [(values(4), values(8), values(16), [1.0 + 0.1 * v for v in values(4)]) for _ in range(2)]
     for rank in range(2):
@@ -95,6 +97,10 @@ def make_pair(tmp_path: Path, desync_norm_rank1: bool = False, shard_fault: bool
                 norm_w = [v * 1.05 for v in norm_w]
             if rank == 1 and i == 1 and shard_fault:  # its shard of the weight, and so of the output, is off
                 w, out = [v * 1.03 for v in w], [v * 1.03 for v in out]
+            if rank == 1 and i == 1 and extreme_off_rank1:  # the extreme of all weights, in its shard, a hair off
+                extreme = max(w, key=abs)
+                assert extreme in w[4:], "the extreme must lie in rank 1's shard"
+                w = w[:4] + [v * (1 + extreme_off_rank1) if v == extreme else v for v in w[4:]]
             data |= tp_layer(i, x, w, out, norm_w, rank=rank)
         write_dump(tmp_path / "train" / "step0" / f"rank{rank}" / "dump.json", data)
     rollout = {}
@@ -129,6 +135,21 @@ def test_one_ranks_shard_desynced_is_a_parameter_issue(tmp_path: Path) -> None:
         f"{P}.1.mlp.linear_fc1.ColumnParallelLinear.forward.0",
         "parameter_or_checkpoint_issue",
     )
+
+
+def test_a_shards_weight_off_within_the_tolerance_is_named_rank_by_rank(tmp_path: Path) -> None:
+    """Rank 1's shard holds the weight's extreme value, a hair off (the output unchanged): the merged weights' extremes
+    differ, which is a parameter desync, and the rank-by-rank verdict names rank 1 by the same rule."""
+    clean, _, _ = make_pair(tmp_path / "clean")
+    faulty, _, _ = make_pair(tmp_path / "faulty", extreme_off_rank1=1e-8)
+    mapping = write_mapping(tmp_path / "identity_mapping_key.json", {k: k for k in MAPPING})
+    analysis = analyze_paths(clean, faulty, mapping)
+    first = root_cause_report(analysis)["first_divergence"]
+    assert (first["train_key"], first["classification"]) == (
+        f"{P}.1.mlp.linear_fc1.ColumnParallelLinear.forward.0",
+        "parameter_or_checkpoint_issue",
+    )
+    assert first["rank_by_rank"] == ["rank 1: parameters.weight differ"]
 
 
 def test_replicas_that_disagree_are_a_finding_of_their_own(tmp_path: Path) -> None:

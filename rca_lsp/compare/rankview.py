@@ -15,7 +15,7 @@ import msgspec
 from rca_lsp.compare.calls import fold_calls
 from rca_lsp.compare.module import compare_module
 from rca_lsp.compare.residual import branch_facts
-from rca_lsp.compare.statistics import quick_verdict
+from rca_lsp.compare.statistics import target_verdict
 from rca_lsp.dumps.dump import Dump, ModuleEntry, ParallelInfo, raw_entry
 from rca_lsp.dumps.rankfile import read_raw_entries, read_raw_entry
 from rca_lsp.dumps.ranks.slots import slot_stats
@@ -166,7 +166,7 @@ def rank_by_rank(
         differing = dict.fromkeys(
             spec.target
             for spec in comparison.target_specs()
-            if quick_verdict(spec.train, spec.rollout, tolerances)[0] == "mismatch"
+            if target_verdict(spec.target, spec.train, spec.rollout, tolerances)[0] == "mismatch"
         )
         if differing:
             found.append(f"rank {rank}: {', '.join(differing)} differ")

@@ -182,6 +182,13 @@ def quick_verdict(
     return ("mismatch" if bad else "aligned"), flags, worst
 
 
+def target_verdict(
+    target: str, train: TensorStats | None, rollout: TensorStats | None, tolerances: Tolerances
+) -> Verdict:
+    """quick_verdict of a named target ("output.0", "parameters.weight", ...): parameters judged as parameters."""
+    return quick_verdict(train, rollout, tolerances, target.startswith(PARAMETER_PREFIX))
+
+
 # What compare_target and output_3 need of one target: (errors, tolerance, dtype_match, shape_relation,
 # consistency, value_status, reason), errors being (rel_err, status) of Max, Min, Mean and Norm in a row, or ()
 # when no statistic was compared. A plain tuple: output_3 assesses ~10^6 targets without building objects.

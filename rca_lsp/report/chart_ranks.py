@@ -28,7 +28,7 @@ from rca_lsp.compare.module import compare_module
 from rca_lsp.compare.rankview import holders, rank_parts, read_rank_copies
 from rca_lsp.compare.records import ModuleRecord
 from rca_lsp.compare.residual import branch_facts
-from rca_lsp.compare.statistics import quick_verdict
+from rca_lsp.compare.statistics import target_verdict
 from rca_lsp.dumps.dump import Dump, ParallelInfo
 from rca_lsp.model.stats import TensorStats, relative_error
 from rca_lsp.model.tolerance import Tolerances
@@ -340,7 +340,7 @@ def _read_results(
                 specs = compare_module(*pair, tolerances, facts).target_specs()
                 if not paired:
                     specs = [spec for spec in specs if _whole(how, _slot(spec.target))]
-                differs = any(quick_verdict(s.train, s.rollout, tolerances)[0] == "mismatch" for s in specs)
+                differs = any(target_verdict(s.target, s.train, s.rollout, tolerances)[0] == "mismatch" for s in specs)
                 found[rank] = RankResult(worst_of(specs, relative_error), differs)
             known[(side.name, comparison.train_keys, comparison.rollout_keys)] = found
     return [known[(side.name, r.comparison.train_keys, r.comparison.rollout_keys)] for _, r, _ in read]
