@@ -44,7 +44,8 @@ def make(
     tmp_path: Path,
     *,
     decode_scale: float = 1.0,
-    weight_change: float = 0.0,  # relative change of the down projection's weight in call 2
+    weight_change: float = 0.0,  # relative change of the down projection's inner weights in call 2 (not Max, Min)
+    extreme_change: float = 0.0,  # relative change of its largest weight in call 2
     explicit: bool = False,
     mask: bool = False,
 ) -> tuple[Path, Path, Path]:
@@ -65,7 +66,9 @@ def make(
         part = slice(start * HIDDEN, (start + tokens) * HIDDEN)
         start += tokens
         scale = decode_scale if call > 0 else 1.0
-        weight = [w * (1 + weight_change) for w in down_w] if call == 2 else down_w
+        weight = down_w
+        if call == 2:  # 0.5 and 0.125 are neither its Max nor its Min
+            weight = [0.5 * (1 + weight_change), -0.25, 0.125 * (1 + weight_change), 1.0 * (1 + extreme_change)]
         mask_node = {"attention_mask": tensor([-1e9, 0.0] if call == 0 else [0.0, 0.0])} if mask else None
         rollout[f"{R}.input_layernorm.Qwen2RMSNorm.forward.{call}"] = entry(
             node(x[part], tokens), node(y[part], tokens), norm_w, mask_node
@@ -114,6 +117,15 @@ def test_weights_that_change_between_calls_are_a_finding(tmp_path: Path) -> None
     assert first.classification == "call_parameter_disagreement"
     assert "calls 0 and 2 disagree" in first.rationale
     assert [r["across"] for r in root_cause_report(analysis)["disagreements"]] == ["calls"]
+
+
+def test_a_weights_extreme_that_changes_between_calls_at_all_is_a_finding(tmp_path: Path) -> None:
+    """The same weights serve every call: an extreme off by 1e-7, far within float32's tolerance, is a disagreement
+    (model.stats.extremes_differ), as it is between the two sides."""
+    analysis = analyze_paths(*make(tmp_path, extreme_change=1e-7))
+    first = analysis.suspects[0]
+    assert first.classification == "call_parameter_disagreement"
+    assert "calls 0 and 2 disagree" in first.rationale
 
 
 def test_weights_that_change_within_the_tolerance_disagree_under_a_tighter_one(tmp_path: Path) -> None:

@@ -86,7 +86,11 @@ MAPPING = {
 
 
 def make_pair(
-    tmp_path: Path, desync_norm_rank1: bool = False, shard_fault: bool = False, extreme_off_rank1: float = 0.0
+    tmp_path: Path,
+    desync_norm_rank1: bool = False,
+    shard_fault: bool = False,
+    extreme_off_rank1: float = 0.0,
+    norm_extreme_off_rank1: float = 0.0,
 ) -> tuple[Path, Path, Path]:
     RNG.seed(7)  # the same values in every pair: only the fault differs
     layers = [(values(4), values(8), values(16), [1.0 + 0.1 * v for v in values(4)]) for _ in range(2)]
@@ -95,6 +99,8 @@ def make_pair(
         for i, (x, w, out, norm_w) in enumerate(layers):
             if rank == 1 and i == 1 and desync_norm_rank1:
                 norm_w = [v * 1.05 for v in norm_w]
+            if rank == 1 and i == 1 and norm_extreme_off_rank1:  # its replica's largest weight a hair off
+                norm_w = [v * (1 + norm_extreme_off_rank1) if v == max(norm_w) else v for v in norm_w]
             if rank == 1 and i == 1 and shard_fault:  # its shard of the weight, and so of the output, is off
                 w, out = [v * 1.03 for v in w], [v * 1.03 for v in out]
             if rank == 1 and i == 1 and extreme_off_rank1:  # the extreme of all weights, in its shard, a hair off
@@ -150,6 +156,15 @@ def test_a_shards_weight_off_within_the_tolerance_is_named_rank_by_rank(tmp_path
         "parameter_or_checkpoint_issue",
     )
     assert first["rank_by_rank"] == ["rank 1: parameters.weight differ"]
+
+
+def test_a_replicated_weight_whose_extreme_is_off_at_all_is_a_disagreement(tmp_path: Path) -> None:
+    """Replicas hold the same values: a norm weight's Max off by 1e-6 on rank 1, far within the tolerance, is a
+    disagreement of the ranks (model.stats.extremes_differ)."""
+    analysis = analyze_paths(*make_pair(tmp_path, norm_extreme_off_rank1=1e-6))
+    norm = analysis.train.entries[f"{P}.1.pre_mlp_layernorm.RMSNorm.forward.0"]
+    assert [(d.slot, d.reference, d.members) for d in norm.disagreements] == [("parameters.weight", 0, (1,))]
+    assert analysis.suspects[0].classification == "rank_replica_disagreement"
 
 
 def test_replicas_that_disagree_are_a_finding_of_their_own(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import msgspec
 
 from rca_lsp.dumps.dump import Disagreement, Dump, ModuleEntry
 from rca_lsp.model.keys import ALL_CALLS
-from rca_lsp.model.stats import TensorStats, aggregate, copy_difference, leading_size
+from rca_lsp.model.stats import TensorStats, aggregate, copy_difference, extremes_differ, leading_size
 from rca_lsp.model.tolerance import Tolerances
 
 _MODULE = attrgetter("path", "class_name")  # what tells a module's calls from another module's
@@ -107,7 +107,7 @@ def _parameters(calls: Sequence[ModuleEntry], tolerances: Tolerances) -> tuple[l
             error = copy_difference(stats, other)  # None: a call without statistics, which is no difference
             if error is None:
                 continue
-            if error > tolerances.for_dtypes(stats.dtype):
+            if error > tolerances.for_dtypes(stats.dtype) or extremes_differ(stats, other):  # the same weights
                 differing.append(call.call_index)
                 worst = max(worst, error)
             else:

@@ -7,8 +7,15 @@ from functools import lru_cache
 from math import isfinite, isnan
 from typing import Any, Literal, NamedTuple
 
-from rca_lsp.model.stats import TensorStats, comparison_scale, dtype_pair, stat_error, statistic_pairs
-from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances, normalise_dtype
+from rca_lsp.model.stats import (
+    TensorStats,
+    comparison_scale,
+    dtype_pair,
+    exact_extremes,
+    stat_error,
+    statistic_pairs,
+)
+from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances
 
 STAT_NAMES = ("Max", "Min", "Mean", "Norm")
 EXTREMES = ("Max", "Min")
@@ -96,20 +103,6 @@ def _identical_statistics(train: TensorStats, rollout: TensorStats) -> bool:
     )
 
 
-def exact_extremes(train: TensorStats, rollout: TensorStats) -> bool:
-    """Whether a parameter's Max and Min must be equal on both sides: the same dtype and number of elements. A weight
-    synced by value holds the same values, and the extremes of the same values are the same numbers exactly, however
-    either side combined them from shards, fused parts or calls (max of maxes); Mean and Norm are sums, rounded in
-    the statistics' own dtype and order, so they keep the dtype's tolerance. Another dtype (a quantised or fp32
-    copy) or another size (a padded vocabulary) can hold other extremes and keeps the tolerance too."""
-    return (
-        train.numel is not None
-        and train.numel == rollout.numel
-        and train.dtype is not None
-        and normalise_dtype(train.dtype) == normalise_dtype(rollout.dtype)
-    )
-
-
 _IDENTICAL_ERRORS = (0.0, "ok") * 4  # what _stat_cells gives each statistic of _identical_statistics
 
 
@@ -140,7 +133,7 @@ def quick_verdict(
     """The consistency `compare_target` would give, plus non-finite flags, without building any objects; and,
     unless a mismatch, the largest relative error of a statistic (model.stats.relative_error; 0 when none was
     measured): what says whether the verdict holds under tighter tolerances (a mismatch always does). A `parameter`
-    of one dtype and size on both sides has its Max and Min judged for equality (exact_extremes).
+    of one dtype and size on both sides has its Max and Min judged for equality (model.stats.exact_extremes).
 
     Every target of every mapped pair goes through this; the detailed comparison is built only when shown.
     """
@@ -303,7 +296,7 @@ def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float, exact: 
 
 def differs(target: str, statistic: str, error: float, tol: float, exact: bool = False) -> str:
     """Why a target is a mismatch: its statistic beyond the tolerance, or (`exact`) a parameter's extreme that
-    differs at all (exact_extremes)."""
+    differs at all (model.stats.exact_extremes)."""
     if exact and statistic in EXTREMES and error <= tol:
         return (
             f"{target}: {statistic} differs by {error:.3g} relative, where a parameter of one dtype and size on both "

@@ -72,7 +72,7 @@ class PairTable:
         parameters: np.ndarray,
     ) -> None:
         """`starts[i]`: group i's first row, and the row count last; `tolerances[i]`: group i's; `parameters`: which
-        rows are parameters (their Max and Min may have to be equal: statistics.exact_extremes)."""
+        rows are parameters (their Max and Min may have to be equal: model.stats.exact_extremes)."""
         self.train_side, self.rollout_side = train, rollout
         self.starts = np.asarray(starts, dtype=np.int64)  # group i's rows: starts[i]:starts[i + 1]
         self.record = np.repeat(np.arange(len(self.starts) - 1, dtype=np.int64), np.diff(self.starts))

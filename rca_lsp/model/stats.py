@@ -252,6 +252,29 @@ def copy_difference(reference: TensorStats, copy: TensorStats) -> float | None:
     return relative_error(copy, reference)
 
 
+def exact_extremes(train: TensorStats, rollout: TensorStats) -> bool:
+    """Whether a parameter's Max and Min must be equal on both sides: the same dtype and number of elements. A weight
+    synced by value holds the same values, and the extremes of the same values are the same numbers exactly, however
+    either side combined them from shards, fused parts or calls (max of maxes); Mean and Norm are sums, rounded in
+    the statistics' own dtype and order, so they keep the dtype's tolerance. Another dtype (a quantised or fp32
+    copy) or another size (a padded vocabulary) can hold other extremes and keeps the tolerance too."""
+    return (
+        train.numel is not None
+        and train.numel == rollout.numel
+        and train.dtype is not None
+        and normalise_dtype(train.dtype) == normalise_dtype(rollout.dtype)
+    )
+
+
+def extremes_differ(a: TensorStats, b: TensorStats) -> bool:
+    """Whether two copies of one parameter (exact_extremes) have a Max or Min that is not the same number (an unknown
+    statistic is no difference, nor NaN against NaN)."""
+    return exact_extremes(a, b) and any(
+        x is not None and y is not None and x != y and not (isnan(x) and isnan(y))
+        for x, y in ((a.max, b.max), (a.min, b.min))
+    )
+
+
 def stat_error(name: str, t: float, r: float, scale: float) -> float:
     # Mean, Max and Min are judged against the tensor's scale (a mean near zero would make any noise "huge");
     # Norm is a magnitude itself.

@@ -32,7 +32,7 @@ from rca_lsp.dumps.ranks.slots import (
     slot_stats,
 )
 from rca_lsp.dumps.sources import DumpSource
-from rca_lsp.model.stats import TensorStats, aggregate, copy_difference, leading_size
+from rca_lsp.model.stats import TensorStats, aggregate, copy_difference, extremes_differ, leading_size
 
 
 class Merger:
@@ -284,8 +284,8 @@ class Merger:
         worst = max(d for d in differences if d is not None)
         parameter = slot.startswith("parameters.")
         dim = shard_dim(slot, kind, first)
-        if parameter and dim is None:
-            if worst <= tol:
+        if parameter and dim is None:  # replicas of one weight: the same values, so the same extremes exactly
+            if worst <= tol and not any(extremes_differ(first, c) for c in stats[1:]):
                 return first, "", None
             return first, "", disagreement_of(slot, copies, ranks, self.source)
         if worst <= tol and not parameter:

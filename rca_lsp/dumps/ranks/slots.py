@@ -10,7 +10,7 @@ import msgspec
 
 from rca_lsp.dumps.dump import Disagreement, ModuleEntry
 from rca_lsp.dumps.sources import DumpSource
-from rca_lsp.model.stats import TensorStats, copy_difference
+from rca_lsp.model.stats import TensorStats, copy_difference, extremes_differ
 from rca_lsp.model.tolerance import Tolerances
 
 _COLUMN_CLASSES = ("ColumnParallel", "QKVParallel", "VocabParallel")  # MergedColumnParallelLinear included
@@ -67,13 +67,15 @@ def disagreement_of(
         return None
     reference, first = found
     tol = MERGE_TOLERANCES.for_dtypes(first.dtype)
+    parameter = slot.startswith("parameters.")
     differing: list[int] = []
     worst = 0.0
     for rank, copy in zip(ranks, copies):
         if rank == reference or (copy is not None and not copy.observable):
             continue
         error = copy_difference(first, copy) if copy is not None else float("inf")
-        if error is not None and error > tol:
+        # a parameter's copies hold the same values: extremes that differ at all differ (model.stats.exact_extremes)
+        if error is not None and (error > tol or (parameter and copy is not None and extremes_differ(first, copy))):
             differing.append(source.ranks[rank])
             worst = max(worst, error)
     return Disagreement(slot, "ranks", source.ranks[reference], tuple(differing), worst) if differing else None
