@@ -1,4 +1,5 @@
 /** Creates the language client for `python -m rca_lsp serve`: how it starts, which files and settings it gets. */
+import { ChildProcess } from 'node:child_process';
 import * as vscode from 'vscode';
 import {
   CloseAction,
@@ -12,12 +13,13 @@ import {
   RevealOutputChannelOn,
   ServerOptions,
   State,
-  TransportKind,
 } from 'vscode-languageclient/node';
 import { documentSelector } from './files';
 import { SERVE_ARGS } from './install';
+import { exited, isRunning, killProcess, startProcess } from './serverProcess';
 import { serverGone } from './serverGone';
 import { SECTION, ServerSettings } from './settings';
+import { InitializeWatchdog, initializeTimeoutMessage } from './startWatchdog';
 import { isStatusParams, StatusParams } from './status';
 
 export interface ClientInputs {
@@ -28,19 +30,37 @@ export interface ClientInputs {
   settings: (resource?: vscode.Uri) => ServerSettings;
   /** A well-formed `rcaLsp/status` notification, its uri normalised. */
   onStatus: (params: StatusParams) => void;
+  /** Seconds a started server may take to answer initialize. */
+  initializeTimeout: number;
+  /** A server that did not answer initialize in time was killed: why, in words. */
+  onGiveUp: (message: string) => void;
 }
 
 export interface RcaClient {
   client: LanguageClient;
   /** The end of what the server wrote to stderr (also in the output channel): why it stopped, when it did. */
   stderr(): string;
+  /** Why the last server started was given up on (it did not answer initialize in time), if it was. */
+  givenUp(): string | undefined;
+  /** For a stop: no server is started again, and one being started is killed. */
+  retire(): void;
+  /** Once the client stopped: waits up to `graceMs` for the server to exit, then kills it. */
+  ensureExit(graceMs: number): Promise<void>;
 }
 
 const STDERR_KEPT = 4096;
 
 export function createClient(inputs: ClientInputs): RcaClient {
   let stderr = '';
+  let server: ChildProcess | undefined;
+  let givenUp: string | undefined; // why the last server started was given up on
+  let retired = false;
   const errors: { handler?: ErrorHandler } = {};
+  const watchdog = new InitializeWatchdog<ChildProcess>(inputs.initializeTimeout * 1000, (child) => {
+    givenUp = initializeTimeoutMessage(inputs.python, inputs.initializeTimeout, stderr);
+    killProcess(child); // the connection closes (the error handler then finds it given up on), and the start fails
+    inputs.onGiveUp(givenUp);
+  });
   // vscode-languageclient writes the server's stderr, and only that, with `append` to `outputChannel`
   const outputChannel = new Proxy(inputs.output, {
     get(target, prop) {
@@ -54,11 +74,28 @@ export function createClient(inputs: ClientInputs): RcaClient {
       return typeof value === 'function' ? value.bind(target) : value;
     },
   });
-  const serverOptions: ServerOptions = {
-    command: inputs.python,
-    args: SERVE_ARGS,
-    transport: TransportKind.stdio,
-    options: { cwd: inputs.cwd, env: { ...process.env, PYTHONUNBUFFERED: '1', PYTHONIOENCODING: 'utf-8' } },
+  // The extension starts the process (vscode-languageclient would, and never end one that does not answer initialize);
+  // the arguments are those vscode-languageclient gave it for a stdio transport.
+  const serverOptions: ServerOptions = async () => {
+    if (retired) {
+      throw new Error('the client is stopping');
+    }
+    const env = { ...process.env, PYTHONUNBUFFERED: '1', PYTHONIOENCODING: 'utf-8' };
+    const child = await startProcess(inputs.python, [...SERVE_ARGS, '--stdio'], inputs.cwd, env);
+    server = child;
+    stderr = ''; // what this process prints
+    givenUp = undefined;
+    child.on('error', (e) => inputs.output.warn(`The server process: ${e.message}`));
+    child.on('exit', (code, signal) => {
+      watchdog.ended(child);
+      inputs.output.info(`The server process (pid ${child.pid}) exited with ${signal ? `signal ${signal}` : `code ${code}`}.`);
+    });
+    if (retired) {
+      killProcess(child); // stopped while it started
+    } else {
+      watchdog.started(child);
+    }
+    return child;
   };
   const clientOptions: LanguageClientOptions = {
     documentSelector: documentSelector(),
@@ -70,6 +107,12 @@ export function createClient(inputs: ClientInputs): RcaClient {
       closed: () => errors.handler?.closed() ?? { action: CloseAction.DoNotRestart },
     },
     revealOutputChannelOn: RevealOutputChannelOn.Never,
+    // The server's stop is said by the controller, from what it printed; not also as the answer that never came
+    // ('Pending response rejected since connection got disposed').
+    initializationFailedHandler: (error) => {
+      inputs.output.error(`Server initialization failed: ${error instanceof Error ? error.message : String(error)}`);
+      return false;
+    },
     initializationOptions: () => inputs.settings(),
     middleware: {
       workspace: {
@@ -87,7 +130,12 @@ export function createClient(inputs: ClientInputs): RcaClient {
     },
   };
   const client = new LanguageClient('rcaLsp', 'rca-lsp', serverOptions, clientOptions);
-  errors.handler = new StartedOnlyErrorHandler(client);
+  errors.handler = new StartedOnlyErrorHandler(client, () => retired || givenUp !== undefined);
+  client.onDidChangeState((e) => {
+    if (e.newState === State.Running) {
+      watchdog.answered();
+    }
+  });
   client.onNotification('rcaLsp/status', (params: unknown) => {
     if (!isStatusParams(params)) {
       inputs.output.warn(`Ignoring malformed rcaLsp/status: ${JSON.stringify(params)}`);
@@ -95,20 +143,42 @@ export function createClient(inputs: ClientInputs): RcaClient {
     }
     inputs.onStatus({ ...params, uri: params.uri ? normaliseUri(params.uri) : undefined });
   });
-  return { client, stderr: () => stderr };
+  return {
+    client,
+    stderr: () => stderr,
+    givenUp: () => givenUp,
+    retire: () => {
+      retired = true;
+      watchdog.dispose();
+      if (server && client.state === State.Starting) {
+        killProcess(server);
+      }
+    },
+    ensureExit: async (graceMs) => {
+      const child = server;
+      if (child && isRunning(child) && !(await exited(child, graceMs))) {
+        inputs.output.warn(`The server process (pid ${child.pid}) did not exit after the client stopped: killing it.`);
+        killProcess(child);
+      }
+    },
+  };
 }
 
 /**
  * The client's own error handling (restart a crashed server a few times, then say so) once the server ran; a server
  * that stops before it is ready is not restarted (it would fail alike) and nothing is said here: the controller says
- * why, once, from what the server printed. A write failing because the server is gone is no reason to stop: the
+ * why, once, from what the server printed. Nor is one given up on (it did not answer initialize in time, or the client
+ * is being stopped), even after a crash. A write failing because the server is gone is no reason to stop: the
  * connection's close follows and is handled as a crash.
  */
 class StartedOnlyErrorHandler implements ErrorHandler {
   private ran = false;
   private readonly fallback: ErrorHandler;
 
-  constructor(client: LanguageClient) {
+  constructor(
+    client: LanguageClient,
+    private readonly givenUp: () => boolean,
+  ) {
     this.fallback = client.createDefaultErrorHandler();
     client.onDidChangeState((e) => {
       this.ran ||= e.newState === State.Running;
@@ -126,7 +196,7 @@ class StartedOnlyErrorHandler implements ErrorHandler {
   }
 
   closed(): CloseHandlerResult | Promise<CloseHandlerResult> {
-    return this.ran ? this.fallback.closed() : { action: CloseAction.DoNotRestart, handled: true };
+    return this.ran && !this.givenUp() ? this.fallback.closed() : { action: CloseAction.DoNotRestart, handled: true };
   }
 }
 

@@ -6,7 +6,7 @@
 import * as vscode from 'vscode';
 import { DidChangeConfigurationNotification, LanguageClient, State } from 'vscode-languageclient/node';
 import { registerChart } from './chart';
-import { createClient } from './client';
+import { createClient, RcaClient } from './client';
 import { isMappingDocument, suggestMapping, targetMappingUri, writeReport } from './commands';
 import { MAPPING_FIND_GLOB } from './files';
 import { checkImport } from './importCheck';
@@ -16,6 +16,7 @@ import { OnceGate, ResolvedInterpreter } from './interpreter';
 import { resolvePython, serverCwd, variablesFor, watchPythonEnvironment } from './python';
 import { SERVER_COMMAND_SUGGEST_MAPPING, SERVER_COMMAND_WRITE_OUTPUTS, serverOffers } from './serverCommands';
 import { buildWorkspaceSettings, classifyConfigChange, readServerSettings, SECTION, ScopedSettings, ServerSettings } from './settings';
+import { initializeTimeout } from './startWatchdog';
 import { describeServer, ServerDescription, StatusBook, StatusView, viewForClientState, viewForServerStatus, withServer } from './status';
 import { StatusBar } from './statusBar';
 
@@ -23,7 +24,7 @@ export { SERVER_COMMAND_SUGGEST_MAPPING, SERVER_COMMAND_WRITE_OUTPUTS };
 const INSTALL = 'Install';
 const OPEN_SETTINGS = 'Open Settings';
 const SHOW_OUTPUT = 'Show Output';
-const STARTING_WAIT = 30000; // ms a restart waits for a start under way
+const STARTING_WAIT = 30000; // ms a restart waits for a start under way before it kills the server being started
 
 /** What `activate` returns; used by tests and by other extensions. */
 export interface RcaLspApi {
@@ -42,10 +43,14 @@ class Controller implements vscode.Disposable, RcaLspApi {
   private queue: Promise<void> = Promise.resolve();
   private pythonWatch: vscode.Disposable | undefined;
   private server: ServerDescription | undefined;
-  client: LanguageClient | undefined;
+  private rc: RcaClient | undefined; // the client and its server's process
   interpreter: ResolvedInterpreter | undefined;
   /** True once a mapping file was seen (or the user asked for the server): from then on the server is wanted. */
   private wanted = false;
+
+  get client(): LanguageClient | undefined {
+    return this.rc?.client;
+  }
 
   constructor(private readonly context: vscode.ExtensionContext) {
     this.output = vscode.window.createOutputChannel('rca-lsp', { log: true });
@@ -196,7 +201,11 @@ class Controller implements vscode.Disposable, RcaLspApi {
   }
 
   private async startClient(python: string, cwd: string): Promise<void> {
-    const { client, stderr } = createClient({
+    const timeout = initializeTimeout(vscode.workspace.getConfiguration(SECTION).get('initializeTimeout'));
+    if (timeout.problem) {
+      this.output.warn(`Settings: ${timeout.problem}`);
+    }
+    const rc = createClient({
       python,
       cwd,
       output: this.output,
@@ -205,16 +214,26 @@ class Controller implements vscode.Disposable, RcaLspApi {
         this.book.update(params);
         this.render();
       },
+      initializeTimeout: timeout.seconds,
+      onGiveUp: (msg) => {
+        if (this.client === client) {
+          this.output.error(msg);
+          if (this.gate.shouldShow(`initialize:${python}`)) {
+            void this.showError(msg);
+          }
+        }
+      },
     });
+    const { client, stderr } = rc;
     client.onDidChangeState((e) => {
       const running = e.newState === State.Running;
       void vscode.commands.executeCommand('setContext', 'rcaLsp.serverRunning', running);
       if (this.client === client) {
         // Starting again: the client restarting a crashed server
-        this.setClientState(running ? undefined : viewForClientState(e.newState === State.Starting ? 'starting' : 'stopped'));
+        this.setClientState(running ? undefined : viewForClientState(e.newState === State.Starting ? 'starting' : 'stopped', rc.givenUp()));
       }
     });
-    this.client = client;
+    this.rc = rc;
     let error: string | undefined;
     try {
       await client.start();
@@ -222,10 +241,13 @@ class Controller implements vscode.Disposable, RcaLspApi {
       error = e instanceof Error ? e.message : String(e);
     }
     if (error !== undefined || client.state !== State.Running) {
-      const msg = startFailureMessage(python, stderr(), error ?? 'it closed the connection');
-      this.output.error(msg);
+      const givenUp = rc.givenUp(); // said when it was given up on
+      const msg = givenUp ?? startFailureMessage(python, stderr(), error ?? 'it closed the connection');
+      if (!givenUp) {
+        this.output.error(msg);
+      }
       this.setClientState(viewForClientState('stopped', msg));
-      if (this.gate.shouldShow(`start:${python}`)) {
+      if (!givenUp && this.gate.shouldShow(`start:${python}`)) {
         void this.showError(msg);
       }
       return;
@@ -247,19 +269,26 @@ class Controller implements vscode.Disposable, RcaLspApi {
   }
 
   private async doStop(): Promise<void> {
-    const client = this.client;
-    this.client = undefined;
+    const rc = this.rc;
+    this.rc = undefined;
     this.server = undefined;
     this.book.clear();
     void vscode.commands.executeCommand('setContext', 'rcaLsp.canSuggestMapping', false);
-    if (!client) {
+    if (!rc) {
       return;
     }
+    const client = rc.client;
     if (client.state === State.Starting) {
       // A start under way (the client restarting a crashed server) cannot be stopped: let it end first, else it
-      // lives on beside the next client and holds the server's commands.
-      await Promise.race([client.start().catch(() => undefined), new Promise((resolve) => setTimeout(resolve, STARTING_WAIT))]);
+      // lives on beside the next client and holds the server's commands. A server that keeps it waiting is killed.
+      const started = client.start().catch(() => undefined);
+      if (!(await within(started, STARTING_WAIT))) {
+        this.output.warn(`The server being started has not answered initialize after ${STARTING_WAIT / 1000} s of waiting to stop it: killing it.`);
+        rc.retire();
+        await within(started, 5000);
+      }
     }
+    rc.retire();
     try {
       await client.stop(5000);
     } catch (e) {
@@ -270,6 +299,7 @@ class Controller implements vscode.Disposable, RcaLspApi {
     } catch {
       // already stopped
     }
+    await rc.ensureExit(2000);
   }
 
   private async watchPythonExtension(interpreter: ResolvedInterpreter): Promise<void> {
@@ -379,6 +409,19 @@ class Controller implements vscode.Disposable, RcaLspApi {
     for (const d of this.disposables) {
       d.dispose();
     }
+  }
+}
+
+/** Whether `promise` (one that does not reject) resolves within `ms`. */
+async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+  });
+  try {
+    return await Promise.race([promise.then(() => true as const), late]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 

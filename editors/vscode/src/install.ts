@@ -76,11 +76,20 @@ export const SERVE_ARGS = ['-m', 'rca_lsp', 'serve'];
  * there: a traceback ends with the error) or else the client's error.
  */
 export function startFailureMessage(python: string, stderr: string, error: string): string {
-  const last = stderr.split(/\r?\n/).map((line) => line.trim()).filter(Boolean).pop();
+  const last = lastLine(stderr);
   return (
     `rca-lsp: the server (${commandLine(python, SERVE_ARGS)}) stopped before it was ready: ${last ?? error}. ` +
     'The output channel has all it printed.'
   );
+}
+
+/** The last non-blank line of what a program printed, trimmed (a traceback ends with the error), or undefined. */
+export function lastLine(text: string): string | undefined {
+  return text
+    .split(/\r?\n/)
+    .map((line) => line.trim())
+    .filter(Boolean)
+    .pop();
 }
 
 /** Runs `python args` in `cwd`, passing its output on as it comes; resolves with the exit code (or the error). */

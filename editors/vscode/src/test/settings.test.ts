@@ -90,11 +90,14 @@ test('config changes: interpreter restarts, data settings notify, trace and othe
   assert.equal(classifyConfigChange(affects(['rcaLsp.severity'])), 'notify');
   assert.equal(classifyConfigChange(affects(['rcaLsp.outDir'])), 'notify');
   assert.equal(classifyConfigChange(affects(['rcaLsp.trace.server'])), 'none');
+  assert.equal(classifyConfigChange(affects(['rcaLsp.initializeTimeout'])), 'none'); // read at the next start
   assert.equal(classifyConfigChange(affects(['editor.fontSize'])), 'none');
 });
 
-/** The settings of package.json the server receives: all but the interpreter (a new process) and the trace level. */
-const serverKeys = [...new Set(Object.keys(properties).map((k) => k.split('.')[1]))].filter((k) => k !== 'interpreter' && k !== 'trace');
+/** The settings of package.json the server receives: all but the interpreter (a new process), the trace level and how
+ * long the client waits for the server's initialize answer. */
+const CLIENT_KEYS = ['interpreter', 'trace', 'initializeTimeout'];
+const serverKeys = [...new Set(Object.keys(properties).map((k) => k.split('.')[1]))].filter((k) => !CLIENT_KEYS.includes(k));
 
 test('every server setting of package.json is read and reaches the server, and a change of it is sent', () => {
   assert.ok(serverKeys.includes('columns'), serverKeys.join(', '));

@@ -24,6 +24,11 @@
 //                             restarting it after a crash (one server runs after, the unsaved edit kept); crashing
 //                             mid-session it is restarted, then given up on with a message and a stopped status
 //                             bar; Restart Server brings it back.
+//   hang                      runs when pygls is importable with RCA_LSP_PYTHON: the mock server, while a file
+//                             exists, never answers initialize; with rcaLsp.initializeTimeout at 8 s it is killed
+//                             and said (the timeout, its last line), the status bar stopped, its process gone, not
+//                             started again; Restart Server without the file starts a working one. The same for a
+//                             server the client restarts after a crash.
 //   server                    runs when `python -m rca_lsp serve --help` works and fixtures/missing_activation
 //                             exists (skipped otherwise; RCA_LSP_E2E_REQUIRE_SERVER=1 turns the skip into a
 //                             failure). Asserts the missing-op warning in the Problems panel, the hover on that
@@ -1398,6 +1403,124 @@ async function scenarioCrash(browser, bin, base, vsix) {
   }
 }
 
+// ---------------------------------------------------------------- scenario: a server that never answers initialize
+const HANG_TIMEOUT = 8; // s, rcaLsp.initializeTimeout here: long enough for the mock's own start on a busy machine
+
+/** Whether a process is alive (a zombie is not: its parent reaps it). */
+function alive(pid) {
+  try {
+    process.kill(pid, 0);
+  } catch (e) {
+    return e.code === 'EPERM';
+  }
+  const stat = fs.existsSync(`/proc/${pid}/stat`) ? fs.readFileSync(`/proc/${pid}/stat`, 'utf8') : '';
+  return !/^\d+ \(.*\) Z/.test(stat);
+}
+
+/** The tooltip of the rca-lsp status bar item, read from the hover it shows. */
+async function statusBarTooltip(page) {
+  await page.locator('.statusbar-item', { hasText: 'rca-lsp' }).first().hover();
+  const hover = page.locator('.workbench-hover, .monaco-hover:not(.hidden)').last();
+  await hover.waitFor({ state: 'visible', timeout: 10000 });
+  const text = (await hover.innerText()).replace(/\s+/g, ' ');
+  await page.mouse.move(800, 400);
+  return text;
+}
+
+/** The mock server, while a file exists, reads the client's initialize and never answers, ignoring SIGTERM. */
+async function scenarioHang(browser, bin, base, vsix) {
+  const sc = new Scenario('hang');
+  if (pythonCan(serverPython, 'import pygls.lsp.server, lsprotocol')) {
+    record('hang', requireServer ? 'fail' : 'skip', `pygls not importable with ${serverPython}`);
+    return;
+  }
+  const cs = new CodeServer(bin, base, 'hang');
+  const ws = path.join(base, 'ws-hang');
+  fs.mkdirSync(ws, { recursive: true });
+  const mapping = { 'Module.module.module.decoder.layers.0.mlp.linear_fc2.RowParallelLinear.forward.0': 'Module.model.layers.0.mlp.down_proj.RowParallelLinear.forward.0' };
+  fs.writeFileSync(path.join(ws, 'mapping_key.json'), `${JSON.stringify(mapping, null, 2)}\n`);
+  const hang = path.join(base, 'hang-server-hang');
+  fs.writeFileSync(hang, '');
+  const crashOnce = path.join(base, 'hang-server-crash-once');
+  const mockLog = path.join(base, 'hang-server-events.jsonl');
+  const events = (kind) => readMockLog(mockLog).filter((e) => e.event === kind);
+  Object.assign(cs.env, { PYTHONPATH: mockDir, RCA_LSP_MOCK_LOG: mockLog, RCA_LSP_MOCK_HANG: hang, RCA_LSP_MOCK_CRASH_ONCE: crashOnce });
+  cs.writeUserSettings({ 'rcaLsp.interpreter': serverPython, 'rcaLsp.initializeTimeout': HANG_TIMEOUT });
+  const said = new RegExp(`did not answer initialize within ${HANG_TIMEOUT} s.*mock: importing a huge module`);
+  const running = async () => {
+    const t = await statusBarText(page());
+    return t && !/stopped|starting/.test(t) ? t : undefined;
+  };
+  const page = () => sc.page;
+
+  /** A hung server given up on: its initialize unanswered, the stopped status bar with why, the message, its process
+   * gone, no other start. `hangs`: how many hung servers there were before. */
+  const givenUp = async (hangs, shotName) => {
+    const hung = await poll('a server that hangs', () => events('hang')[hangs], 30000);
+    await poll('the initialize it never answers', () => events('initializeIgnored').some((e) => e.payload.pid === hung.payload.pid), 15000);
+    assert(/starting/.test(await statusBarText(page())), `the status bar says "${await statusBarText(page())}" while the server hangs`);
+    await poll('the stopped status bar', async () => /stopped/.test(await statusBarText(page())), (HANG_TIMEOUT + 30) * 1000);
+    await poll(`the hung server's process (${hung.payload.pid}) gone`, () => !alive(hung.payload.pid), 10000);
+    const tooltip = await statusBarTooltip(page());
+    assert(said.test(tooltip), `the status bar's tooltip: ${tooltip}`);
+    await page().waitForTimeout(3000); // time for a restart, were there one
+    const texts = await allNotifications(page());
+    await shot(page(), shotName);
+    log(`notifications: ${texts}`);
+    assert(said.test(texts), `no message saying why: ${texts}`);
+    assert(said.test(cs.outputChannelText()), 'the output channel does not say why');
+    assert(events('hang').length === hangs + 1, `${events('hang').length - hangs} hung servers started`);
+    assert(/stopped/.test(await statusBarText(page())), `the status bar says "${await statusBarText(page())}"`);
+    await runCommand(page(), 'Notifications: Clear All Notifications');
+  };
+
+  const restartWorks = async () => {
+    fs.rmSync(hang, { force: true });
+    const servers = events('initialized').length;
+    await runCommand(page(), 'rca-lsp: Restart Server');
+    await poll('a new server', () => events('initialized').length > servers, 30000);
+    await waitProblem(page(), /missing-op/, 30000, 'missing-op');
+    log(`status bar after the restart: ${await poll('a running status bar', running, 15000)}`);
+  };
+
+  try {
+    await sc.step('install the .vsix into code-server', () => cs.installExtension(vsix), { critical: true });
+    const url = await sc.step('start code-server', () => cs.start(ws), { critical: true });
+    sc.page = await sc.step('open the workbench', () => openWorkbench(browser, url), { critical: true });
+
+    await sc.step(`a server that never answers initialize is stopped after ${HANG_TIMEOUT} s, said with what it printed`, async () => {
+      await openFromExplorer(page(), 'mapping_key.json');
+      await givenUp(0, 'hang-1-given-up');
+    });
+
+    await sc.step('without the hang, Restart Server starts a working server', restartWorks);
+
+    await sc.step('a server restarted after a crash that never answers initialize is given up on, not restarted again', async () => {
+      fs.writeFileSync(hang, '');
+      fs.writeFileSync(crashOnce, '');
+      await openFromExplorer(page(), 'mapping_key.json');
+      await gotoLine(page(), 1, 2);
+      await page().keyboard.type(' '); // an edit: the server analyses it, and crashes; the client restarts it: it hangs
+      await poll('the client restarting the server', () => /Server will restart\./.test(cs.outputChannelText()), 15000);
+      await givenUp(1, 'hang-2-given-up-after-crash');
+    });
+
+    await sc.step('after that, Restart Server starts a working server again', async () => {
+      await restartWorks();
+      await runCommand(page(), 'File: Revert File');
+    });
+  } finally {
+    await sc.page?.context().close().catch(() => {});
+    await cs.stop();
+    cs.collectLogs('hang');
+    for (const e of events('hang')) {
+      if (alive(e.payload.pid)) {
+        process.kill(e.payload.pid, 'SIGKILL'); // never left behind by the test, whatever the extension did
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- main
 async function main() {
   fs.rmSync(artifacts, { recursive: true, force: true });
@@ -1420,6 +1543,9 @@ async function main() {
     }
     if (!only || only === 'crash') {
       await scenarioCrash(browser, bin, base, vsix);
+    }
+    if (!only || only === 'hang') {
+      await scenarioHang(browser, bin, base, vsix);
     }
     if (!only || only === 'server') {
       await scenarioServer('real', browser, bin, base, vsix);

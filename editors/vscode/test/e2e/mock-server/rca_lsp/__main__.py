@@ -6,6 +6,7 @@ import json
 import os
 import re
 import select
+import signal
 import sys
 import threading
 import time
@@ -224,6 +225,22 @@ def suggest_mapping(ls: LanguageServer, *args):
     return {"content": json.dumps({"Module.mock.train.forward.0": "Module.mock.rollout.forward.0"}, indent=2), "coverage": "1/1 (mock)"}
 
 
+def hang_forever() -> None:
+    """A server wedged before it answers initialize (a deadlock, an import that never ends): it reads what the client
+    sends, answers nothing, ignores SIGTERM and stays when its input closes. Only SIGKILL ends it."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    log_event("hang", {"pid": os.getpid()})
+    sys.stderr.write("mock: importing a huge module...\n")
+    sys.stderr.flush()
+    received = b""
+    while data := os.read(0, 65536):
+        if b'"method":"initialize"' not in received and b'"method":"initialize"' in received + data:
+            log_event("initializeIgnored", {"pid": os.getpid()})
+        received += data
+    while True:
+        time.sleep(60)
+
+
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] != "serve":
         sys.stderr.write("usage: python -m rca_lsp serve\n")
@@ -232,6 +249,9 @@ def main() -> None:
     if broken and os.path.exists(broken):  # the e2e's server that cannot start while this file exists
         sys.stderr.write("mock: cannot start (ModuleNotFoundError: No module named 'pygls_broken')\n")
         sys.exit(1)
+    hang = os.environ.get("RCA_LSP_MOCK_HANG")
+    if hang and os.path.exists(hang):  # the e2e's server that never answers initialize while this file exists
+        hang_forever()
     slow = os.environ.get("RCA_LSP_MOCK_SLOW")
     while slow and os.path.exists(slow):  # the e2e's server slow to start while this file exists
         time.sleep(0.2)
