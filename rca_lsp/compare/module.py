@@ -118,11 +118,7 @@ def _bucket(
         if params == "mismatch" and inputs_ok:
             # the weights are not in sync, whatever the output shows: in bf16 a desync of a few percent stays
             # within the output's tolerance here and surfaces modules later as what looks like another cause
-            return (
-                PARAMETER_BUCKET,
-                1,
-                "inputs aligned, parameters differ; the output is still within its tolerance",
-            )
+            return PARAMETER_BUCKET, 1, "inputs aligned, parameters differ; the output is still within its tolerance"
         if params in ("missing", "partial") or kwargs in ("missing", "partial") or inputs == "missing":
             return (
                 "comparison_premise_abnormal_but_output_aligned",
