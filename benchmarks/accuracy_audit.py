@@ -2,8 +2,11 @@
 
     .venv/bin/python benchmarks/accuracy_audit.py [--data-dir benchmarks/data/audit] [--only NAME ...] [--tsv FILE]
 
-Each variant folder (one holding ``truth.json``) is analysed through the library as the CLI's ``analyze`` does
-(``analyze_paths`` over its train/, rollout/ and mapping_key.json). One row per variant, in name order:
+Each variant folder (one holding ``truth.json``: fixtures/generate_audit.py's and generate_audit_layouts.py's) is
+analysed through the library as the CLI's ``analyze`` does (``analyze_paths`` over its train/, rollout/ and
+mapping_key.json; a train/ of several ranks is merged as analyze merges it; the rollout read with the
+``rollout_step`` of the folder's rca-lsp.toml when it has one, as the server pairs it). One row per variant, in name
+order:
 
     variant  truth  top suspect  credible origins/suspects  RIGHT|WRONG|ERROR  max logits |diff|  seconds
 
@@ -22,12 +25,14 @@ import json
 import re
 import sys
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench_common import BENCH_DIR, benchmark_parser
 
-from rca_lsp.diagnose.run import analyze_paths
+from rca_lsp.diagnose.run import SideOptions, analyze_paths
+from rca_lsp.dumps.sources import parse_step
 
 AUDIT_DIR = BENCH_DIR / "data" / "audit"
 # A train key: Module.<wrapper "module." prefixes><module path>.<class>.forward.<call>
@@ -71,6 +76,17 @@ def is_right(truth: list[str] | None, top: tuple[str, int, str] | None) -> bool:
     return top[0] == module and (call is None or top[1] == call) and top[2] == truth[1]
 
 
+def rollout_options(folder: Path) -> SideOptions:
+    """How a variant's rollout is read: the `rollout_step` of its rca-lsp.toml (generate_audit_layouts.py writes
+    `"all"` for a rollout dumped one msprobe step per forward), as tests/conftest.py reads a fixture's; else the
+    defaults."""
+    config = folder / "rca-lsp.toml"
+    if not config.is_file():
+        return SideOptions()
+    (pair,) = tomllib.loads(config.read_text())["pair"]
+    return SideOptions(parse_step(pair.get("rollout_step")))
+
+
 def audit_one(folder: Path) -> Row:
     truth_file = json.loads((folder / "truth.json").read_text())
     truth = truth_file["truth"]
@@ -83,7 +99,9 @@ def audit_one(folder: Path) -> Row:
         healthy=truth is None,
     )
     try:
-        analysis = analyze_paths(folder / "train", folder / "rollout", folder / "mapping_key.json")
+        analysis = analyze_paths(
+            folder / "train", folder / "rollout", folder / "mapping_key.json", rollout_options=rollout_options(folder)
+        )
     except Exception as error:  # noqa: BLE001 - one variant's failure is reported in its row
         message = f"{type(error).__name__}: {error}".replace("\n", " ")
         return Row(top=message, credible="-", verdict="ERROR", seconds=time.perf_counter() - start, **common)
