@@ -5,10 +5,14 @@ finding even while its output stays within tolerance."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from builders import entry, write_dump, write_mapping
 
 from rca_lsp.compare.module import _bucket
 from rca_lsp.compare.statistics import compare_target, quick_verdict
+from rca_lsp.diagnose.run import analyze_paths
 from rca_lsp.model.stats import TensorStats
 from rca_lsp.model.tolerance import DEFAULT_TOLERANCES, Tolerances
 
@@ -62,3 +66,23 @@ def test_parameters_differing_under_an_aligned_output_are_a_finding() -> None:
     assert "within its tolerance" in reasoning
     # inputs that differ too: the parameters are not what starts it
     assert _bucket(["t"], ["r"], "aligned", False, "mismatch", "mismatch", "not_applicable", [])[1] == 5
+
+
+def test_a_container_whose_mapped_modules_all_agree_says_where_the_difference_can_be(tmp_path: Path) -> None:
+    """An MLP container (no parameters of its own) differs while its mapped linear agrees: the in-module finding says
+    the difference is in unmapped code inside it or in a submodule below its tolerance (an expert of a bf16 group)."""
+    x, w, h = [0.5, -1.0, 0.25, 2.0], [0.1, 0.2, -0.3, 0.4], [1.0, -2.0, 0.5, 0.75]
+    for side, scale in (("train", 1.0), ("rollout", 1.1)):
+        write_dump(
+            tmp_path / side / "dump.json",
+            {
+                "Module.layers.0.mlp.fc.Linear.forward.0": entry(x, h, w),
+                "Module.layers.0.mlp.MLP.forward.0": entry(x, [v * scale for v in h]),
+            },
+        )
+    keys = ["Module.layers.0.mlp.fc.Linear.forward.0", "Module.layers.0.mlp.MLP.forward.0"]
+    write_mapping(tmp_path / "mapping_key.json", {k: k for k in keys})
+    analysis = analyze_paths(tmp_path / "train", tmp_path / "rollout", tmp_path / "mapping_key.json")
+    first = analysis.suspects[0]
+    assert (first.train_key, first.classification) == (keys[1], "in_module_impl_difference")
+    assert "holds no parameters of its own and the mapped modules inside it all agree" in first.rationale

@@ -178,7 +178,8 @@ class RootCauseAnalysis:
         inputs_differ = comparison.input_args_consistency == "mismatch" or comparison.kwargs_consistency == "mismatch"
         if inputs_differ:
             return self._input_divergence(record, previous, boundary, child), start, previous_index, boundary_index
-        return self._inside_divergence(record, boundary, child), start, previous_index, boundary_index
+        inside = self._inside_divergence(record, boundary, child, start < index)
+        return inside, start, previous_index, boundary_index
 
     def _input_divergence(
         self,
@@ -241,8 +242,9 @@ class RootCauseAnalysis:
         return Suspect(record, UPSTREAM, rationale, boundary, between, True, None)
 
     def _inside_divergence(
-        self, record: ModuleRecord, boundary: ModuleRecord | None, child: ModuleRecord | None
+        self, record: ModuleRecord, boundary: ModuleRecord | None, child: ModuleRecord | None, has_children: bool
     ) -> Suspect:
+        """`has_children`: mapped modules ran inside it (`child`: the first of them that diverges, if one does)."""
         comparison = record.comparison
         between = self._between(record, boundary) if child is None else Between()
         notes: list[str] = []
@@ -272,6 +274,8 @@ class RootCauseAnalysis:
                 )
             else:
                 rationale = "inputs and parameters aligned, but outputs diverged inside the module"
+            if has_children and child is None and comparison.parameter_consistency == "not_applicable":
+                notes.append(_ALIGNED_INSIDE)
         else:
             classification, rationale = MANUAL, "no stronger automatic explanation was found"
         if comparison.input_args_consistency == "missing":
@@ -327,6 +331,12 @@ def _short(key: str) -> str:
     return f"{parsed.path}.{parsed.call_index}" if parsed else key
 
 
+# a container (no parameters of its own) whose output differs while every mapped module inside it agrees
+_ALIGNED_INSIDE = (
+    "it holds no parameters of its own and the mapped modules inside it all agree within their tolerances: the "
+    "difference arises in code inside it that is not mapped, or in one of them by less than its tolerance (in bf16, "
+    "e.g. a shard or one expert of a weight off by a few percent)"
+)
 _UNSEEN_PARAMETERS = (
     "its parameters could not all be compared (e.g. weights repacked by the rollout backend are "
     "dumped without statistics)"
