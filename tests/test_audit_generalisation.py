@@ -39,6 +39,7 @@ from builders import write_dump, write_mapping
 
 from rca_lsp.diagnose.run import analyze_paths
 from rca_lsp.report.root_cause import confidence_text, root_cause_report
+from rca_lsp.server.features.hover import hover_markdown
 
 DATA = Path(__file__).parent / "data" / "audit"
 TRAIN = "Module.module.module."
@@ -90,3 +91,6 @@ def test_audit_a_desync_under_an_aligned_output_says_so(tmp_path: Path) -> None:
     assert "mismatched: parameters.bias" in first.rationale and "still within its tolerance" in first.rationale
     said = confidence_text(root_cause_report(analysis))
     assert said is not None and "decided by its parameters" in said
+    hover = hover_markdown(analysis, first.train_key, None)
+    assert hover is not None and "Confidence: this divergence's output is still within the noise" in hover
+    assert "decided by its parameters, which differ" in hover

@@ -125,29 +125,28 @@ def root_cause_report(analysis: Analysis) -> dict[str, Any]:
 
 
 def confidence_text(report: dict[str, Any]) -> str | None:
-    """How far above the noise the first divergence is, in words (the CLI summary and the Markdown report); a
-    divergence whose statistics agree is said to be decided element-wise."""
+    """How far above the noise the first divergence is, in words (the CLI summary and the Markdown report)."""
     first = report["first_divergence"]
     if first is None or first["confidence"]["above_noise"] is None:
         return None
-    above = first["confidence"]["above_noise"]
-    decided = (report.get("element_wise") or {}).get("first_divergence")
-    if decided and above < 1:
+    found = first["confidence"]
+    decided = bool((report.get("element_wise") or {}).get("first_divergence"))
+    return confidence_words("the first divergence", found, first["module_bucket"], decided)
+
+
+def confidence_words(subject: str, found: dict[str, Any], bucket: str, decided_element_wise: bool) -> str:
+    """What `confidence` found of a divergence (`subject`), in words: one whose statistics agree is said to be decided
+    element-wise (tensor- or md5-mode evidence), one whose output is within the noise but whose parameters differ
+    is said to be decided by them; else how far above the noise floor its output is."""
+    above, threshold, error = found["above_noise"], found["threshold"], found["error"]
+    if decided_element_wise and above < 1:
+        return f"{subject}'s statistics agree within the noise ({above:.3g}x the floor): decided element-wise"
+    if bucket == PARAMETER_BUCKET and threshold is not None and error is not None and error <= threshold:
         return (
-            f"the first divergence's statistics agree within the noise ({above:.3g}x the floor): decided element-wise"
-        )
-    threshold, error = first["confidence"]["threshold"], first["confidence"]["error"]
-    if (
-        first["module_bucket"] == PARAMETER_BUCKET
-        and threshold is not None
-        and error is not None
-        and error <= threshold
-    ):
-        return (
-            f"the first divergence's output is still within the noise ({above:.3g}x the floor): decided by its "
+            f"{subject}'s output is still within the noise ({above:.3g}x the floor): decided by its "
             "parameters, which differ"
         )
-    return f"the first divergence is {above:.3g}x the noise floor"
+    return f"{subject} is {above:.3g}x the noise floor"
 
 
 def element_wise_summary(analysis: Analysis, first: Suspect | None) -> dict[str, Any]:

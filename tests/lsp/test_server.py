@@ -508,7 +508,7 @@ async def test_a_sub_tolerance_divergence_shows_its_calibration_in_the_hover(cli
         types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=origin.range.start)
     )
     assert hover is not None
-    assert "Confidence:" in hover.contents.value and "x the run's noise floor" in hover.contents.value
+    assert "Confidence: this divergence is" in hover.contents.value and "x the noise floor" in hover.contents.value
 
 
 @pytest.mark.asyncio(loop_scope="function")

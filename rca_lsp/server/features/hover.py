@@ -15,7 +15,7 @@ from rca_lsp.diagnose.rootcause import Suspect
 from rca_lsp.dumps.dump import slot_label
 from rca_lsp.model.keys import parse_module_key
 from rca_lsp.report.mdtext import md_code, md_text
-from rca_lsp.report.root_cause import confidence
+from rca_lsp.report.root_cause import confidence, confidence_words
 
 _STATS = ("max", "min", "mean", "norm")
 
@@ -111,13 +111,17 @@ def provenance_notes(analysis: Analysis, record: ModuleRecord) -> list[str]:
 
 
 def _confidence_lines(analysis: Analysis, suspect: Suspect) -> list[str]:
+    """The confidence in a credible origin, worded as the report words the first divergence's."""
     found = confidence(analysis, suspect)
     if found["above_noise"] is None:
         return []
+    comparison = suspect.record.comparison
+    decided = any(e.verdict == "mismatch" for e in comparison.tensor_evidence)
+    stated = confidence_words("this divergence", found, comparison.module_bucket, decided)
     others = ", ".join(map(md_code, found["alternatives"])) or "none"
     return [
-        f"Confidence: {found['above_noise']:.3g}x the run's noise floor ({found['noise_floor']:.2g}; a difference "
-        f"is more than {found['threshold']:.2g}); other credible origins: {others}",
+        f"Confidence: {md_text(stated)} ({found['noise_floor']:.2g} in this run; a difference is more than "
+        f"{found['threshold']:.2g}); other credible origins: {others}",
         "",
     ]
 
