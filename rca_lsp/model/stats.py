@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import msgspec
 
 from rca_lsp.base.jsonload import as_float
-from rca_lsp.model.tolerance import DEFAULT_TOLERANCES, normalise_dtype
+from rca_lsp.model.tolerance import DEFAULT_TOLERANCES, EPSILON, normalise_dtype
 
 
 class TensorStats(msgspec.Struct, gc=False):
@@ -255,15 +255,31 @@ def copy_difference(reference: TensorStats, copy: TensorStats) -> float | None:
 def exact_extremes(train: TensorStats, rollout: TensorStats) -> bool:
     """Whether a parameter's Max and Min must be equal on both sides: the same dtype and number of elements. A weight
     synced by value holds the same values, and the extremes of the same values are the same numbers exactly, however
-    either side combined them from shards, fused parts or calls (max of maxes); Mean and Norm are sums, rounded in
-    the statistics' own dtype and order, so they keep the dtype's tolerance. Another dtype (a quantised or fp32
-    copy) or another size (a padded vocabulary) can hold other extremes and keeps the tolerance too."""
+    either side combined them from shards, fused parts or calls (max of maxes); Mean and Norm are sums, so they may
+    differ by their rounding (parameter_sum_tolerance). Another dtype (a quantised or fp32 copy) or another size (a
+    padded vocabulary) can hold other values and keeps the dtype's tolerance."""
     return (
         train.numel is not None
         and train.numel == rollout.numel
         and train.dtype is not None
         and normalise_dtype(train.dtype) == normalise_dtype(rollout.dtype)
     )
+
+
+@lru_cache(maxsize=256)
+def parameter_sum_tolerance(dtype: str | None, tolerance: float) -> float:
+    """The tolerance of the Mean and Norm of a parameter of `dtype`, whose tolerance is `tolerance`, that holds the
+    same values on both sides (exact_extremes). msprobe has torch compute them in the tensor's dtype, which sums in
+    float32 (for bfloat16 and float16) and rounds the result to the dtype: within half the dtype's epsilon of the
+    float32 result, relatively (a Mean: relative to the tensor's scale, which bounds it). A side recombined from
+    shards, fused parts or experts (the root of the parts' summed squared Norms, their Means weighted) stays within
+    its parts' largest such error. So the two sides differ by at most the epsilon, plus what summing in another
+    order moves a float32 result: the (fixed) float32 tolerance. The dtype's tolerance where tighter: float32 and
+    float64, whose statistics are limited by the order of their sums, or a tolerance set tighter."""
+    epsilon = EPSILON.get(normalise_dtype(dtype) or "")
+    if epsilon is None:
+        return tolerance
+    return min(tolerance, epsilon + DEFAULT_TOLERANCES["float32"])
 
 
 def extremes_differ(a: TensorStats, b: TensorStats) -> bool:
