@@ -11,7 +11,7 @@ import pytest
 from conftest import FIXTURES, rollout_options, variants
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_target_table import pair, tolerances
+from test_target_table import pair, synced, tolerances
 
 from rca_lsp.compare.groupform import routers_of_other_classes
 from rca_lsp.compare.module import ModuleComparison, compare_module
@@ -125,7 +125,7 @@ def entry_pair(draw: st.DrawFn, index: int) -> tuple[ModuleEntry, ModuleEntry]:
     output, primary = draw(pair()), draw(pair())
     names = [draw(st.lists(st.sampled_from(PARAMETERS), unique=True)) for _ in range(2)]
     kwarg_names = [draw(st.lists(st.sampled_from(KWARGS), unique=True, max_size=2)) for _ in range(2)]
-    parameters = {name: draw(pair()) for name in PARAMETERS}
+    parameters = {name: draw(st.one_of(pair(), synced())) for name in PARAMETERS}
     kwargs = {name: draw(pair()) for name in KWARGS}
     sides = []
     for side in (0, 1):

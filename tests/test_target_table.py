@@ -55,14 +55,37 @@ def pair(draw: st.DrawFn) -> tuple[TensorStats | None, TensorStats | None]:
     return train, TensorStats(dtype, train.shape if draw(st.booleans()) else draw(st.sampled_from(SHAPES)), *values)
 
 
+@st.composite
+def synced(draw: st.DrawFn) -> tuple[TensorStats, TensorStats]:
+    """A synced weight's two sides: one floating dtype and size, the same extremes, the Mean and Norm nudged by a
+    relative step (2e-3 and 1e-2: beyond the float16 and bfloat16 rounding bounds of a parameter's sums, within
+    their tolerances; model.stats.parameter_sum_tolerance)."""
+    dtype = draw(st.sampled_from(["torch.float32", "torch.bfloat16", "torch.float16"]))
+    shape = draw(st.sampled_from([(4, 2), (8,), (1, 8)]))
+    top, mean = draw(st.floats(-1e3, 1e3)), draw(st.floats(-1e3, 1e3))
+    norm = draw(st.floats(1e-3, 1e4))
+    steps = draw(st.lists(st.sampled_from([0.0, 1e-6, 1e-4, 1e-3, 2e-3, 1e-2, 0.05]), min_size=2, max_size=2))
+    train = TensorStats(dtype, shape, top, top - 1.0, mean, norm)
+    return train, TensorStats(dtype, shape, top, top - 1.0, mean * (1 + steps[0]), norm * (1 + steps[1]))
+
+
 TARGETS = ["output.0", "input_args.0", "parameters.weight", "parameters.bias"]
 tolerances = st.sampled_from(
-    [Tolerances(), Tolerances({"float32": 1e-6, "bfloat16": 2e-2}), Tolerances({"float32": 0.0})]
+    [
+        Tolerances(),
+        Tolerances({"float32": 1e-6, "bfloat16": 2e-2}),
+        Tolerances({"float32": 0.0}),
+        Tolerances({"float16": 5e-4, "bfloat16": 5e-3}),  # tighter than a parameter's rounding bound
+    ]
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(pair(), min_size=1, max_size=12), st.lists(tolerances, min_size=1, max_size=3), st.data())
+@given(
+    st.lists(st.one_of(pair(), synced()), min_size=1, max_size=12),
+    st.lists(tolerances, min_size=1, max_size=3),
+    st.data(),
+)
 def test_the_table_judges_as_assess_does(pairs, per_record, data) -> None:
     outputs = data.draw(st.lists(st.sampled_from(["aligned", "mismatch"]), min_size=3, max_size=3))
     specs = [(data.draw(st.sampled_from(TARGETS)), "t", "r", t, r, False) for t, r in pairs]

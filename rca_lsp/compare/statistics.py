@@ -12,6 +12,7 @@ from rca_lsp.model.stats import (
     comparison_scale,
     dtype_pair,
     exact_extremes,
+    parameter_sum_tolerance,
     stat_error,
     statistic_pairs,
 )
@@ -133,7 +134,8 @@ def quick_verdict(
     """The consistency `compare_target` would give, plus non-finite flags, without building any objects; and,
     unless a mismatch, the largest relative error of a statistic (model.stats.relative_error; 0 when none was
     measured): what says whether the verdict holds under tighter tolerances (a mismatch always does). A `parameter`
-    of one dtype and size on both sides has its Max and Min judged for equality (model.stats.exact_extremes).
+    of one dtype and size on both sides has its Max and Min judged for equality (model.stats.exact_extremes), its
+    Mean and Norm under model.stats.parameter_sum_tolerance.
 
     Every target of every mapped pair goes through this; the detailed comparison is built only when shown.
     """
@@ -166,6 +168,8 @@ def quick_verdict(
             if scale < 0.0:
                 scale = comparison_scale(train, rollout, dtype_match)
                 tolerance = tolerances.for_dtypes(train.dtype, rollout.dtype)
+                if exact:  # Max and Min are judged for equality below, Mean and Norm under this
+                    tolerance = parameter_sum_tolerance(train.dtype, tolerance)
             error = stat_error(name, t, r, scale)
             bad = error > tolerance or (exact and name in EXTREMES)
             if error > worst:
@@ -241,15 +245,16 @@ def assess(target: str, train: TensorStats | None, rollout: TensorStats | None, 
         return _IDENTICAL_ERRORS, tol, dtype_match, relation, "aligned", "match", within(target, tol) + note
     scale = comparison_scale(train, rollout, dtype_match)
     exact = target.startswith(PARAMETER_PREFIX) and exact_extremes(train, rollout)
-    extremes_tol = 0.0 if exact else tol
+    extremes_tol, sums_tol = (0.0, parameter_sum_tolerance(train.dtype, tol)) if exact else (tol, tol)
     max_err, max_status = _stat_cells("Max", train.max, rollout.max, scale, extremes_tol)
     min_err, min_status = _stat_cells("Min", train.min, rollout.min, scale, extremes_tol)
-    mean_err, mean_status = _stat_cells("Mean", train.mean, rollout.mean, scale, tol)
-    norm_err, norm_status = _stat_cells("Norm", train.norm, rollout.norm, scale, tol)
+    mean_err, mean_status = _stat_cells("Mean", train.mean, rollout.mean, scale, sums_tol)
+    norm_err, norm_status = _stat_cells("Norm", train.norm, rollout.norm, scale, sums_tol)
     errors = (max_err, max_status, min_err, min_status, mean_err, mean_status, norm_err, norm_status)
     if max_status == min_status == mean_status == norm_status == "ok":
         return errors, tol, dtype_match, relation, "aligned", "match", within(target, tol) + note
-    consistency, status, reason = _verdict(target, _stat_comparisons(train, rollout, errors), tol, exact)
+    parameter_tol = sums_tol if exact else None
+    consistency, status, reason = _verdict(target, _stat_comparisons(train, rollout, errors), tol, parameter_tol)
     return errors, tol, dtype_match, relation, consistency, status, reason + note
 
 
@@ -266,9 +271,12 @@ def _stat_comparisons(
     )
 
 
-def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float, exact: bool) -> tuple[str, str, str]:
-    """(consistency, value_status, reason) when not every statistic is simply within tolerance (`exact`: Max and Min
-    judged for equality, exact_extremes)."""
+def _verdict(
+    target: str, stats: tuple[StatComparison, ...], tol: float, parameter_tol: float | None
+) -> tuple[str, str, str]:
+    """(consistency, value_status, reason) when not every statistic is simply within tolerance (`parameter_tol`: of a
+    parameter held to its rule, model.stats.exact_extremes, the tolerance of its Mean and Norm; its Max and Min are
+    judged for equality)."""
     compared = [s for s in stats if s.status != "missing"]
     bad = [s for s in compared if s.status in ("warn", "alert")]
     if not compared:
@@ -283,7 +291,7 @@ def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float, exact: 
                 f"{target}: {', '.join(s.name for s in nonfinite)} non-finite on {side} only",
             )
         worst = max(bad, key=lambda s: s.rel_err or 0.0)
-        return "mismatch", "mismatch", differs(target, worst.name, worst.rel_err or 0.0, tol, exact)
+        return "mismatch", "mismatch", differs(target, worst.name, worst.rel_err or 0.0, tol, parameter_tol)
     if all(s.name == "Mean" for s in compared):
         return (
             "missing",
@@ -294,13 +302,20 @@ def _verdict(target: str, stats: tuple[StatComparison, ...], tol: float, exact: 
     return "aligned", "match", f"{target}: {', '.join(both)} non-finite on both sides" if both else within(target, tol)
 
 
-def differs(target: str, statistic: str, error: float, tol: float, exact: bool = False) -> str:
-    """Why a target is a mismatch: its statistic beyond the tolerance, or (`exact`) a parameter's extreme that
-    differs at all (model.stats.exact_extremes)."""
-    if exact and statistic in EXTREMES and error <= tol:
+def differs(target: str, statistic: str, error: float, tol: float, parameter_tol: float | None = None) -> str:
+    """Why a target is a mismatch: its statistic beyond the tolerance, or, of a parameter held to its rule
+    (model.stats.exact_extremes; `parameter_tol`: the tolerance of its Mean and Norm), an extreme that differs at all
+    or a Mean or Norm beyond what rounding can make of the same values (model.stats.parameter_sum_tolerance)."""
+    if parameter_tol is not None and error <= tol:
+        if statistic in EXTREMES:
+            return (
+                f"{target}: {statistic} differs by {error:.3g} relative, where a parameter of one dtype and size on "
+                "both sides must be equal (synced weights hold the same values, so the same extremes)"
+            )
         return (
-            f"{target}: {statistic} differs by {error:.3g} relative, where a parameter of one dtype and size on both "
-            "sides must be equal (synced weights hold the same values, so the same extremes)"
+            f"{target}: {statistic} differs by {error:.3g} relative, beyond the {parameter_tol:.3g} that rounding "
+            "the sums of the same values can make of a parameter of one dtype and size on both sides (tolerance "
+            f"{tol:g} otherwise)"
         )
     return f"{target}: {statistic} differs by {error:.3g} relative (tolerance {tol:g})"
 

@@ -29,7 +29,7 @@ from rca_lsp.compare.statistics import (
 )
 from rca_lsp.dumps.columns import StatColumns, joined, stat_columns
 from rca_lsp.dumps.dump import Dump
-from rca_lsp.model.stats import TensorStats, dtype_pair, relative_error
+from rca_lsp.model.stats import TensorStats, dtype_pair, parameter_sum_tolerance, relative_error
 from rca_lsp.model.tolerance import WARN_FACTOR, Tolerances, normalise_dtype
 
 _KIND_OF = {"o": 0, "i": 1, "p": 2}  # output, input, parameters: by the first letter of a target's name
@@ -146,9 +146,17 @@ class PairTable:
 
     @cached_property
     def stat_tolerance(self) -> np.ndarray:
-        """(n, 4) the tolerance of each statistic: the row's, but 0 for Max and Min of `exact` rows."""
+        """(n, 4) the tolerance of each statistic: the row's, but for `exact` rows 0 for Max and Min and
+        model.stats.parameter_sum_tolerance for Mean and Norm."""
         tolerance = np.repeat(self.tolerance[:, None], 4, axis=1)
-        tolerance[self.exact, :2] = 0.0
+        rows = np.flatnonzero(self.exact)
+        tolerance[rows, :2] = 0.0
+        # judged once per distinct (dtype, tolerance) of those rows: a few
+        pairs, which = np.unique(
+            np.column_stack([self.train_dtype[rows], self.tolerance[rows]]), axis=0, return_inverse=True
+        )
+        sums = [parameter_sum_tolerance(self.dtypes[int(code)], tol) for code, tol in pairs.tolist()]
+        tolerance[rows, 2:] = np.array(sums, dtype=np.float64)[which.reshape(-1)][:, None]
         return tolerance
 
     @cached_property

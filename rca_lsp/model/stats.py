@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import msgspec
 
 from rca_lsp.base.jsonload import as_float
-from rca_lsp.model.tolerance import DEFAULT_TOLERANCES, normalise_dtype
+from rca_lsp.model.tolerance import BFLOAT16_EPSILON, DEFAULT_TOLERANCES, normalise_dtype
 
 
 class TensorStats(msgspec.Struct, gc=False):
@@ -255,15 +255,34 @@ def copy_difference(reference: TensorStats, copy: TensorStats) -> float | None:
 def exact_extremes(train: TensorStats, rollout: TensorStats) -> bool:
     """Whether a parameter's Max and Min must be equal on both sides: the same dtype and number of elements. A weight
     synced by value holds the same values, and the extremes of the same values are the same numbers exactly, however
-    either side combined them from shards, fused parts or calls (max of maxes); Mean and Norm are sums, rounded in
-    the statistics' own dtype and order, so they keep the dtype's tolerance. Another dtype (a quantised or fp32
-    copy) or another size (a padded vocabulary) can hold other extremes and keeps the tolerance too."""
+    either side combined them from shards, fused parts or calls (max of maxes); Mean and Norm are sums, so they may
+    differ by their rounding (parameter_sum_tolerance). Another dtype (a quantised or fp32 copy) or another size (a
+    padded vocabulary) can hold other values and keeps the dtype's tolerance."""
     return (
         train.numel is not None
         and train.numel == rollout.numel
         and train.dtype is not None
         and normalise_dtype(train.dtype) == normalise_dtype(rollout.dtype)
     )
+
+
+@lru_cache(maxsize=256)
+def parameter_sum_tolerance(dtype: str | None, tolerance: float) -> float:
+    """The tolerance of the Mean and Norm of a parameter of `dtype`, whose tolerance is `tolerance`, that holds the
+    same values on both sides (exact_extremes). msprobe has torch compute them in the tensor's dtype; for bfloat16
+    torch sums in float32 and rounds the result once: within half the epsilon of the float32 result, relatively (a
+    Mean: relative to the tensor's scale, which bounds it). A side recombined from shards, fused parts or experts
+    (the root of the parts' summed squared Norms, their Means weighted) stays within its parts' largest such error.
+    So the two sides differ by at most the epsilon, plus what summing in another order moves a float32 result: the
+    (fixed) float32 tolerance; the dtype's tolerance where that is tighter (one set so).
+
+    bfloat16 only: its sums were measured within that bound on every healthy dump we have (at most 0.65 of it) and on
+    CPU up to 10^8 elements (0.91 epsilon). float16's CPU norms of a whole against its parts reach 1.5 epsilon at
+    3x10^6 elements and 6.7 at 10^7, beyond it, so float16 keeps its tolerance until measured on the kernels that
+    dump it; float32 and float64 statistics are limited by the order of their sums, which their tolerance covers."""
+    if normalise_dtype(dtype) != "bfloat16":
+        return tolerance
+    return min(tolerance, BFLOAT16_EPSILON + DEFAULT_TOLERANCES["float32"])
 
 
 def extremes_differ(a: TensorStats, b: TensorStats) -> bool:

@@ -13,6 +13,9 @@ DEFAULT_TOLERANCES: dict[str, float] = {
     "float16": 5e-3,
     "bfloat16": 3e-2,
 }
+# bfloat16's machine epsilon, the gap between 1 and the next value: rounding to the nearest bfloat16 moves a number by
+# at most half of it, relatively, so two numbers that agreed before each was rounded differ by at most it.
+BFLOAT16_EPSILON = 2.0**-7
 WARN_FACTOR = 100.0  # errors up to this multiple of the tolerance are "warn", beyond it "alert" (seed: 1e-4 / 1e-2)
 _ALIASES = {
     "float": "float32",

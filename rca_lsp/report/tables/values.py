@@ -154,8 +154,9 @@ def _array_rows(
     for offset, stat, error in zip(mismatched.tolist(), worst.tolist(), worst_errors):
         target, tol = targets[offset], tolerances[offset]
         note = dtype_note(dtype_matches[offset], train_dtypes[offset], rollout_dtypes[offset])
-        exact = bool(table.exact[rows[offset]])
-        reasons[offset] = differs(target, STAT_NAMES[stat], error, tol, exact) + note
+        row = rows[offset]
+        parameter_tol = float(table.stat_tolerance[row, 3]) if table.exact[row] else None
+        reasons[offset] = differs(target, STAT_NAMES[stat], error, tol, parameter_tol) + note
         priorities[offset] = _priority("mismatch", relations[offset], target, output_consistency[owners[offset]])
     return list(
         zip(
