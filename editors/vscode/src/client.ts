@@ -16,6 +16,7 @@ import {
 } from 'vscode-languageclient/node';
 import { documentSelector } from './files';
 import { SERVE_ARGS } from './install';
+import { CRASH_RESTARTS, libraryNotification, ServerFailures } from './serverFailures';
 import { exited, isRunning, killProcess, startProcess } from './serverProcess';
 import { serverGone } from './serverGone';
 import { SECTION, ServerSettings } from './settings';
@@ -32,41 +33,40 @@ export interface ClientInputs {
   onStatus: (params: StatusParams) => void;
   /** Seconds a started server may take to answer initialize. */
   initializeTimeout: number;
-  /** A server that did not answer initialize in time was killed: why, in words. */
-  onGiveUp: (message: string) => void;
+  /**
+   * The client stopped its server for good by itself (it did not answer initialize in time, it crashed too often, it
+   * crashed and could not be started again): why, in words, once. The only message about it: see serverFailures.ts.
+   */
+  onFailure: (message: string) => void;
 }
 
 export interface RcaClient {
   client: LanguageClient;
   /** The end of what the server wrote to stderr (also in the output channel): why it stopped, when it did. */
   stderr(): string;
-  /** Why the last server started was given up on (it did not answer initialize in time), if it was. */
-  givenUp(): string | undefined;
+  /** Why the last server started was stopped for good by the client (said through onFailure), if it was. */
+  failure(): string | undefined;
   /** For a stop: no server is started again, and one being started is killed. */
   retire(): void;
   /** Once the client stopped: waits up to `graceMs` for the server to exit, then kills it. */
   ensureExit(graceMs: number): Promise<void>;
 }
 
-const STDERR_KEPT = 4096;
-
 export function createClient(inputs: ClientInputs): RcaClient {
-  let stderr = '';
   let server: ChildProcess | undefined;
-  let givenUp: string | undefined; // why the last server started was given up on
-  let retired = false;
+  const failures = new ServerFailures(inputs.python, inputs.onFailure);
   const errors: { handler?: ErrorHandler } = {};
   const watchdog = new InitializeWatchdog<ChildProcess>(inputs.initializeTimeout * 1000, (child) => {
-    givenUp = initializeTimeoutMessage(inputs.python, inputs.initializeTimeout, stderr);
-    killProcess(child); // the connection closes (the error handler then finds it given up on), and the start fails
-    inputs.onGiveUp(givenUp);
+    // given up on before the kill: the connection closes (the error handler then finds it given up on), the start fails
+    failures.giveUp(initializeTimeoutMessage(inputs.python, inputs.initializeTimeout, failures.stderr));
+    killProcess(child);
   });
   // vscode-languageclient writes the server's stderr, and only that, with `append` to `outputChannel`
   const outputChannel = new Proxy(inputs.output, {
     get(target, prop) {
       if (prop === 'append') {
         return (text: string) => {
-          stderr = (stderr + text).slice(-STDERR_KEPT);
+          failures.append(text);
           target.append(text);
         };
       }
@@ -77,20 +77,25 @@ export function createClient(inputs: ClientInputs): RcaClient {
   // The extension starts the process (vscode-languageclient would, and never end one that does not answer initialize);
   // the arguments are those vscode-languageclient gave it for a stdio transport.
   const serverOptions: ServerOptions = async () => {
-    if (retired) {
+    if (failures.retired) {
       throw new Error('the client is stopping');
     }
+    failures.starting();
     const env = { ...process.env, PYTHONUNBUFFERED: '1', PYTHONIOENCODING: 'utf-8' };
-    const child = await startProcess(inputs.python, [...SERVE_ARGS, '--stdio'], inputs.cwd, env);
+    let child: ChildProcess;
+    try {
+      child = await startProcess(inputs.python, [...SERVE_ARGS, '--stdio'], inputs.cwd, env);
+    } catch (e) {
+      failures.startFailed(e instanceof Error ? e.message : String(e));
+      throw e;
+    }
     server = child;
-    stderr = ''; // what this process prints
-    givenUp = undefined;
     child.on('error', (e) => inputs.output.warn(`The server process: ${e.message}`));
     child.on('exit', (code, signal) => {
       watchdog.ended(child);
       inputs.output.info(`The server process (pid ${child.pid}) exited with ${signal ? `signal ${signal}` : `code ${code}`}.`);
     });
-    if (retired) {
+    if (failures.retired) {
       killProcess(child); // stopped while it started
     } else {
       watchdog.started(child);
@@ -129,11 +134,12 @@ export function createClient(inputs: ClientInputs): RcaClient {
       },
     },
   };
-  const client = new LanguageClient('rcaLsp', 'rca-lsp', serverOptions, clientOptions);
-  errors.handler = new StartedOnlyErrorHandler(client, () => retired || givenUp !== undefined);
+  const client = new QuietStartLanguageClient('rcaLsp', 'rca-lsp', serverOptions, clientOptions);
+  errors.handler = new OneMessageErrorHandler(client, failures);
   client.onDidChangeState((e) => {
     if (e.newState === State.Running) {
       watchdog.answered();
+      failures.answered();
     }
   });
   client.onNotification('rcaLsp/status', (params: unknown) => {
@@ -145,10 +151,10 @@ export function createClient(inputs: ClientInputs): RcaClient {
   });
   return {
     client,
-    stderr: () => stderr,
-    givenUp: () => givenUp,
+    stderr: () => failures.stderr,
+    failure: () => failures.failure,
     retire: () => {
-      retired = true;
+      failures.retire();
       watchdog.dispose();
       if (server && client.state === State.Starting) {
         killProcess(server);
@@ -165,24 +171,29 @@ export function createClient(inputs: ClientInputs): RcaClient {
 }
 
 /**
- * The client's own error handling (restart a crashed server a few times, then say so) once the server ran; a server
- * that stops before it is ready is not restarted (it would fail alike) and nothing is said here: the controller says
- * why, once, from what the server printed. Nor is one given up on (it did not answer initialize in time, or the client
- * is being stopped), even after a crash. A write failing because the server is gone is no reason to stop: the
- * connection's close follows and is handled as a crash.
+ * A language client whose notifications that no option turns off (start()'s "couldn't create connection to server",
+ * "Restarting server failed") are shown only while its server runs: every failure before is the extension's to say
+ * (serverFailures.ts).
  */
-class StartedOnlyErrorHandler implements ErrorHandler {
-  private ran = false;
-  private readonly fallback: ErrorHandler;
+class QuietStartLanguageClient extends LanguageClient {
+  override error(message: string, data?: unknown, showNotification: boolean | 'force' = true): void {
+    super.error(message, data, libraryNotification(showNotification, this.state === State.Running));
+  }
+}
+
+/**
+ * Restarts and gives up as ServerFailures decides (vscode-languageclient's default handling for a crash of a server
+ * that ran), and leaves every message to the extension (`handled`). A write failing because the server is gone is no
+ * reason to stop: the connection's close follows and is handled as a crash.
+ */
+class OneMessageErrorHandler implements ErrorHandler {
+  private readonly byDefault: ErrorHandler;
 
   constructor(
     client: LanguageClient,
-    private readonly givenUp: () => boolean,
+    private readonly failures: ServerFailures,
   ) {
-    this.fallback = client.createDefaultErrorHandler();
-    client.onDidChangeState((e) => {
-      this.ran ||= e.newState === State.Running;
-    });
+    this.byDefault = client.createDefaultErrorHandler(CRASH_RESTARTS);
   }
 
   error(error: Error, message: Message | undefined, count: number | undefined): ErrorHandlerResult | Promise<ErrorHandlerResult> {
@@ -192,11 +203,12 @@ class StartedOnlyErrorHandler implements ErrorHandler {
       // counted, and no 'crashed 5 times' is ever said. Logged only; the close decides.
       return { action: ErrorAction.Continue, handled: true };
     }
-    return this.fallback.error(error, message, count);
+    return this.byDefault.error(error, message, count);
   }
 
-  closed(): CloseHandlerResult | Promise<CloseHandlerResult> {
-    return this.ran && !this.givenUp() ? this.fallback.closed() : { action: CloseAction.DoNotRestart, handled: true };
+  async closed(): Promise<CloseHandlerResult> {
+    const restart = await this.failures.closed(async () => (await this.byDefault.closed()).action === CloseAction.Restart);
+    return { action: restart ? CloseAction.Restart : CloseAction.DoNotRestart, handled: true };
   }
 }
 

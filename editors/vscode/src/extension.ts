@@ -215,12 +215,9 @@ class Controller implements vscode.Disposable, RcaLspApi {
         this.render();
       },
       initializeTimeout: timeout.seconds,
-      onGiveUp: (msg) => {
+      onFailure: (msg) => {
         if (this.client === client) {
-          this.output.error(msg);
-          if (this.gate.shouldShow(`initialize:${python}`)) {
-            void this.showError(msg);
-          }
+          this.sayStopped(msg, python);
         }
       },
     });
@@ -230,7 +227,7 @@ class Controller implements vscode.Disposable, RcaLspApi {
       void vscode.commands.executeCommand('setContext', 'rcaLsp.serverRunning', running);
       if (this.client === client) {
         // Starting again: the client restarting a crashed server
-        this.setClientState(running ? undefined : viewForClientState(e.newState === State.Starting ? 'starting' : 'stopped', rc.givenUp()));
+        this.setClientState(running ? undefined : viewForClientState(e.newState === State.Starting ? 'starting' : 'stopped', rc.failure()));
       }
     });
     this.rc = rc;
@@ -241,15 +238,12 @@ class Controller implements vscode.Disposable, RcaLspApi {
       error = e instanceof Error ? e.message : String(e);
     }
     if (error !== undefined || client.state !== State.Running) {
-      const givenUp = rc.givenUp(); // said when it was given up on
-      const msg = givenUp ?? startFailureMessage(python, stderr(), error ?? 'it closed the connection');
-      if (!givenUp) {
-        this.output.error(msg);
+      const said = rc.failure(); // when the client gave its server up
+      const msg = said ?? startFailureMessage(python, stderr(), error ?? 'it closed the connection');
+      if (!said) {
+        this.sayStopped(msg, python);
       }
       this.setClientState(viewForClientState('stopped', msg));
-      if (!givenUp && this.gate.shouldShow(`start:${python}`)) {
-        void this.showError(msg);
-      }
       return;
     }
     const info = client.initializeResult?.serverInfo;
@@ -257,6 +251,17 @@ class Controller implements vscode.Disposable, RcaLspApi {
     this.output.info(describeServer(this.server));
     void vscode.commands.executeCommand('setContext', 'rcaLsp.canSuggestMapping', serverOffers(client, SERVER_COMMAND_SUGGEST_MAPPING));
     this.setClientState(undefined);
+  }
+
+  /**
+   * Says why the server stopped for good: in the output always, as a message once per interpreter (until Restart
+   * Server). The only message about it: vscode-languageclient's own are kept out (serverFailures.ts).
+   */
+  private sayStopped(msg: string, python: string): void {
+    this.output.error(msg);
+    if (this.gate.shouldShow(`stopped:${python}`)) {
+      void this.showError(msg);
+    }
   }
 
   /** Says why the server cannot start: in the output and the status bar always, as a message once per interpreter. */

@@ -83,6 +83,12 @@ export function startFailureMessage(python: string, stderr: string, error: strin
   );
 }
 
+/** "The last line it printed: <it>" (a traceback ends with the error), or "It printed nothing". */
+export function lastPrinted(text: string): string {
+  const last = lastLine(text);
+  return last ? `The last line it printed: ${last}` : 'It printed nothing';
+}
+
 /** The last non-blank line of what a program printed, trimmed (a traceback ends with the error), or undefined. */
 export function lastLine(text: string): string | undefined {
   return text

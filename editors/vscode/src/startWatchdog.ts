@@ -3,7 +3,7 @@
  * waits for the answer forever, and a client waiting for it can be neither stopped nor restarted. Pure: no `vscode`
  * import.
  */
-import { commandLine, lastLine, SERVE_ARGS } from './install';
+import { commandLine, lastPrinted, SERVE_ARGS } from './install';
 
 /** Seconds a server may take to answer initialize: its imports, reading its settings, ... (rcaLsp.initializeTimeout). */
 export const DEFAULT_INITIALIZE_TIMEOUT = 60;
@@ -24,11 +24,9 @@ export function initializeTimeout(raw: unknown): { seconds: number; problem?: st
 
 /** What is said when a server did not answer initialize in time: the last line it printed (stderr) tells what it did. */
 export function initializeTimeoutMessage(python: string, seconds: number, stderr: string): string {
-  const last = lastLine(stderr);
   return (
     `rca-lsp: the server (${commandLine(python, SERVE_ARGS)}) did not answer initialize within ${seconds} s and was stopped. ` +
-    `${last ? `The last line it printed: ${last}` : 'It printed nothing'}. ` +
-    'The output channel has all it printed; rcaLsp.initializeTimeout sets how long it may take.'
+    `${lastPrinted(stderr)}. The output channel has all it printed; rcaLsp.initializeTimeout sets how long it may take.`
   );
 }
 

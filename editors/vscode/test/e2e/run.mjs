@@ -22,13 +22,15 @@
 //                             Server starts it; a server gone while the client writes to it (EPIPE before the
 //                             close) is restarted, not shut down; Restart Server also works while the client is
 //                             restarting it after a crash (one server runs after, the unsaved edit kept); crashing
-//                             mid-session it is restarted, then given up on with a message and a stopped status
-//                             bar; Restart Server brings it back.
+//                             mid-session it is restarted, then given up on with a message quoting its last line
+//                             and a stopped status bar; the same when its restarts exit at start, and when its
+//                             interpreter is gone by then; Restart Server brings it back each time. Each failure
+//                             shows exactly one notification, the extension's.
 //   hang                      runs when pygls is importable with RCA_LSP_PYTHON: the mock server, while a file
 //                             exists, never answers initialize; with rcaLsp.initializeTimeout at 8 s it is killed
-//                             and said (the timeout, its last line), the status bar stopped, its process gone, not
-//                             started again; Restart Server without the file starts a working one. The same for a
-//                             server the client restarts after a crash.
+//                             and said in one notification (the timeout, its last line), the status bar stopped,
+//                             its process gone, not started again; Restart Server without the file starts a working
+//                             one. The same for a server the client restarts after a crash.
 //   server                    runs when `python -m rca_lsp serve --help` works and fixtures/missing_activation
 //                             exists (skipped otherwise; RCA_LSP_E2E_REQUIRE_SERVER=1 turns the skip into a
 //                             failure). Asserts the missing-op warning in the Problems panel, the hover on that
@@ -1250,18 +1252,30 @@ async function chartSteps(sc, page, base, fixture, ws, mappingPath) {
 }
 
 // ---------------------------------------------------------------- scenario: a server that cannot start, then crashes
-/** The texts of every notification (the toasts fade): read from the notification center, which is then closed. */
+/** The text of each notification shown since they were last cleared (the toasts fade): read from the notification
+ * center, which is then closed. */
 async function allNotifications(page) {
   await runCommand(page, 'Notifications: Show Notifications');
   const center = page.locator('.notifications-center');
   await center.waitFor({ state: 'visible', timeout: 10000 });
   await page.waitForTimeout(500);
-  const text = (await center.innerText()).replace(/\s+/g, ' ');
+  const texts = (await center.locator('.notification-list-item').allInnerTexts()).map((t) => t.replace(/\s+/g, ' ').trim());
   await runCommand(page, 'Notifications: Hide Notifications');
-  return text;
+  return texts;
 }
 
-/** The mock server's canned failures: it exits at start while a file exists, and when a document holds CRASH_NOW. */
+/** A failure is said in one notification, the extension's (matching `ours`), and not also by vscode-languageclient:
+ * asserted of the notifications shown since they were last cleared, which are then cleared. */
+async function assertOneNotification(page, ours) {
+  const texts = await allNotifications(page);
+  log(`notifications: ${JSON.stringify(texts)}`);
+  assert(texts.length === 1, `${texts.length} notifications, not one: ${JSON.stringify(texts)}`);
+  assert(ours.test(texts[0]), `the notification is not ours (${ours}): ${texts[0]}`);
+  await runCommand(page, 'Notifications: Clear All Notifications');
+}
+
+/** The mock server's canned failures: it exits at start while a file exists, and when a document holds CRASH_NOW; its
+ * interpreter (a script running RCA_LSP_PYTHON) can be taken away. */
 async function scenarioCrash(browser, bin, base, vsix) {
   const sc = new Scenario('crash');
   if (pythonCan(serverPython, 'import pygls.lsp.server, lsprotocol')) {
@@ -1281,6 +1295,8 @@ async function scenarioCrash(browser, bin, base, vsix) {
   const stopReading = path.join(base, 'crash-server-stop-reading');
   const mockLog = path.join(base, 'crash-server-events.jsonl');
   const initialized = () => readMockLog(mockLog).filter((e) => e.event === 'initialized').length;
+  const python = path.join(base, 'crash-python');
+  fs.writeFileSync(python, `#!/bin/sh\nexec '${serverPython}' "$@"\n`, { mode: 0o755 });
   Object.assign(cs.env, {
     PYTHONPATH: mockDir,
     RCA_LSP_MOCK_LOG: mockLog,
@@ -1289,27 +1305,37 @@ async function scenarioCrash(browser, bin, base, vsix) {
     RCA_LSP_MOCK_CRASH_ONCE: crashOnce,
     RCA_LSP_MOCK_STOP_READING: stopReading,
   });
-  cs.writeUserSettings({ 'rcaLsp.interpreter': serverPython });
+  cs.writeUserSettings({ 'rcaLsp.interpreter': python });
   const count = (re) => (cs.outputChannelText().match(re) ?? []).length;
   try {
     await sc.step('install the .vsix into code-server', () => cs.installExtension(vsix), { critical: true });
     const url = await sc.step('start code-server', () => cs.start(ws), { critical: true });
     sc.page = await sc.step('open the workbench', () => openWorkbench(browser, url), { critical: true });
     const page = sc.page;
+    /** An edit of mapping_key.json: the server analyses it (and crashes, while crashOnce exists). */
+    const edit = async () => {
+      await openFromExplorer(page, 'mapping_key.json');
+      await gotoLine(page, 1, 2);
+      await page.keyboard.type(' ');
+    };
+    const restartWorks = async () => {
+      await runCommand(page, 'rca-lsp: Restart Server');
+      await waitProblem(page, /missing-op/, 30000, 'missing-op');
+      const status = await poll('a running status bar', async () => {
+        const t = await statusBarText(page);
+        return t && !/stopped|starting/.test(t) ? t : undefined;
+      }, 15000);
+      log(`status bar after the restart: ${status}`);
+    };
 
     await sc.step('a server that stops before it is ready: what it printed, said once, not restarted', async () => {
       await openFromExplorer(page, 'mapping_key.json');
       await poll('the stopped status bar', async () => /stopped/.test(await statusBarText(page)), 30000);
       await page.waitForTimeout(3000); // time for restarts, were there any
-      const texts = await allNotifications(page);
       await shot(page, 'crash-1-cannot-start');
-      log(`notifications: ${texts}`);
-      assert(/stopped before it was ready: mock: cannot start \(ModuleNotFoundError: No module named 'pygls_broken'\)/.test(texts), `no message with the reason: ${texts}`);
-      // vscode-languageclient's own "couldn't create connection to server" cannot be avoided; its restarts can
-      assert(!/crashed \d+ times/.test(texts), `a misleading message: ${texts}`);
+      await assertOneNotification(page, /stopped before it was ready: mock: cannot start \(ModuleNotFoundError: No module named 'pygls_broken'\)/);
       const starts = count(/\[info\] mock: cannot start/g); // its stderr lines, not the message quoting it
       assert(starts === 1, `the server was started ${starts} times`);
-      await runCommand(page, 'Notifications: Clear All Notifications');
     });
 
     await sc.step('once it can start, Restart Server starts it', async () => {
@@ -1340,7 +1366,7 @@ async function scenarioCrash(browser, bin, base, vsix) {
         return t && !/stopped|starting/.test(t) ? t : undefined;
       }, 15000);
       assert(!/Shutting down server/.test(since()), `the client shut down: ${since().slice(-2000)}`);
-      const texts = await allNotifications(page);
+      const texts = (await allNotifications(page)).join(' | ');
       assert(!/connection to server is erroring|will not be restarted/.test(texts), `a message about the failed write: ${texts}`);
       await runCommand(page, 'File: Revert File');
     });
@@ -1374,27 +1400,66 @@ async function scenarioCrash(browser, bin, base, vsix) {
       await runCommand(page, 'File: Revert File');
     });
 
-    await sc.step('a server crashing mid-session is restarted, then given up on with a message', async () => {
-      const before = count(/mock: crashing on purpose/g);
+    const crashes = () => count(/\[info\] mock: crashing on purpose/g); // its stderr lines, not a message quoting them
+    await sc.step('a server crashing mid-session is restarted, then given up on with one message, quoting it', async () => {
+      await runCommand(page, 'Notifications: Clear All Notifications');
+      const before = crashes();
+      const logged = cs.outputChannelText().length;
       await openFromExplorer(page, 'crash_mapping_key.json');
-      await poll('the message of the client giving up', () => /crashed 5 times/.test(cs.outputChannelText()), 60000);
+      await poll('the message of the client giving up', () => /crashed 5 times/.test(cs.outputChannelText().slice(logged)), 60000);
       await poll('the stopped status bar', async () => /stopped/.test(await statusBarText(page)), 10000);
-      const texts = await allNotifications(page);
+      await page.waitForTimeout(1000);
       await shot(page, 'crash-2-crashed');
-      assert(/The rca-lsp server crashed 5 times/.test(texts), `no message: ${texts}`);
-      assert(count(/mock: crashing on purpose/g) - before === 5, `crashed ${count(/mock: crashing on purpose/g) - before} times`);
+      await assertOneNotification(page, /crashed 5 times in the last 3 minutes.*The last line it printed: mock: crashing on purpose/);
+      assert(crashes() - before === 5, `crashed ${crashes() - before} times`);
     });
 
     await sc.step('Restart Server after the crashes', async () => {
       await runCommand(page, 'View: Close Editor');
-      await runCommand(page, 'rca-lsp: Restart Server');
       await openFromExplorer(page, 'mapping_key.json');
-      await waitProblem(page, /missing-op/, 30000, 'missing-op');
-      const status = await poll('a running status bar', async () => {
-        const t = await statusBarText(page);
-        return t && !/stopped|starting/.test(t) ? t : undefined;
-      }, 15000);
-      log(`status bar after the restart: ${status}`);
+      await restartWorks();
+    });
+
+    await sc.step('a server restarted after a crash that stops before it is ready: counted as a crash, one message', async () => {
+      await runCommand(page, 'Notifications: Clear All Notifications');
+      const before = count(/\[info\] mock: cannot start/g);
+      const logged = cs.outputChannelText().length;
+      fs.writeFileSync(broken, '');
+      fs.writeFileSync(crashOnce, '');
+      await edit(); // the server crashes; each server the client starts again exits at once
+      await poll('the message of the client giving up', () => /crashed 5 times/.test(cs.outputChannelText().slice(logged)), 60000);
+      await poll('the stopped status bar', async () => /stopped/.test(await statusBarText(page)), 10000);
+      await page.waitForTimeout(3000); // time for restarts, were there any
+      await shot(page, 'crash-3-restarts-cannot-start');
+      await assertOneNotification(page, /crashed 5 times in the last 3 minutes.*The last line it printed: mock: cannot start/);
+      const restarts = count(/\[info\] mock: cannot start/g) - before;
+      assert(restarts === 4, `started again ${restarts} times`);
+    });
+
+    await sc.step('once it can start again, Restart Server starts it', async () => {
+      fs.rmSync(broken);
+      await restartWorks();
+    });
+
+    await sc.step('a server restarted after a crash whose interpreter is gone: one message', async () => {
+      await runCommand(page, 'Notifications: Clear All Notifications');
+      const logged = cs.outputChannelText().length;
+      fs.renameSync(python, `${python}.gone`);
+      fs.writeFileSync(crashOnce, '');
+      await edit(); // the server crashes; the client cannot start it again
+      await poll('the client failing to start it again', () => /ENOENT/.test(cs.outputChannelText().slice(logged)), 30000);
+      await poll('the stopped status bar', async () => /stopped/.test(await statusBarText(page)), 10000);
+      await page.waitForTimeout(3000); // time for restarts, were there any
+      await shot(page, 'crash-4-interpreter-gone');
+      await assertOneNotification(page, new RegExp(`crashed and could not be started again: spawn ${escapeRe(python)} ENOENT`));
+      const tooltip = await statusBarTooltip(page);
+      assert(/could not be started again/.test(tooltip), `the status bar's tooltip: ${tooltip}`);
+    });
+
+    await sc.step('with its interpreter back, Restart Server starts it', async () => {
+      fs.renameSync(`${python}.gone`, python);
+      await restartWorks();
+      await runCommand(page, 'File: Revert File');
     });
   } finally {
     await sc.page?.context().close().catch(() => {});
@@ -1453,8 +1518,8 @@ async function scenarioHang(browser, bin, base, vsix) {
   };
   const page = () => sc.page;
 
-  /** A hung server given up on: its initialize unanswered, the stopped status bar with why, the message, its process
-   * gone, no other start. `hangs`: how many hung servers there were before. */
+  /** A hung server given up on: its initialize unanswered, the stopped status bar with why, one message (ours), its
+   * process gone, no other start. `hangs`: how many hung servers there were before. */
   const givenUp = async (hangs, shotName) => {
     const hung = await poll('a server that hangs', () => events('hang')[hangs], 30000);
     await poll('the initialize it never answers', () => events('initializeIgnored').some((e) => e.payload.pid === hung.payload.pid), 15000);
@@ -1464,14 +1529,11 @@ async function scenarioHang(browser, bin, base, vsix) {
     const tooltip = await statusBarTooltip(page());
     assert(said.test(tooltip), `the status bar's tooltip: ${tooltip}`);
     await page().waitForTimeout(3000); // time for a restart, were there one
-    const texts = await allNotifications(page());
     await shot(page(), shotName);
-    log(`notifications: ${texts}`);
-    assert(said.test(texts), `no message saying why: ${texts}`);
     assert(said.test(cs.outputChannelText()), 'the output channel does not say why');
     assert(events('hang').length === hangs + 1, `${events('hang').length - hangs} hung servers started`);
     assert(/stopped/.test(await statusBarText(page())), `the status bar says "${await statusBarText(page())}"`);
-    await runCommand(page(), 'Notifications: Clear All Notifications');
+    await assertOneNotification(page(), said);
   };
 
   const restartWorks = async () => {
