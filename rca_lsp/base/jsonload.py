@@ -86,22 +86,30 @@ def quote_literals(data: bytes) -> bytes:
     return _rewrite_literals(data, quoted=True)
 
 
+def loads_or_error(data: bytes | str) -> tuple[Any, orjson.JSONDecodeError | None]:
+    """The JSON document, or None and orjson's error without its traceback. A caller keeps the error past its except
+    clause: with its traceback, which holds the caller's frame, the two would be a reference cycle, holding the frames
+    of a parse and what they refer to (the text, the error's `doc` too), that only the cyclic collector frees, and
+    never once a pause of it (base.gcpause) has frozen them."""
+    try:
+        return orjson.loads(data), None
+    except orjson.JSONDecodeError as error:
+        return None, error.with_traceback(None)
+
+
 def loads_lenient(data: bytes, path: str) -> Any:
     """Parse JSON bytes; NaN/Infinity/-Infinity literals come back as the strings "NaN"/"Infinity"/"-Infinity".
     Raises InputError with the line and column of the first problem."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as first_error:
-        error: orjson.JSONDecodeError = first_error
+    document, error = loads_or_error(data)
+    if error is None:
+        return document
     quoted = quote_literals(data)
     if quoted is not data:
-        try:
-            return orjson.loads(quoted)
-        except orjson.JSONDecodeError as later_error:
-            error = later_error
-        try:
-            orjson.loads(_rewrite_literals(data, quoted=False))
-        except orjson.JSONDecodeError as placed_error:
+        document, error = loads_or_error(quoted)
+        if error is None:
+            return document
+        _, placed_error = loads_or_error(_rewrite_literals(data, quoted=False))
+        if placed_error is not None:
             error = placed_error  # the same problem, at its place in `data` (quoting shifts columns)
     raise _located_error(data, path, error)
 

@@ -5,16 +5,9 @@ and the client's editor, whichever line ends the file uses. For text and for byt
 from __future__ import annotations
 
 import re
-from typing import AnyStr, Iterator
+from typing import AnyStr
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
-_LINE_BREAK_BYTES = re.compile(rb"\r\n|\r|\n")
-
-
-def line_ends(text: AnyStr, start: int = 0, end: int | None = None) -> Iterator[int]:
-    """The offset after each line break that ends within text[start:end] (a `\\r\\n` split by `end` is not one)."""
-    pattern = _LINE_BREAK_BYTES if isinstance(text, bytes) else LINE_BREAK
-    return (found.end() for found in pattern.finditer(text, start, len(text) if end is None else end))
 
 
 def line_and_column(text: AnyStr, offset: int) -> tuple[int, int]:
@@ -35,9 +28,3 @@ def line_break_of(text: str) -> str:
     """The line break a text uses (its first), for lines added to it; `\n` when it has none."""
     found = LINE_BREAK.search(text)
     return found[0] if found else "\n"
-
-
-def split_lines(text: str) -> list[str]:
-    """The lines with their line breaks (str.splitlines(keepends=True) as LSP splits)."""
-    starts = [0, *line_ends(text)]
-    return [text[start:end] for start, end in zip(starts, starts[1:] + [len(text)]) if start < len(text)]

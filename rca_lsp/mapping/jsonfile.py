@@ -16,6 +16,7 @@ import numpy as np
 import orjson
 
 from rca_lsp.base.inputfile import BOM
+from rca_lsp.base.jsonload import loads_or_error
 from rca_lsp.mapping.model import EntryList, LineIndex, MappingEdit, MappingEntry, MappingIssue, ParsedMapping, Span
 
 if TYPE_CHECKING:
@@ -175,13 +176,6 @@ def _bom_as_space(text: str) -> str:
     return " " + text[1:] if text.startswith(BOM) else text
 
 
-def _loads(text: str) -> tuple[object, orjson.JSONDecodeError | None]:
-    try:
-        return orjson.loads(text), None
-    except orjson.JSONDecodeError as error:
-        return None, error
-
-
 def _read_tolerantly(text: str, error: orjson.JSONDecodeError | None) -> tuple[EntryList, list[MappingIssue]]:
     """What the error-tolerant reader finds, plus the JSON parser's own first error (`error`, already raised)."""
     reader = _Reader(text)
@@ -285,7 +279,7 @@ def parse_json_mapping(path: str, text: str, previous: ParsedMapping | None = No
 def _parse_mapping(path: str, text: str) -> ParsedMapping:
     lines = LineIndex(text)
     read_text = _bom_as_space(text)
-    document, error = _loads(read_text)
+    document, error = loads_or_error(read_text)
     if _is_flat_mapping(document):
         found = _entries_from_quotes(read_text, document)  # type: ignore[arg-type]
         if found is not None:
@@ -399,7 +393,7 @@ def _region_entries(region: str, low: int, high: int) -> tuple[EntryList, list[M
     """Entries, issues and JSON validity of the edited region region[low:high], framed by stand-ins as an object;
     None when what it says could depend on the rest of the file (a problem reaching into the stand-ins)."""
     region = _bom_as_space(region)
-    document, error = _loads(region)
+    document, error = loads_or_error(region)
     if _is_flat_mapping(document):
         found = _entries_from_quotes(region, document)  # type: ignore[arg-type]
         return None if found is None else (found, [], True)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple, Sequence
 import numpy as np
 
 from rca_lsp.base.cached import cached_property
-from rca_lsp.base.lines import line_and_column, line_ends
+from rca_lsp.base.lines import line_and_column
 
 if TYPE_CHECKING:
     from rca_lsp.dumps.dump import Dump
@@ -137,10 +137,11 @@ def line_starts(text: str) -> np.ndarray:
         codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
     else:  # one code point per item, so that offsets are character offsets
         codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    line_feed, carriage_return = codes == 10, codes == 13
-    ends = line_feed.copy()
-    ends[:-1] |= carriage_return[:-1] & ~line_feed[1:]  # a \r ends a line unless a \n follows (then that one does)
-    ends[-1] |= carriage_return[-1]
+    ends = codes == 10
+    if "\r" in text:  # (found at memory speed; most texts have none, and their line feeds alone end lines)
+        carriage_return = codes == 13
+        ends[:-1] |= carriage_return[:-1] & ~ends[1:]  # a \r ends a line unless a \n follows (then that one does)
+        ends[-1] |= carriage_return[-1]
     return np.concatenate([np.zeros(1, dtype=np.int64), np.flatnonzero(ends) + 1])
 
 
@@ -172,11 +173,10 @@ class LineIndex:
         starts = self._starts
         kept = max(int(np.searchsorted(starts, start, "left")), 1)  # lines starting before the edit (and line 0)
         moved = int(np.searchsorted(starts, old_end, "right"))  # lines starting after the edit's last character
-        inside = [end for end in line_ends(text, max(start - 1, 0), new_end + 1) if start <= end <= new_end]
-        return LineIndex(
-            text,
-            np.concatenate([starts[:kept], np.array(inside, dtype=np.int64), starts[moved:] + (new_end - old_end)]),
-        )
+        around = max(start - 1, 0)  # a character either side: a `\r\n` across the edit's bounds is one line end
+        ends = line_starts(text[around : new_end + 1])[1:] + around
+        inside = ends[(start <= ends) & (ends <= new_end)]
+        return LineIndex(text, np.concatenate([starts[:kept], inside, starts[moved:] + (new_end - old_end)]))
 
     def position(self, offset: int) -> tuple[int, int]:
         if self._built is None and self._counted < FEW_LOOKUPS:

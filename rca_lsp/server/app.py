@@ -239,30 +239,53 @@ def on_watched(ls: RcaServer, params: types.DidChangeWatchedFilesParams) -> None
             ls.dump_changed(path)
 
 
-def analysed_text(ls: RcaServer, uri: str) -> tuple[ParsedMapping, Positions, Analysis] | None:
+async def analysed_text(ls: RcaServer, uri: str) -> tuple[ParsedMapping, Positions, Analysis] | None:
     """The current text's parse, its positions, and the analysis to show on it (None before any analysis)."""
-    found = ls.analysis_at(uri)
+    found = await ls.analysis_at(uri)
     if found is None:
         return None
     _doc, parsed, analysis = found
     return None if analysis is None else (parsed, Positions(parsed, ls.workspace.position_codec), analysis)
 
 
-def entry_under_cursor(
-    ls: RcaServer, uri: str, position: types.Position
-) -> tuple[ParsedMapping, Positions, Analysis, MappingEntry, int | None] | None:
+EntryFound = tuple[ParsedMapping, Positions, Analysis, MappingEntry, int | None]
+
+
+async def entry_under_cursor(ls: RcaServer, uri: str, position: types.Position) -> EntryFound | None:
     """The analysed entry at a position, and which rollout value (None on the key)."""
-    found = analysed_text(ls, uri)
-    if found is None:
+    found = entry_before_last_change(ls, uri, position)
+    if found is not None:
+        return found
+    text = await analysed_text(ls, uri)
+    if text is None:
         return None
-    parsed, positions, analysis = found
+    parsed, positions, analysis = text
     hit = parsed.entry_at(positions.offset(position))
     return None if hit is None else (parsed, positions, analysis, hit[0], hit[1])
 
 
+def entry_before_last_change(ls: RcaServer, uri: str, position: types.Position) -> EntryFound | None:
+    """The entry at a position that lies before the client's last change, found in the parse of the text before
+    it, which has that entry at the same place: no wait for the parse of the new text (0.3-0.8 s after a paste of
+    10 MB). None when there is no such parse or the entry reaches into the change."""
+    doc, open_text = ls.documents.get(uri), ls.rca_protocol.open_texts.get(uri)
+    if doc is None or open_text is None or open_text.earlier is None:
+        return None
+    earlier, kept = open_text.earlier
+    parsed = next((p for p in (doc.unsaved_view, doc.parsed) if p is not None and p.text is earlier), None)
+    analysis = doc.last_good or doc.analysis
+    if parsed is None or analysis is None:
+        return None
+    offset = open_text.offset(position, ls.workspace.position_codec)
+    hit = parsed.entry_at(offset) if offset < kept else None
+    if hit is None or parsed.spans(hit[0]).whole.end >= kept:
+        return None
+    return parsed, Positions(parsed, ls.workspace.position_codec), analysis, hit[0], hit[1]
+
+
 @server.feature(types.TEXT_DOCUMENT_HOVER)
-def on_hover(ls: RcaServer, params: types.HoverParams) -> types.Hover | None:
-    found = entry_under_cursor(ls, params.text_document.uri, params.position)
+async def on_hover(ls: RcaServer, params: types.HoverParams) -> types.Hover | None:
+    found = await entry_under_cursor(ls, params.text_document.uri, params.position)
     if found is None:
         return None
     parsed, positions, analysis, entry, index = found
@@ -279,8 +302,8 @@ def on_hover(ls: RcaServer, params: types.HoverParams) -> types.Hover | None:
 @server.feature(
     types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix])
 )
-def on_code_action(ls: RcaServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
-    found = ls.analysis_at(params.text_document.uri)
+async def on_code_action(ls: RcaServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
+    found = await ls.analysis_at(params.text_document.uri)
     if found is None:
         return None
     doc, parsed, analysis = found
@@ -297,8 +320,8 @@ def on_code_action(ls: RcaServer, params: types.CodeActionParams) -> list[types.
 
 
 @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=['"']))
-def on_completion(ls: RcaServer, params: types.CompletionParams) -> types.CompletionList | None:
-    found = analysed_text(ls, params.text_document.uri)
+async def on_completion(ls: RcaServer, params: types.CompletionParams) -> types.CompletionList | None:
+    found = await analysed_text(ls, params.text_document.uri)
     if found is None:
         return None
     parsed, positions, analysis = found
@@ -312,8 +335,8 @@ def on_completion(ls: RcaServer, params: types.CompletionParams) -> types.Comple
 
 
 @server.feature(types.TEXT_DOCUMENT_DEFINITION)
-def on_definition(ls: RcaServer, params: types.DefinitionParams) -> types.Location | None:
-    found = entry_under_cursor(ls, params.text_document.uri, params.position)
+async def on_definition(ls: RcaServer, params: types.DefinitionParams) -> types.Location | None:
+    found = await entry_under_cursor(ls, params.text_document.uri, params.position)
     if found is None:
         return None
     _parsed, _positions, analysis, entry, index = found
@@ -322,7 +345,7 @@ def on_definition(ls: RcaServer, params: types.DefinitionParams) -> types.Locati
 
 @server.feature(types.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
 async def on_symbols(ls: RcaServer, params: types.DocumentSymbolParams) -> list[types.DocumentSymbol] | None:
-    found = ls.analysis_at(params.text_document.uri)
+    found = await ls.analysis_at(params.text_document.uri)
     if found is None or not found[1].entries:
         return None
     doc, parsed, _analysis = found

@@ -51,6 +51,7 @@ class MappingDocument:
     pending_parse: asyncio.TimerHandle | None = None
     parsed: ParsedMapping | None = None
     unsaved_view: ParsedMapping | None = None  # parse of edits not analysed yet, for positions in requests
+    unsaved_parse: tuple[str, asyncio.Future[ParsedMapping]] | None = None  # a text's parse under way (unsaved_view)
     last_reusable: ParsedMapping | None = None  # the newest parse of a valid text
     analysis: Analysis | None = None  # newest analysis, possibly of a file with syntax errors
     last_good: Analysis | None = None  # newest analysis of a syntactically valid file: its findings keep showing

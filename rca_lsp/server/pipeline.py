@@ -91,16 +91,8 @@ class Pipeline:
 
     async def parse_unsaved(self, doc: MappingDocument) -> None:
         opened = self.server.opened(doc.uri)
-        if opened is None:
-            return
-        text = opened.source
-        parsed = await asyncio.get_running_loop().run_in_executor(
-            self.server.executor, parse_mapping, str(doc.path), text, doc.latest_parse()
-        )
-        current = self.server.opened(doc.uri)
-        doc.remember(parsed)
-        if current is not None and current.source == text:
-            doc.unsaved_view = parsed
+        if opened is not None:
+            await self.server.unsaved_parse(doc, opened.source)
 
     # --- one run ------------------------------------------------------------------------------------------------
     async def run(self, run: Run) -> None:

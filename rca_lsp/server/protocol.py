@@ -164,12 +164,12 @@ class RcaProtocol(CancellingProtocol):
             return
         source = opened.source
         kept = self.open_texts.get(uri)
-        text = kept if kept is not None and kept.text is source else OpenText(source)
+        text = OpenText(source, kept.lines if kept is not None and kept.text is source else None)
         for change in params.content_changes:  # each one applied as the edit it is (see OpenText)
             if isinstance(change, types.TextDocumentContentChangePartial):
                 text = text.changed(change, self.workspace.position_codec)
             else:
-                text = OpenText(change.text)
+                text = OpenText(change.text, earlier=(source, 0))
         self.workspace.update_text_document(
             params.text_document, types.TextDocumentContentChangeWholeDocument(text=text.text)
         )

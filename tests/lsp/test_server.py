@@ -18,8 +18,9 @@ SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "rca_lsp", "se
 TIMEOUT = 30
 
 
-@pytest_lsp.fixture(config=SERVER)
-async def client(lsp_client: LanguageClient, tmp_path: Path):
+async def initialize_in_workspace(lsp_client: LanguageClient, tmp_path: Path) -> None:
+    """A VS Code-like client's session in a fresh workspace folder (tmp_path/ws), keeping the statuses and the
+    registrations the server sends it."""
     root = tmp_path / "ws"
     root.mkdir()
     lsp_client.root = root  # type: ignore[attr-defined]
@@ -41,6 +42,11 @@ async def client(lsp_client: LanguageClient, tmp_path: Path):
             workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="ws")],
         )
     )
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def client(lsp_client: LanguageClient, tmp_path: Path):
+    await initialize_in_workspace(lsp_client, tmp_path)
     yield
     await lsp_client.shutdown_session()
 
