@@ -1274,19 +1274,32 @@ async function assertOneNotification(page, ours) {
   await runCommand(page, 'Notifications: Clear All Notifications');
 }
 
-/** The mock server's canned failures: it exits at start while a file exists, and when a document holds CRASH_NOW; its
- * interpreter (a script running RCA_LSP_PYTHON) can be taken away. */
-async function scenarioCrash(browser, bin, base, vsix) {
-  const sc = new Scenario('crash');
+/**
+ * A scenario driving the mock server on a workspace `ws-<name>` holding a one-entry mapping_key.json: its Scenario,
+ * CodeServer and workspace; undefined (recorded as skipped, or failed when a server is required) without pygls.
+ */
+function mockScenario(name, bin, base) {
+  const sc = new Scenario(name);
   if (pythonCan(serverPython, 'import pygls.lsp.server, lsprotocol')) {
-    record('crash', requireServer ? 'fail' : 'skip', `pygls not importable with ${serverPython}`);
-    return;
+    record(name, requireServer ? 'fail' : 'skip', `pygls not importable with ${serverPython}`);
+    return undefined;
   }
-  const cs = new CodeServer(bin, base, 'crash');
-  const ws = path.join(base, 'ws-crash');
+  const cs = new CodeServer(bin, base, name);
+  const ws = path.join(base, `ws-${name}`);
   fs.mkdirSync(ws, { recursive: true });
   const mapping = { 'Module.module.module.decoder.layers.0.mlp.linear_fc2.RowParallelLinear.forward.0': 'Module.model.layers.0.mlp.down_proj.RowParallelLinear.forward.0' };
   fs.writeFileSync(path.join(ws, 'mapping_key.json'), `${JSON.stringify(mapping, null, 2)}\n`);
+  return { sc, cs, ws };
+}
+
+/** The mock server's canned failures: it exits at start while a file exists, and when a document holds CRASH_NOW; its
+ * interpreter (a script running RCA_LSP_PYTHON) can be taken away. */
+async function scenarioCrash(browser, bin, base, vsix) {
+  const started = mockScenario('crash', bin, base);
+  if (!started) {
+    return;
+  }
+  const { sc, cs, ws } = started;
   fs.writeFileSync(path.join(ws, 'crash_mapping_key.json'), '{\n  "Module.CRASH_NOW.forward.0": "Module.b.forward.0"\n}\n');
   const broken = path.join(base, 'crash-server-broken');
   fs.writeFileSync(broken, '');
@@ -1494,16 +1507,11 @@ async function statusBarTooltip(page) {
 
 /** The mock server, while a file exists, reads the client's initialize and never answers, ignoring SIGTERM. */
 async function scenarioHang(browser, bin, base, vsix) {
-  const sc = new Scenario('hang');
-  if (pythonCan(serverPython, 'import pygls.lsp.server, lsprotocol')) {
-    record('hang', requireServer ? 'fail' : 'skip', `pygls not importable with ${serverPython}`);
+  const started = mockScenario('hang', bin, base);
+  if (!started) {
     return;
   }
-  const cs = new CodeServer(bin, base, 'hang');
-  const ws = path.join(base, 'ws-hang');
-  fs.mkdirSync(ws, { recursive: true });
-  const mapping = { 'Module.module.module.decoder.layers.0.mlp.linear_fc2.RowParallelLinear.forward.0': 'Module.model.layers.0.mlp.down_proj.RowParallelLinear.forward.0' };
-  fs.writeFileSync(path.join(ws, 'mapping_key.json'), `${JSON.stringify(mapping, null, 2)}\n`);
+  const { sc, cs, ws } = started;
   const hang = path.join(base, 'hang-server-hang');
   fs.writeFileSync(hang, '');
   const crashOnce = path.join(base, 'hang-server-crash-once');
